@@ -1,0 +1,30 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# torch is pinned through constraints.txt: an unpinned torch would pull gigabytes of CUDA wheels.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+EXTRAS := torch,dev
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+comma := ,
+DEMO := out/demo
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	touch $@
+
+demo: install
+	$(PY) -m fixtures.build_torch $(DEMO)/model cnn
+	$(PY) -m convert $(DEMO)/model/cnn.pt2 --to onnx,torchscript,torch_export --out $(DEMO)/artifacts --force
+
+test: install
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

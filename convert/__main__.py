@@ -1,0 +1,3 @@
+from convert.cli import run_cli
+
+run_cli()

@@ -1,0 +1,59 @@
+"""The Python API: the same pipeline as the CLI, returning a result object instead of an exit code."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from convert.pipeline import ConversionResult, ConvertRequest, run
+from convert.sources.base import SourceModel
+from convert.sources.request import SourceRequest
+from convert.sources.resolve import resolve_source
+from convert.specs import parse_input_specs
+
+
+def convert(
+    model: Any,
+    *,
+    to: Sequence[str] = ("onnx",),
+    example_inputs: Any = None,
+    inputs: Sequence[str] = (),
+    out: str | Path | None = None,
+    framework: str | None = None,
+    weights: str | Path | None = None,
+    dims: Sequence[str] = (),
+    opset: int | None = None,
+    tolerance: Sequence[str] = (),
+    samples: int = 3,
+    seed: int = 0,
+    trust_code: bool = False,
+    force: bool = False,
+) -> ConversionResult:
+    """Export ``model`` to every format in ``to`` and validate each artifact against it.
+
+    ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, or a
+    ``"package.module:callable"`` factory. ``example_inputs`` is a tuple of tensors/arrays in call order,
+    a dict of arrays by input name, or an ``.npz`` path; ``inputs`` are spec strings such as
+    ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. Without ``out`` the artifacts go to a
+    new temporary folder. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
+    exception: check ``result.passed``.
+    """
+    if isinstance(to, str):
+        to = [t for t in to.split(",")]
+    out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
+    request = ConvertRequest(
+        model=model, to=tuple(to), out=out, framework=framework, weights=Path(weights) if weights else None,
+        inputs=tuple(inputs), example_inputs=example_inputs, dims=tuple(dims), opset=opset,
+        tolerances=tuple(tolerance), samples=samples, seed=seed, trust_code=trust_code, force=force,
+    )
+    return run(request)
+
+
+def load(model: Any, *, inputs: Sequence[str] = (), example_inputs: Any = None, framework: str | None = None,
+         weights: str | Path | None = None, trust_code: bool = False) -> SourceModel:
+    """Load a model the way the pipeline does and return its SourceModel (reference inference and specs)."""
+    return resolve_source(SourceRequest(model=model, framework=framework, weights=Path(weights) if weights else None,
+                                        inputs=parse_input_specs(tuple(inputs)), example_inputs=example_inputs,
+                                        trust_code=trust_code))

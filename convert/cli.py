@@ -1,0 +1,164 @@
+"""The command line: ``convert MODEL --to FORMATS`` (the default command), ``convert doctor``.
+
+Exit codes: 0 every check passed; 1 a validation failed; 2 a user or input error; 3 an internal error.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from convert import __version__
+from convert.errors import ConvertError
+from convert.registry import REGISTRY
+
+EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_INTERNAL = 0, 1, 2, 3
+stderr = Console(stderr=True, highlight=False)
+
+
+class _DefaultGroup(click.Group):
+    """A group whose first argument, when it is not a subcommand, is the model of the default command."""
+
+    default_command = "export"
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx, formatter):
+        formatter.write_usage(ctx.command_path, "MODEL --to FORMATS [OPTIONS]  |  COMMAND [ARGS]...")
+
+
+@click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="convert")
+def main() -> None:
+    """Export a PyTorch model to ONNX, TorchScript and torch.export, and validate every artifact
+    numerically against the source model, on every device present.
+
+    \b
+      convert model.pt2 --to onnx,torchscript,torch_export --out out/
+      convert mypkg.nets:build_model --weights weights.safetensors --input "x:float32[B,3,224,224]" --to onnx
+      convert model.pt --trust-code --input "input_ids:int64[B,S]{0..30521}" --input "attention_mask:int64[B,S]{0..1}" --to onnx
+      convert doctor
+
+    Run 'convert export --help' for every option of the default command.
+    Exit codes: 0 all checks passed, 1 a validation failed, 2 bad input or options, 3 internal error.
+    """
+
+
+def _formats_help() -> str:
+    return ", ".join(REGISTRY.target_formats())
+
+
+@main.command("export")
+@click.argument("model")
+@click.option("--to", "to", required=True, metavar="FORMATS",
+              help=f"Comma-separated target formats: {_formats_help()}.")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("out"), show_default=True,
+              help="Output folder for the artifacts and report.json.")
+@click.option("--framework", type=click.Choice(["torch"]), default=None,
+              help="The source framework, when it cannot be told from the model.")
+@click.option("--weights", type=click.Path(path_type=Path), default=None,
+              help="Weights for a module:callable factory: .safetensors, or a state dict saved with torch.save.")
+@click.option("--input", "inputs", multiple=True, metavar="SPEC",
+              help='An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]". Repeat per input; symbols are dynamic axes.')
+@click.option("--example-inputs", type=click.Path(path_type=Path), default=None,
+              help="An .npz with one example array per input (by name): the export shape.")
+@click.option("--dim", "dims", multiple=True, metavar="SYMBOL=SIZES",
+              help="Sizes of a symbolic dim: the export size, then other validation sizes, e.g. B=2,1,8.")
+@click.option("--opset", type=int, default=None, help="ONNX opset version (default: the exporter's).")
+@click.option("--tolerance", "tolerances", multiple=True, metavar="[OUTPUT:]atol=A,rtol=R",
+              help="Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or one.")
+@click.option("--samples", type=int, default=3, show_default=True, help="Input samples per shape.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the generated inputs.")
+@click.option("--trust-code", is_flag=True,
+              help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts).")
+@click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
+@click.option("--report-json", type=click.Path(path_type=Path), default=None,
+              help="Where to write the JSON report (default: OUT/report.json).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
+def export_command(model, to, out, framework, weights, inputs, example_inputs, dims, opset, tolerances, samples,
+                   seed, trust_code, force, report_json, quiet):
+    """Export MODEL to each format in --to and validate every artifact against MODEL.
+
+    MODEL is a model file (.pt2, TorchScript, a pickled module) or package.module:callable returning the model.
+    """
+    from convert.pipeline import ConvertRequest, run
+
+    request = ConvertRequest(
+        model=model, to=tuple(to.split(",")), out=out, framework=framework, weights=weights, inputs=inputs,
+        example_inputs=example_inputs, dims=dims, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
+        trust_code=trust_code, force=force, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
+    )
+    stdout = Console(highlight=False)
+    result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
+    from convert.reports.console import first_line, print_summary
+
+    if quiet:
+        stdout.print(f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {result.report_path}")
+    else:
+        print_summary(result.report, stdout, str(result.report_path))
+    failed_exports = [s for s in result.report.stages if s.name.startswith("export:") and s.status == "failed"]
+    for stage in failed_exports:
+        stderr.print(f"[bold red]error:[/] the {stage.name.split(':', 1)[1]} export failed with every strategy; the first said: "
+                     f"{first_line(stage.error).rstrip('.')}. The report lists every attempt: {result.report_path}", soft_wrap=True)
+    sys.exit(result.exit_code)
+
+
+@main.command("doctor")
+def doctor_command():
+    """Show which frameworks, runtimes and devices are usable here, with versions."""
+    from convert import doctor
+
+    console = Console(highlight=False)
+    for title, rows in (("Frameworks and tools", doctor.package_rows()), ("Runtimes", doctor.runtime_rows()),
+                        ("Devices", doctor.device_rows())):
+        table = Table(title=title)
+        for column in ("name", "version", "status", "detail"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            color = "green" if row.status in ("installed", "usable", "present") else "yellow"
+            table.add_row(row.name, row.version, f"[{color}]{row.status}[/]", row.detail)
+        console.print(table)
+
+
+class _ConsoleProgress:
+    def started(self, name: str) -> None:
+        stderr.print(f"[dim]… {name}[/]")
+
+    def finished(self, stage, detail: str = "") -> None:
+        mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
+        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s)")
+
+
+def _guarded(action):
+    """Run the action; a user error is one paragraph and exit 2, anything unexpected keeps its traceback (exit 3)."""
+    try:
+        return action()
+    except ConvertError as exc:
+        stderr.print(f"[bold red]error:[/] {exc.paragraph()}", soft_wrap=True)
+        sys.exit(EXIT_USER)
+    except KeyboardInterrupt:
+        stderr.print("[bold red]interrupted[/]: nothing was left at a final path.")
+        sys.exit(130)
+    except Exception:
+        traceback.print_exc()
+        stderr.print("[bold red]internal error[/]: this is a bug in convert, not in your model; please report it with the traceback above.")
+        sys.exit(EXIT_INTERNAL)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_cli() -> None:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    main()

@@ -1,0 +1,67 @@
+"""``convert doctor``: which frameworks, runtimes and devices are usable here, with versions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import metadata
+
+from convert.devices import ALL_DEVICES, cuda_gpus
+from convert.registry import REGISTRY
+
+FRAMEWORKS = (("torch", "torch", "torch"), ("tensorflow", "tensorflow", "tensorflow"), ("keras", "keras", "tensorflow"),
+              ("jax", "jax", "jax"), ("flax", "flax", "jax"), ("onnx", "onnx", "(core)"), ("onnxscript", "onnxscript", "torch"),
+              ("openvino", "openvino", "openvino"), ("tensorrt", "tensorrt", "tensorrt"))
+
+
+@dataclass
+class Row:
+    name: str
+    version: str
+    status: str
+    detail: str
+
+
+def package_rows() -> list[Row]:
+    rows = []
+    for name, distribution, extra in FRAMEWORKS:
+        try:
+            version = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            rows.append(Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert"))
+            continue
+        rows.append(Row(name, version, "installed", ""))
+    return rows
+
+
+def runtime_rows() -> list[Row]:
+    rows = []
+    for entry in REGISTRY.entries("runtime"):
+        try:
+            runner = entry.load()
+        except ImportError as exc:
+            rows.append(Row(entry.name, "-", "missing", str(exc)))
+            continue
+        for device in ALL_DEVICES:
+            try:
+                reason = runner.unavailable_reason(device)
+            except ImportError as exc:
+                reason = f"not installed ({exc.name}): pip install 'model-convert[{entry.meta.get('extra', '')}]'"
+            rows.append(Row(f"{entry.name} on {device}", _version(entry.meta.get("extra")), "usable" if reason is None else "unusable", reason or ""))
+    return rows
+
+
+def device_rows() -> list[Row]:
+    rows = [Row("cpu", "-", "present", "")]
+    gpus = cuda_gpus()
+    rows.append(Row("cuda", "-", "present" if gpus else "absent", "; ".join(gpus) or "nvidia-smi lists no GPU"))
+    return rows
+
+
+def _version(extra: str | None) -> str:
+    for name in ("onnxruntime",) if extra == "onnxruntime" else ("torch",) if extra == "torch" else ():
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+    return "-"
+

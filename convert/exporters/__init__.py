@@ -1,0 +1,7 @@
+"""Exporters: one module per target format; each entry says which source framework it takes."""
+
+from convert.registry import REGISTRY
+
+REGISTRY.add("exporter", "torch-onnx", "convert.exporters.onnx:TorchToOnnx", format="onnx", source="torch")
+REGISTRY.add("exporter", "torch-torchscript", "convert.exporters.torchscript:TorchToTorchScript", format="torchscript", source="torch")
+REGISTRY.add("exporter", "torch-torch_export", "convert.exporters.torch_export:TorchToExportedProgram", format="torch_export", source="torch")

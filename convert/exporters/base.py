@@ -1,0 +1,116 @@
+"""Exporter protocol: strategies tried in order, each returning a recorded attempt instead of raising."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import io
+import logging
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from convert.artifacts import Artifact
+from convert.errors import ConvertError
+from convert.sources.base import SourceModel
+
+MAX_ERROR_CHARS = 4000
+
+
+@dataclass
+class Attempt:
+    strategy: str
+    status: str  # "ok" | "failed"
+    seconds: float
+    error: str = ""
+    log: str = ""
+
+
+@dataclass
+class ExportJob:
+    source: SourceModel
+    feed: dict[str, np.ndarray]  # example inputs at the export shape
+    folder: Path  # the staging folder to write into
+    stem: str  # file name stem of the artifact
+    opset: int | None = None
+    dim_ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+
+
+@dataclass
+class ExportOutcome:
+    artifact: Artifact | None
+    attempts: list[Attempt]
+
+    @property
+    def primary_error(self) -> str:
+        return self.attempts[0].error if self.attempts else ""
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " [...]"
+
+
+@contextlib.contextmanager
+def quiet(log: io.StringIO) -> Iterator[None]:
+    """Capture the chatter exporters print (progress lines, tracer warnings) into the attempt's log."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "torch.fx")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            warnings.simplefilter("always")
+            yield
+        for warning in caught:
+            log.write(f"{warning.category.__name__}: {warning.message}\n")
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+class Exporter(abc.ABC):
+    """Turns a source model into one artifact of ``format``; subclasses list their strategies in order."""
+
+    format: str
+    name: str
+    suffix: str  # file name suffix, e.g. ".onnx"
+
+    @abc.abstractmethod
+    def strategies(self, job: ExportJob) -> list[tuple[str, Callable[[Path], Artifact]]]:
+        """(strategy name, function that writes the artifact at the given path) in the order to try."""
+
+    def export(self, job: ExportJob) -> ExportOutcome:
+        attempts: list[Attempt] = []
+        for strategy, run in self.strategies(job):
+            path = job.folder / f"{job.stem}{self.suffix}"
+            log = io.StringIO()
+            started = time.perf_counter()
+            try:
+                with quiet(log):
+                    artifact = run(path)
+            except ConvertError:
+                raise
+            except Exception as exc:  # a failed strategy is recorded, and the next one is tried
+                log.write(traceback.format_exc())
+                _remove_partial(path)
+                attempts.append(Attempt(strategy, "failed", time.perf_counter() - started, describe_exception(exc), log.getvalue()[-MAX_ERROR_CHARS:]))
+                continue
+            artifact.exporter, artifact.strategy = self.name, strategy
+            artifact.inputs = artifact.inputs or job.source.signature.inputs
+            artifact.output_names = artifact.output_names or job.source.signature.outputs
+            attempts.append(Attempt(strategy, "ok", time.perf_counter() - started, log=log.getvalue()[-MAX_ERROR_CHARS:]))
+            return ExportOutcome(artifact, attempts)
+        return ExportOutcome(None, attempts)
+
+
+def _remove_partial(path: Path) -> None:
+    """Remove what a failed strategy left: the artifact and files named after it (e.g. model.onnx.data)."""
+    for leftover in path.parent.glob(f"{path.name}*"):
+        if leftover.is_file():
+            leftover.unlink()

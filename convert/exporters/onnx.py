@@ -1,0 +1,68 @@
+"""ONNX from PyTorch: the torch.export-based exporter first, the TorchScript-based one as a recorded fallback.
+
+Weights go to external data (``model.onnx.data``) only when the model passes the 2 GB protobuf limit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.exporters.base import Exporter, ExportJob
+from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example_args
+
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+def onnx_artifact(path: Path) -> Artifact:
+    """Check the written model and list its files (the .onnx and any external data beside it)."""
+    import onnx
+
+    onnx.checker.check_model(str(path))
+    model = onnx.load(str(path), load_external_data=False)
+    locations = set()
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                locations.add(entry.value)
+    files = [path] + [path.parent / loc for loc in sorted(locations)]
+    return Artifact(
+        format="onnx", path=path, files=files,
+        output_names=tuple(o.name for o in model.graph.output),
+    )
+
+
+class TorchToOnnx(Exporter):
+    format = "onnx"
+    name = "torch-onnx"
+    suffix = ".onnx"
+
+    def strategies(self, job: ExportJob):
+        strategies = [("torch.onnx.export(dynamo=True)", lambda path: self._dynamo(job, path)),
+                      ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path))]
+        if job.source.is_scripted:  # the torch.export-based exporter cannot take a ScriptModule
+            strategies = strategies[1:]
+        return strategies
+
+    def _names(self, job: ExportJob) -> dict:
+        return {"input_names": [s.name for s in job.source.signature.inputs],
+                "output_names": list(job.source.signature.outputs)}
+
+    def _dynamo(self, job: ExportJob, path: Path) -> Artifact:
+        import torch
+
+        program = torch.onnx.export(
+            job.source.native, example_args(job), dynamo=True, dynamic_shapes=dynamic_shapes(job),
+            opset_version=job.opset, optimize=True, **self._names(job),
+        )
+        program.save(str(path), external_data=None)  # None: external data only past the 2 GB limit
+        return onnx_artifact(path)
+
+    def _torchscript(self, job: ExportJob, path: Path) -> Artifact:
+        import torch
+
+        torch.onnx.export(
+            job.source.native, example_args(job), str(path), dynamo=False, dynamic_axes=dynamic_axes(job) or None,
+            do_constant_folding=True, **({"opset_version": job.opset} if job.opset else {}), **self._names(job),
+        )
+        return onnx_artifact(path)

@@ -1,0 +1,395 @@
+"""Plans the stages for a request and runs them, recording a status per stage.
+
+load source ─► reference outputs ─► export (each target) ─► validate (artifact × runtime × device × shape) ─► report
+
+Artifacts are exported and validated in a staging folder and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convert import __version__
+from convert.artifacts import Artifact
+from convert.devices import ALL_DEVICES, cuda_gpus, present_devices
+from convert.errors import ConvertError
+from convert.exporters.base import ExportJob
+from convert.registry import REGISTRY
+from convert.reports import model as rm
+from convert.reports.console import first_line
+from convert.safety import Staging, atomic_write_text, sha256_files
+from convert.sources.base import SourceModel
+from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
+from convert.sources.resolve import resolve_source
+from convert.specs import parse_dim_sizes, parse_input_specs
+from validators import ShapeCase, TolerancePolicy, compare_outputs, generate_feed, merge_results, plan_shape_cases
+
+PACKAGES = ("numpy", "torch", "onnx", "onnxruntime", "onnxscript", "safetensors", "tensorflow", "keras",
+            "tf2onnx", "jax", "jaxlib", "flax", "jax2onnx", "equinox", "openvino", "nncf", "tensorrt")
+
+
+@dataclass
+class ConvertRequest:
+    model: Any
+    to: tuple[str, ...] = ("onnx",)
+    out: Path | None = None
+    framework: str | None = None
+    weights: Path | None = None
+    inputs: tuple[str, ...] = ()
+    example_inputs: Any = None  # an .npz path, a dict of arrays, or a tuple of tensors
+    dims: tuple[str, ...] = ()
+    opset: int | None = None
+    tolerances: tuple[str, ...] = ()
+    samples: int = 3
+    seed: int = 0
+    trust_code: bool = False
+    force: bool = False
+    report_json: Path | None = None
+    command: str = ""
+
+
+@dataclass
+class ConversionResult:
+    report: rm.Report
+    artifacts: dict[str, Artifact]
+    report_path: Path | None
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code if self.report.exit_code is not None else 3
+
+
+class Progress:
+    """Receives stage events; the CLI prints them, the Python API stays quiet by default."""
+
+    def started(self, name: str) -> None: ...
+
+    def finished(self, stage: rm.Stage, detail: str = "") -> None: ...
+
+
+@dataclass
+class _Case:
+    shape: ShapeCase
+    feeds: list[dict[str, np.ndarray]] = field(default_factory=list)
+    references: list[dict[str, np.ndarray]] = field(default_factory=list)
+    source_error: str = ""
+
+
+class _Stages:
+    def __init__(self, progress: Progress):
+        self.records: list[rm.Stage] = []
+        self.progress = progress
+
+    @contextlib.contextmanager
+    def run(self, name: str) -> Iterator[rm.Stage]:
+        record = rm.Stage(name=name, status="ok")
+        self.progress.started(name)
+        started = time.perf_counter()
+        try:
+            yield record
+        except ConvertError as exc:
+            record.status, record.error = "failed", exc.paragraph()
+            raise
+        except BaseException as exc:
+            record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            record.seconds = round(time.perf_counter() - started, 3)
+            self.records.append(record)
+            self.progress.finished(record)
+
+
+def run(request: ConvertRequest, progress: Progress | None = None) -> ConversionResult:
+    progress = progress or Progress()
+    targets = _check_targets(request.to)
+    out_dir = Path(request.out) if request.out is not None else Path("out")
+    specs = parse_input_specs(request.inputs)
+    dim_sizes = parse_dim_sizes(request.dims)
+    policy = TolerancePolicy(request.tolerances)
+    if request.samples < 1:
+        raise ConvertError("--samples must be at least 1", "Use 3 or more samples per shape.")
+    example = request.example_inputs
+    if isinstance(example, (str, os.PathLike)):
+        example = load_example_inputs(Path(example))
+
+    stem = _stem(request.model)
+    report_path = Path(request.report_json) if request.report_json else out_dir / "report.json"
+    finals = {t: out_dir / f"{stem}{REGISTRY.entries('exporter', format=t)[0].load().suffix}" for t in targets}
+    existing = [str(p) for p in [*finals.values(), report_path] if p.exists()]
+    if existing and not request.force:
+        raise ConvertError(f"the output already exists: {', '.join(existing)}",
+                           "Pass --force to replace it, or choose another folder with --out.")
+
+    stages = _Stages(progress)
+    report = rm.Report(tool_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       command=request.command, environment=_environment(), options=_options(request, targets))
+    artifacts: dict[str, Artifact] = {}
+    staging: Staging | None = None
+    try:
+        with stages.run("load"):
+            source = resolve_source(SourceRequest(
+                model=request.model, framework=request.framework,
+                weights=Path(request.weights) if request.weights else None,
+                inputs=specs, example_inputs=example, trust_code=request.trust_code))
+        report.source = _source_record(source)
+        exporters = {t: _exporter_for(t, source.info.framework) for t in targets}
+
+        with stages.run("reference"):
+            cases = _reference(source, dim_sizes, example, request, policy)
+        report.source.outputs = list(source.signature.outputs)
+        report.source.inputs = [str(s) for s in source.signature.inputs]
+
+        staging = Staging(out_dir)
+        export_feed = cases[0].feeds[0]
+        for target in targets:
+            record = rm.ArtifactRecord(format=target, reproduce=_reproduce(request, target, out_dir))
+            report.artifacts.append(record)
+            with stages.run(f"export:{target}") as stage:
+                job = ExportJob(source=source, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
+                                dim_ranges=getattr(source, "dim_ranges", {}))
+                outcome = exporters[target].export(job)
+                record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error)
+                                   for a in outcome.attempts]
+                if outcome.artifact is None:
+                    stage.status, stage.error = "failed", outcome.primary_error
+                    continue
+                artifact = outcome.artifact
+                record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
+            with stages.run(f"validate:{target}"):
+                record.checks = validate_artifact(artifact, cases, policy)
+            artifact.sha256 = sha256_files(artifact.files)
+            artifact.size_bytes = sum(f.stat().st_size for f in artifact.files)
+            staging.publish(artifact.files)
+            artifact = artifact.relocated(out_dir)
+            artifacts[target] = artifact
+            record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
+            record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
+            record.passed = _artifact_passed(record)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        report.error = "the run was interrupted"
+        _finish(report, stages)
+        if staging is not None:
+            atomic_write_text(report_path, report.to_json())
+        raise
+    finally:
+        if staging is not None:
+            staging.cleanup()
+    _finish(report, stages)
+    atomic_write_text(report_path, report.to_json())
+    return ConversionResult(report=report, artifacts=artifacts, report_path=report_path)
+
+
+def validate_artifact(artifact: Artifact, cases: list[_Case], policy: TolerancePolicy) -> list[rm.Check]:
+    """Every runtime that can run the artifact × every device × every shape case."""
+    from convert.runtimes.base import FeedMismatch
+
+    checks: list[rm.Check] = []
+    for entry in REGISTRY.entries("runtime", formats=artifact.format):
+        runner_class = entry.load()
+        for device in ALL_DEVICES:
+            reason = runner_class.unavailable_reason(device)
+            if reason:
+                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped", reason=reason))
+                continue
+            runner = runner_class(artifact, device)
+            try:
+                runner.activate()
+            except Exception as exc:
+                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed",
+                                       reason=f"cannot load the artifact: {type(exc).__name__}: {exc}"))
+                continue
+            try:
+                for case in cases:
+                    check = rm.Check(runtime=entry.name, device=device, shape=case.shape.describe(), status="passed",
+                                     input_shapes={n: list(a.shape) for n, a in case.feeds[0].items()})
+                    started = time.perf_counter()
+                    fixed = artifact.fixed_dims_mismatch({n: a.shape for n, a in case.feeds[0].items()}) if case.feeds else ""
+                    if case.source_error:
+                        check.status, check.reason = "skipped", f"the source model itself fails at this shape: {case.source_error}"
+                    elif fixed:
+                        check.status, check.reason = "skipped", f"not run at this shape: {fixed}"
+                    else:
+                        per_sample = []
+                        for feed, reference in zip(case.feeds, case.references):
+                            try:
+                                actual = runner.infer(feed)
+                            except FeedMismatch as exc:
+                                check.status, check.reason = "failed", f"the artifact does not take these inputs: {exc}"
+                                break
+                            except Exception as exc:
+                                check.status, check.reason = "failed", f"the runtime failed: {type(exc).__name__}: {first_line(str(exc))}"
+                                break
+                            per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
+                        check.samples = len(per_sample)
+                        if check.status == "passed":
+                            check.outputs = [rm.OutputMetrics(**{k: v for k, v in r.__dict__.items() if k in rm.OutputMetrics.model_fields})
+                                             for r in merge_results(per_sample)]
+                            failing = [o for o in check.outputs if o.status == "failed"]
+                            if failing:
+                                check.status = "failed"
+                                check.reason = "; ".join(f"output '{o.name}': {o.reason}" for o in failing)
+                    check.seconds = round(time.perf_counter() - started, 3)
+                    checks.append(check)
+            finally:
+                runner.deactivate()
+    if not checks:
+        checks.append(rm.Check(runtime="-", device="-", shape="*", status="skipped",
+                               reason=f"no runtime is registered for {artifact.format}"))
+    return checks
+
+
+def _reference(source: SourceModel, dim_sizes, example, request: ConvertRequest, policy: TolerancePolicy) -> list[_Case]:
+    """Inputs for every shape case and the source's own outputs for them, computed once."""
+    signature = source.signature
+    unknown = [s for s in dim_sizes if s not in signature.symbols]
+    if unknown:
+        raise ConvertError(f"--dim names the symbol {unknown[0]}, which no input uses",
+                           f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.")
+    shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, getattr(source, "dim_ranges", None))
+    example_feed = None
+    if example is not None:
+        example_feed = {s.name: np.asarray(example[s.name]) if isinstance(example, dict) else None for s in signature.inputs}
+        if any(v is None for v in example_feed.values()):
+            example_feed = None
+    cases = []
+    for index, shape in enumerate(shapes):
+        case = _Case(shape)
+        for sample in range(request.samples):
+            if index == 0 and sample == 0 and example_feed is not None:
+                feed = example_feed
+            else:
+                feed = generate_feed(signature.inputs, shape.sizes, sample, request.seed)
+            try:
+                outputs = source.run(feed)
+            except ConvertError:
+                raise
+            except Exception as exc:
+                if index == 0:
+                    raise ConvertError(
+                        f"the source model fails on inputs generated from its specs ({', '.join(map(str, signature.inputs))}): "
+                        f"{type(exc).__name__}: {first_line(str(exc))}",
+                        "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).") from exc
+                case.source_error = f"{type(exc).__name__}: {first_line(str(exc))}"
+                break
+            case.feeds.append(feed)
+            case.references.append(outputs)
+        cases.append(case)
+    outputs = tuple(cases[0].references[0])
+    if not outputs:
+        raise ConvertError("the model returns no tensors", "Return at least one tensor from the model.")
+    source.with_outputs(outputs)
+    unknown_outputs = policy.unknown_outputs(outputs)
+    if unknown_outputs:
+        raise ConvertError(f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
+                           f"The model's outputs are: {', '.join(outputs)}.")
+    return cases
+
+
+def _check_targets(targets) -> list[str]:
+    formats = REGISTRY.target_formats()
+    chosen = list(dict.fromkeys(t.strip() for t in targets if t.strip()))
+    if not chosen:
+        raise ConvertError("no target format was given", f"Pass --to with one or more of: {', '.join(formats)}.")
+    unknown = [t for t in chosen if t not in formats]
+    if unknown:
+        raise ConvertError(f"unknown target format '{unknown[0]}'", f"Choose from: {', '.join(formats)}.")
+    return chosen
+
+
+def _exporter_for(target: str, framework: str):
+    entries = REGISTRY.entries("exporter", format=target, source=framework)
+    if not entries:
+        able = sorted({e.meta["source"] for e in REGISTRY.entries("exporter", format=target)})
+        raise ConvertError(f"there is no exporter from {framework} to {target}",
+                           f"{target} can be made from: {', '.join(able)}.")
+    return entries[0].load()()
+
+
+def _artifact_passed(record: rm.ArtifactRecord) -> bool:
+    statuses = [c.status for c in record.checks]
+    return "passed" in statuses and "failed" not in statuses
+
+
+def _finish(report: rm.Report, stages: _Stages) -> None:
+    report.stages = stages.records
+    export_failed = any(s.status == "failed" and s.name.startswith("export:") for s in report.stages)
+    check_failed = any(not a.passed for a in report.artifacts if a.checks)
+    report.passed = bool(report.artifacts) and not export_failed and not check_failed and not report.interrupted
+    report.exit_code = 0 if report.passed else 1 if check_failed else 2 if export_failed else 1
+    if report.interrupted:
+        report.exit_code = 130
+
+
+def _stem(model: Any) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        text = os.fspath(model)
+        if not Path(text).exists() and is_factory_reference(text):
+            return text.rpartition(":")[2].split(".")[-1]
+        return Path(text).name.split(".")[0] or "model"
+    return "model"
+
+
+def _environment() -> rm.Environment:
+    packages = {}
+    for name in PACKAGES:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return rm.Environment(python=sys.version.split()[0], platform=platform.platform(), packages=packages,
+                          devices=list(present_devices()), device_names=list(cuda_gpus()))
+
+
+def _source_record(source: SourceModel) -> rm.SourceRecord:
+    info = source.info
+    return rm.SourceRecord(framework=info.framework, kind=info.kind, path=info.path, sha256=info.sha256,
+                           description=info.description, inputs=[str(s) for s in source.signature.inputs])
+
+
+def _options(request: ConvertRequest, targets: list[str]) -> dict:
+    return {"to": targets, "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
+            "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,
+            "inputs": list(request.inputs), "weights": str(request.weights) if request.weights else None,
+            "framework": request.framework}
+
+
+def _reproduce(request: ConvertRequest, target: str, out_dir: Path) -> str:
+    if not isinstance(request.model, (str, os.PathLike)):
+        return (f"convert.convert(<{type(request.model).__name__} object>, to=[{target!r}]"
+                + "".join(f", {k}={v!r}" for k, v in (("inputs", list(request.inputs)), ("opset", request.opset)) if v) + ")")
+    parts = ["python", "-m", "convert", os.fspath(request.model), "--to", target, "--out", str(out_dir)]
+    for flag, value in (("--framework", request.framework), ("--weights", request.weights), ("--opset", request.opset)):
+        if value is not None:
+            parts += [flag, str(value)]
+    if isinstance(request.example_inputs, (str, os.PathLike)):
+        parts += ["--example-inputs", os.fspath(request.example_inputs)]
+    for flag, values in (("--input", request.inputs), ("--dim", request.dims), ("--tolerance", request.tolerances)):
+        for value in values:
+            parts += [flag, value]
+    if request.samples != 3:
+        parts += ["--samples", str(request.samples)]
+    if request.seed:
+        parts += ["--seed", str(request.seed)]
+    if request.trust_code:
+        parts.append("--trust-code")
+    return shlex.join(parts)
+
+

@@ -1,0 +1,118 @@
+"""The report schema. ``schema_version`` changes whenever a field is removed or changes meaning.
+
+Statuses: a stage is ``ok``, ``failed`` or ``skipped``; a check and an output are ``passed``, ``failed``
+or ``skipped``. A check that could not run is ``skipped`` with its ``reason``, never ``passed``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = "1.0"
+
+
+class OutputMetrics(BaseModel):
+    name: str
+    status: Literal["passed", "failed"]
+    reason: str = ""
+    expected_shape: list[int] | None = None
+    shape: list[int] | None = None
+    expected_dtype: str | None = None
+    dtype: str | None = None
+    elements: int = 0
+    max_abs_error: float | None = None
+    max_rel_error: float | None = Field(None, description="max |a-e| / max(|e|, atol/rtol): sound near zero")
+    mismatch_count: int = 0
+    cosine_similarity: float | None = None
+    nan_count: int = 0
+    inf_count: int = 0
+    atol: float | None = None
+    rtol: float | None = None
+    tolerance_source: str = ""
+    samples: int = 0
+
+
+class Check(BaseModel):
+    runtime: str
+    device: str
+    shape: str = Field(description="the symbolic dim sizes of this check, e.g. 'B=1,S=5', or '*' when skipped before running")
+    input_shapes: dict[str, list[int]] = {}
+    samples: int = 0
+    status: Literal["passed", "failed", "skipped"]
+    reason: str = ""
+    seconds: float = 0.0
+    outputs: list[OutputMetrics] = []
+
+
+class Attempt(BaseModel):
+    strategy: str
+    status: Literal["ok", "failed"]
+    seconds: float
+    error: str = ""
+
+
+class ArtifactRecord(BaseModel):
+    format: str
+    path: str | None = None
+    files: list[str] = []
+    sha256: str | None = None
+    size_bytes: int = 0
+    precision: str = "fp32"
+    exporter: str = ""
+    strategy: str = ""
+    attempts: list[Attempt] = []
+    passed: bool = False
+    checks: list[Check] = []
+    reproduce: str = Field("", description="the command that reproduces this artifact")
+
+
+class Stage(BaseModel):
+    name: str
+    status: Literal["ok", "failed", "skipped"]
+    seconds: float = 0.0
+    error: str = ""
+    reason: str = ""
+
+
+class SourceRecord(BaseModel):
+    framework: str | None = None
+    kind: str | None = None
+    path: str | None = None
+    sha256: str | None = None
+    description: str = ""
+    inputs: list[str] = []
+    outputs: list[str] = []
+
+
+class Environment(BaseModel):
+    python: str
+    platform: str
+    packages: dict[str, str] = {}
+    devices: list[str] = []
+    device_names: list[str] = []
+
+
+class Report(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    tool_version: str
+    created_at: str
+    command: str = ""
+    passed: bool = False
+    exit_code: int | None = None
+    interrupted: bool = False
+    error: str = ""
+    source: SourceRecord = SourceRecord()
+    environment: Environment
+    options: dict = {}
+    stages: list[Stage] = []
+    artifacts: list[ArtifactRecord] = []
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        return cls.model_validate(json.loads(text))

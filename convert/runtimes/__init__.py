@@ -1,0 +1,7 @@
+"""Runtimes: one runner per way of executing an artifact, on each device it supports."""
+
+from convert.registry import REGISTRY
+
+REGISTRY.add("runtime", "onnxruntime", "convert.runtimes.onnxruntime:OnnxRuntimeRunner", formats=("onnx",), extra="onnxruntime")
+REGISTRY.add("runtime", "torch.jit", "convert.runtimes.torch:TorchScriptRunner", formats=("torchscript",), extra="torch")
+REGISTRY.add("runtime", "torch.export", "convert.runtimes.torch:ExportedProgramRunner", formats=("torch_export",), extra="torch")

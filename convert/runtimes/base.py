@@ -1,0 +1,80 @@
+"""The runner protocol: load an artifact once on one device, then run feeds of named arrays.
+
+The base class checks every feed against the runner's input metadata (names, dtypes, ranks, fixed dims),
+so each runtime does not have to.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from convert.artifacts import Artifact
+from convert.devices import absent_reason
+
+
+@dataclass(frozen=True)
+class InputMeta:
+    dtype: str
+    shape: tuple[int | str | None, ...]  # None or a name where the dim is dynamic
+
+
+class FeedMismatch(Exception):
+    """The feed does not fit the artifact's inputs (a validation failure, not a crash)."""
+
+
+class Runner(abc.ABC):
+    name: str
+
+    def __init__(self, artifact: Artifact, device: str):
+        self.artifact = artifact
+        self.device = device
+        self.path: Path = artifact.path
+
+    @classmethod
+    def unavailable_reason(cls, device: str) -> str | None:
+        """Why this runner cannot run on ``device`` here, or None when it can."""
+        return absent_reason(device)
+
+    def __enter__(self) -> "Runner":
+        self.activate()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.deactivate()
+
+    @abc.abstractmethod
+    def activate(self) -> None:
+        """Load the artifact onto the device."""
+
+    def deactivate(self) -> None:
+        """Release what activate() loaded."""
+
+    @abc.abstractmethod
+    def input_metadata(self) -> dict[str, InputMeta]:
+        ...
+
+    @abc.abstractmethod
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ...
+
+    def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.check_feed(feed)
+        return self._infer(feed)
+
+    def check_feed(self, feed: dict[str, np.ndarray]) -> None:
+        meta = self.input_metadata()
+        if set(feed) != set(meta):
+            raise FeedMismatch(f"the artifact takes inputs {sorted(meta)} but was fed {sorted(feed)}")
+        for name, expected in meta.items():
+            array = feed[name]
+            if str(array.dtype) != expected.dtype:
+                raise FeedMismatch(f"input '{name}' is {array.dtype} but the artifact takes {expected.dtype}")
+            if array.ndim != len(expected.shape):
+                raise FeedMismatch(f"input '{name}' has rank {array.ndim} but the artifact takes rank {len(expected.shape)}")
+            for axis, (size, want) in enumerate(zip(array.shape, expected.shape)):
+                if isinstance(want, int) and want != size:
+                    raise FeedMismatch(f"input '{name}' has size {size} on axis {axis} but the artifact fixes it at {want}")

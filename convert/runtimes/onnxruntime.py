@@ -1,0 +1,49 @@
+"""ONNX Runtime: the CPU execution provider, and the CUDA one where a GPU and onnxruntime-gpu are present."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convert.runtimes.base import InputMeta, Runner
+
+_ORT_TYPES = {
+    "tensor(float)": "float32", "tensor(float16)": "float16", "tensor(double)": "float64",
+    "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(int16)": "int16", "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8", "tensor(bool)": "bool", "tensor(bfloat16)": "bfloat16",
+}
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
+class OnnxRuntimeRunner(Runner):
+    name = "onnxruntime"
+
+    @classmethod
+    def unavailable_reason(cls, device: str) -> str | None:
+        reason = super().unavailable_reason(device)
+        if reason:
+            return reason
+        import onnxruntime
+
+        if PROVIDERS[device] not in onnxruntime.get_available_providers():
+            return f"this onnxruntime build has no {PROVIDERS[device]} (install onnxruntime-gpu for CUDA)"
+        return None
+
+    def activate(self) -> None:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        self.session = onnxruntime.InferenceSession(str(self.path), options, providers=[PROVIDERS[self.device]])
+        if self.session.get_providers()[0] != PROVIDERS[self.device]:
+            raise RuntimeError(f"onnxruntime fell back to {self.session.get_providers()[0]} instead of {PROVIDERS[self.device]}")
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def deactivate(self) -> None:
+        self.session = None
+
+    def input_metadata(self) -> dict[str, InputMeta]:
+        return {i.name: InputMeta(_ORT_TYPES.get(i.type, i.type), tuple(i.shape)) for i in self.session.get_inputs()}
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = self.session.run(self.output_names, feed)
+        return dict(zip(self.output_names, (np.asarray(v) for v in values)))

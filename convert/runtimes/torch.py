@@ -1,0 +1,60 @@
+"""PyTorch runtimes for TorchScript and torch.export artifacts, on CPU and CUDA.
+
+These load only artifacts this run wrote (both formats can carry code), never user files.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convert.runtimes.base import InputMeta, Runner
+from convert.sources.torch import flatten_outputs, to_numpy
+
+
+class _TorchRunner(Runner):
+    @classmethod
+    def unavailable_reason(cls, device: str) -> str | None:
+        reason = super().unavailable_reason(device)
+        if reason:
+            return reason
+        import torch
+
+        if device == "cuda" and not torch.cuda.is_available():
+            return f"this torch build ({torch.__version__}) cannot use CUDA"
+        return None
+
+    def input_metadata(self) -> dict[str, InputMeta]:
+        return {s.name: InputMeta(s.dtype, tuple(d if isinstance(d, int) else None for d in s.dims)) for s in self.artifact.inputs}
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import torch
+
+        args = tuple(torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(self.device) for s in self.artifact.inputs)
+        with torch.inference_mode():
+            outputs = self.module(*args)
+        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+
+    def deactivate(self) -> None:
+        self.module = None
+
+
+class TorchScriptRunner(_TorchRunner):
+    name = "torch.jit"
+
+    def activate(self) -> None:
+        import torch
+
+        self.module = torch.jit.load(str(self.path), map_location=self.device)
+        self.module.eval()
+
+
+class ExportedProgramRunner(_TorchRunner):
+    name = "torch.export"
+
+    def activate(self) -> None:
+        import torch
+
+        program = torch.export.load(str(self.path))
+        self.module = program.module()
+        if self.device != "cpu":
+            self.module.to(self.device)

@@ -1,0 +1,125 @@
+"""Safe loading rules and atomic writes.
+
+Everything the pipeline writes goes first to a private staging folder beside the output and is renamed
+into place only when it is complete, so a crash or interruption leaves nothing at a final path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from convert.errors import ConvertError
+
+STAGING_PREFIX = ".convert-staging-"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_files(paths: list[Path]) -> str:
+    """One digest over several files (a single file's digest is its plain sha256)."""
+    if len(paths) == 1:
+        return sha256_file(paths[0])
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode() + b"\0" + sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def sha256_tree(path: Path) -> str:
+    if path.is_file():
+        return sha256_file(path)
+    return sha256_files([p for p in sorted(path.rglob("*")) if p.is_file()])
+
+
+class Staging:
+    """A private folder inside the output folder; ``publish`` renames finished files to their final paths."""
+
+    def __init__(self, out_dir: Path):
+        self.out_dir = out_dir
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
+        except OSError as exc:
+            raise ConvertError(
+                f"cannot write to the output folder {out_dir}: {exc.strerror or exc}",
+                "Choose a writable folder with --out.",
+            ) from exc
+
+    def publish(self, staged: list[Path]) -> list[Path]:
+        """Move staged files into the output folder; each rename is atomic (same file system)."""
+        finals = []
+        # Data files first, the file that refers to them last, so a reader never sees a model without its data.
+        for path in sorted(staged, key=lambda p: p.suffix in (".onnx", ".xml")):
+            final = self.out_dir / path.name
+            os.replace(path, final)
+            finals.append(final)
+        return finals
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def atomic_write_text(final: Path, text: str) -> None:
+    """Write a text file so that ``final`` holds either its old content or the whole new one."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".part", dir=final.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+        os.replace(temporary, final)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def zip_members(path: Path) -> list[str]:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.namelist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ConvertError(f"{path} looks like a zip archive but cannot be read ({exc})", "The file may be truncated or corrupt: export it again.") from exc
+
+
+def detect_format(path: Path) -> str:
+    """The file's real format from its bytes, not its extension.
+
+    Returns one of: ``pt2``, ``torchscript``, ``torch-save``, ``torch-legacy-pickle``, ``safetensors``,
+    ``zip``, ``hdf5``, ``onnx-or-unknown``, ``directory``, ``empty``.
+    """
+    if path.is_dir():
+        return "directory"
+    with open(path, "rb") as handle:
+        head = handle.read(16)
+    if not head:
+        return "empty"
+    if head.startswith(b"PK"):
+        members = zip_members(path)
+        names = {m.split("/", 1)[-1] for m in members}
+        if "archive_format" in names or any(m.startswith("models/") and m.endswith(".json") for m in names):
+            return "pt2"
+        if "constants.pkl" in names or any(m.startswith("code/") for m in names):
+            return "torchscript"
+        if "data.pkl" in names:
+            return "torch-save"
+        return "zip"
+    if head[:1] == b"\x80":
+        return "torch-legacy-pickle"
+    if head.startswith(b"\x89HDF"):
+        return "hdf5"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "safetensors"
+    return "onnx-or-unknown"

@@ -1,0 +1,42 @@
+"""SourceModel: what every framework adapter gives the pipeline."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from convert.specs import SourceSignature
+
+
+@dataclass
+class SourceInfo:
+    framework: str
+    kind: str  # how it was given: "object", "pt2", "torchscript", "pickled-module", "factory"
+    path: str | None = None
+    sha256: str | None = None
+    description: str = ""
+
+
+class SourceModel(abc.ABC):
+    """A loaded model that can run reference inference on named NumPy arrays."""
+
+    info: SourceInfo
+    signature: SourceSignature
+    export_sizes: dict[str, int]  # sizes of symbolic dims in the example inputs (the export shape), if known
+
+    @abc.abstractmethod
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Reference outputs by name, as NumPy arrays, computed on the CPU."""
+
+    def with_outputs(self, names: tuple[str, ...]) -> "SourceModel":
+        """Record the output names, learned from the first reference run."""
+        self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)
+        return self
+
+    @property
+    def native(self) -> Any:
+        """The framework object the exporters work on."""
+        raise NotImplementedError

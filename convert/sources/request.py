@@ -1,0 +1,72 @@
+"""What the user asked to load, before any framework is imported."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convert.errors import ConvertError
+from convert.specs import InputSpec
+
+FACTORY_HINT = "Give a model file, or the model's code as module.path:callable (importable from the current folder)."
+
+
+@dataclass
+class SourceRequest:
+    model: Any  # a path, "package.module:callable", or a framework object
+    framework: str | None = None
+    weights: Path | None = None
+    inputs: tuple[InputSpec, ...] = ()
+    example_inputs: dict[str, np.ndarray] | tuple | None = None
+    trust_code: bool = False
+    kind: str = "object"  # set by resolve(): "path", "factory" or "object"
+    factory: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def is_factory_reference(text: str) -> bool:
+    module, sep, attribute = text.partition(":")
+    return bool(sep) and bool(attribute) and all(p.isidentifier() for p in module.split(".") + attribute.split("."))
+
+
+def call_factory(reference: str) -> Any:
+    """Import ``package.module:callable`` (from the current folder too) and call it with no arguments."""
+    module_name, _, attribute = reference.partition(":")
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConvertError(f"cannot import the module '{module_name}' of the factory {reference}: {exc}", FACTORY_HINT) from exc
+    target: Any = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise ConvertError(f"the module '{module_name}' has no attribute '{attribute}'", FACTORY_HINT)
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConvertError(f"{reference} is not callable", "Point at a function or class that builds the model with no arguments.")
+    try:
+        return target()
+    except Exception as exc:
+        raise ConvertError(f"the factory {reference} raised {type(exc).__name__}: {exc}",
+                           "Fix the factory so that calling it with no arguments returns the model.") from exc
+
+
+def load_example_inputs(path: Path) -> dict[str, np.ndarray]:
+    """Example inputs from an .npz (never unpickled)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except FileNotFoundError as exc:
+        raise ConvertError(f"the example inputs file {path} does not exist", "Check the path given to --example-inputs.") from exc
+    except (ValueError, OSError) as exc:
+        raise ConvertError(f"cannot read {path} as an .npz of arrays ({exc})",
+                           "Save example inputs with numpy.savez(path, name=array, ...), one array per model input.") from exc
+    if not arrays:
+        raise ConvertError(f"{path} holds no arrays", "Save one array per model input, named as the input.")
+    return arrays

@@ -1,0 +1,54 @@
+"""Turn what the user named (a path, a factory reference or an object) into a SourceModel."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from convert.errors import ConvertError
+from convert.registry import REGISTRY
+from convert.safety import detect_format
+from convert.sources.base import SourceModel
+from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, is_factory_reference
+
+_TORCH_FORMATS = ("pt2", "torchscript", "torch-save", "torch-legacy-pickle")
+
+
+def frameworks() -> list[str]:
+    return [entry.name for entry in REGISTRY.entries("source")]
+
+
+def resolve_source(request: SourceRequest) -> SourceModel:
+    model = request.model
+    if isinstance(model, (str, os.PathLike)):
+        text = os.fspath(model)
+        if Path(text).exists():
+            request.model, request.kind = Path(text), "path"
+        elif is_factory_reference(text):
+            request.model, request.kind, request.factory = call_factory(text), "factory", text
+        else:
+            raise ConvertError(f"the model {text} does not exist", FACTORY_HINT)
+    framework = request.framework or detect_framework(request.model)
+    try:
+        entry = REGISTRY.get("source", framework)
+    except KeyError:
+        raise ConvertError(f"unknown framework '{framework}'", f"Choose one of: {', '.join(frameworks())}.") from None
+    return entry.load()(request)
+
+
+def detect_framework(model) -> str:
+    if isinstance(model, Path):
+        if model.is_file():
+            if detect_format(model) in _TORCH_FORMATS:
+                return "torch"
+            for entry in REGISTRY.entries("source"):
+                if model.suffix.lower() in entry.meta.get("suffixes", ()):
+                    return entry.name
+        raise ConvertError(f"cannot tell which framework {model} belongs to",
+                           f"Pass --framework ({', '.join(frameworks())}).")
+    roots = {cls.__module__.split(".")[0] for cls in type(model).__mro__}
+    for entry in REGISTRY.entries("source"):
+        if entry.meta.get("module") in roots:
+            return entry.name
+    raise ConvertError(f"cannot tell which framework a {type(model).__name__} belongs to",
+                       f"Pass framework= ({', '.join(frameworks())}).")

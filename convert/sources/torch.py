@@ -1,0 +1,318 @@
+"""PyTorch source: nn.Module objects, torch.export .pt2, TorchScript, pickled modules, factories + weights.
+
+Nothing is unpickled silently. A full pickled module, a TorchScript archive and a .pt2 with pickled
+parts run code when loaded, so they need ``trust_code``; every other load uses torch's weights-only
+unpickler, which doubles as the allowlist scanner: whatever it refuses is not loaded without trust.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import pickle
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convert.errors import ConvertError, require
+from convert.safety import detect_format, sha256_file
+from convert.sources.base import SourceInfo, SourceModel
+from convert.sources.request import SourceRequest
+from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
+from convert.specs import InputSpec, SourceSignature
+
+TRUST_HINT = "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a torch.export .pt2 without pickled parts, or as a state dict for a module:callable factory."
+
+
+def _torch():
+    return require("torch", "torch", "Loading a PyTorch model")
+
+
+def flatten_outputs(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Name every tensor in a model's output the way the exporters see it (pytree order).
+
+    A lone tensor is ``output``; a tuple gives ``output_0``, ``output_1``...; a dict keeps its keys;
+    nesting joins with dots (``hidden.0``). None entries are dropped, as the exporters drop them.
+    """
+    torch = _torch()
+    if isinstance(value, torch.Tensor):
+        return {prefix or "output": value}
+    flat: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            flat.update(flatten_outputs(item, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(value, (tuple, list)):
+        fields = getattr(value, "_fields", None)
+        for index, item in enumerate(value):
+            part = fields[index] if fields else str(index)
+            flat.update(flatten_outputs(item, f"{prefix}.{part}" if prefix else (part if fields else f"output_{index}")))
+    elif value is not None:
+        raise ConvertError(f"the model returns a {type(value).__name__}, which is not a tensor",
+                           "Return tensors (alone, or in tuples, lists or dicts) from forward().")
+    return flat
+
+
+def to_numpy(tensor) -> np.ndarray:
+    torch = _torch()
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.numpy()
+
+
+def to_tensors(specs: tuple[InputSpec, ...], feed: dict[str, np.ndarray], device: str = "cpu") -> tuple:
+    torch = _torch()
+    return tuple(torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(device) for s in specs)
+
+
+class TorchSource(SourceModel):
+    def __init__(self, module: Any, info: SourceInfo, inputs: tuple[InputSpec, ...], export_sizes: dict[str, int],
+                 dim_ranges: dict[str, tuple[int, int | None]] | None = None):
+        self.module = module
+        self.info = info
+        self.export_sizes = export_sizes
+        self.dim_ranges = dim_ranges or {}
+        self.signature = SourceSignature(inputs=inputs)
+
+    @property
+    def native(self) -> Any:
+        return self.module
+
+    @property
+    def is_scripted(self) -> bool:
+        return isinstance(self.module, _torch().jit.ScriptModule)
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        torch = _torch()
+        with torch.inference_mode():
+            outputs = self.module(*to_tensors(self.signature.inputs, feed))
+        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+
+
+def load_torch_source(request: SourceRequest) -> TorchSource:
+    torch = _torch()
+    model = request.model
+    info = SourceInfo(framework="torch", kind=request.kind, description=type(model).__name__)
+    exported = None
+    if isinstance(model, Path):
+        info.path, info.sha256 = str(model), sha256_file(model)
+        model, info.kind = _load_file(model, request.trust_code)
+        info.description = type(model).__name__
+    if request.weights is not None:
+        if not isinstance(model, torch.nn.Module) or info.kind not in ("factory", "object"):
+            raise ConvertError("--weights goes with a module:callable factory (or an nn.Module object)",
+                               "Drop --weights: this model file already holds its weights.")
+        _load_weights(model, request.weights)
+    if isinstance(model, torch.export.ExportedProgram):
+        exported = model
+        model = exported.module()
+        info.kind = "pt2" if info.path else "exported-program"
+    elif isinstance(model, torch.nn.Module):
+        model.eval()
+    else:
+        raise ConvertError(f"the model is a {type(model).__name__}, not a torch.nn.Module",
+                           "Give an nn.Module, a torch.export .pt2, a TorchScript file, or a factory returning an nn.Module.")
+
+    parameters, accepts_any = _parameters(model, exported)
+    what = f"{info.description}.forward"
+    arrays = _example_arrays(request.example_inputs, parameters)
+    dim_ranges: dict[str, tuple[int, int | None]] = {}
+    if request.inputs:
+        specs = order_by_parameters(request.inputs, parameters, accepts_any, what)
+    elif arrays is not None:
+        specs = order_by_parameters(specs_from_arrays(arrays), parameters, accepts_any, what)
+    elif exported is not None:
+        specs, dim_ranges, arrays = _specs_from_exported(exported)
+    else:
+        raise ConvertError(f"the input shapes and dtypes of {what} are not known", SPEC_HINT)
+    export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
+    return TorchSource(model, info, specs, export_sizes, dim_ranges)
+
+
+def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
+    torch = _torch()
+    kind = detect_format(path)
+    if kind == "pt2":
+        reasons = pt2_code_reasons(path)
+        if reasons and not trust_code:
+            raise ConvertError(f"{path} is a torch.export archive whose loading runs code: {'; '.join(reasons)}", TRUST_HINT)
+        try:
+            return torch.export.load(str(path)), "pt2"
+        except Exception as exc:
+            raise ConvertError(f"cannot load the torch.export archive {path}: {type(exc).__name__}: {exc}",
+                               "Re-save it with torch.export.save from this torch version, or check that the file is complete.") from exc
+    if kind == "torchscript":
+        if not trust_code:
+            raise ConvertError(f"{path} is a TorchScript archive: loading it runs the TorchScript code it contains", TRUST_HINT)
+        try:
+            return torch.jit.load(str(path), map_location="cpu"), "torchscript"
+        except Exception as exc:
+            raise ConvertError(f"cannot load the TorchScript archive {path}: {exc}", "Check that the file is complete.") from exc
+    if kind in ("torch-save", "torch-legacy-pickle"):
+        try:
+            loaded = torch.load(str(path), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            if not trust_code:
+                refused = str(exc).strip().splitlines()
+                detail = next((line for line in refused if "GLOBAL" in line or "Unsupported" in line), refused[0] if refused else "")
+                raise ConvertError(
+                    f"{path} holds a pickled Python object, and unpickling it runs code from the file "
+                    f"(torch's weights-only unpickler refused it: {detail.strip()})", TRUST_HINT) from exc
+            try:
+                loaded = torch.load(str(path), map_location="cpu", weights_only=False)
+            except Exception as inner:
+                raise ConvertError(f"cannot unpickle {path}: {type(inner).__name__}: {inner}",
+                                   "A pickled module needs its classes importable: run from the folder of the code that defined it.") from inner
+        except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
+            raise ConvertError(f"cannot read {path} with torch.load: {exc}", "The file may be truncated or corrupt: save it again.") from exc
+        if isinstance(loaded, Mapping):
+            raise ConvertError(f"{path} holds only weights (a state dict), not a model",
+                               "Give the model's code as a factory with the weights: convert package.module:build_model --weights " + str(path))
+        if not isinstance(loaded, torch.nn.Module):
+            raise ConvertError(f"{path} holds a {type(loaded).__name__}, not an nn.Module", "Save the model itself, or a state dict for a factory.")
+        return loaded, "pickled-module"
+    if kind == "safetensors":
+        raise ConvertError(f"{path} is a safetensors file: weights without the model's code",
+                           f"Give the model's code as a factory with the weights: convert package.module:build_model --weights {path}")
+    if kind == "empty":
+        raise ConvertError(f"{path} is empty", "Check that the file was written completely.")
+    if kind == "directory":
+        raise ConvertError(f"{path} is a folder, not a PyTorch model file", "Give the model file itself.")
+    raise ConvertError(f"{path} is not a PyTorch model file that this tool can read (its bytes look like: {kind})",
+                       "Give a torch.export .pt2, a TorchScript file, a torch.save'd module (with --trust-code) or a factory with --weights.")
+
+
+def pt2_code_reasons(path: Path) -> list[str]:
+    """Why loading this .pt2 would run code (empty when it holds only JSON graphs and raw tensors).
+
+    torch.export.load unpickles weights and constants flagged ``use_pickle``, custom and opaque objects,
+    and falls back from weights_only=True to a full unpickle of the sample inputs if the former fails;
+    it also loads AOTInductor shared libraries.
+    """
+    torch = _torch()
+    reasons: list[str] = []
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        for name in names:
+            inner = name.split("/", 1)[-1]
+            if inner.startswith("data/aotinductor/"):
+                reasons.append("it holds compiled AOTInductor code")
+                break
+        for name in names:
+            inner = name.split("/", 1)[-1]
+            if inner.endswith("_config.json") and (inner.startswith("data/weights/") or inner.startswith("data/constants/")):
+                config = json.loads(archive.read(name)).get("config", {})
+                for fqn, meta in config.items():
+                    if meta.get("use_pickle"):
+                        reasons.append(f"'{fqn}' is stored as a pickle")
+                    if str(meta.get("path_name", "")).startswith(("custom_obj", "opaque_obj")):
+                        reasons.append(f"'{fqn}' is a pickled custom object")
+            elif inner.startswith("data/sample_inputs/"):
+                try:
+                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                except Exception:
+                    reasons.append("its sample inputs are not plain tensors (torch would unpickle them fully)")
+            elif inner.startswith(("data/weights/", "data/constants/")) and inner.endswith(".pt") and "/" not in inner[len("data/weights/"):]:
+                reasons.append(f"it uses the legacy pickled layout ({inner})")
+    return sorted(set(reasons))
+
+
+def _load_weights(module, path: Path) -> None:
+    torch = _torch()
+    if not path.is_file():
+        raise ConvertError(f"the weights file {path} does not exist", "Check the path given to --weights.")
+    kind = detect_format(path)
+    try:
+        if kind == "safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        elif kind in ("torch-save", "torch-legacy-pickle"):
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        else:
+            raise ConvertError(f"{path} is neither a safetensors file nor a torch.save'd state dict",
+                               "Save the weights with safetensors.torch.save_file or torch.save(model.state_dict(), path).")
+    except pickle.UnpicklingError as exc:
+        raise ConvertError(f"{path} is not a plain state dict: torch's weights-only unpickler refused it ({str(exc).splitlines()[0]})",
+                           "Save only the state dict: torch.save(model.state_dict(), path).") from exc
+    except ConvertError:
+        raise
+    except Exception as exc:
+        raise ConvertError(f"cannot read the weights file {path}: {exc}", "The file may be truncated or corrupt.") from exc
+    if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
+        state = state["state_dict"]
+    if not isinstance(state, Mapping):
+        raise ConvertError(f"{path} does not hold a state dict", "Save the weights with torch.save(model.state_dict(), path).")
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()
+        raise ConvertError(f"the weights in {path} do not fit the model: {' '.join(l.strip() for l in first[:3])}",
+                           "Check that the factory builds the same architecture the weights were saved from.") from exc
+
+
+def _parameters(module, exported) -> tuple[list[str], bool]:
+    """The forward's input names in call order, and whether it takes *args."""
+    if exported is not None:
+        return [spec.arg.name for spec in exported.graph_signature.input_specs if spec.kind.name == "USER_INPUT"], False
+    torch = _torch()
+    if isinstance(module, torch.jit.ScriptModule):
+        return [a.name for a in module.forward.schema.arguments[1:]], False
+    signature = inspect.signature(module.forward)
+    names = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    accepts_any = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
+    return names, accepts_any
+
+
+def _example_arrays(example, parameters: list[str]) -> dict[str, np.ndarray] | None:
+    if example is None:
+        return None
+    if isinstance(example, Mapping):
+        return {k: np.asarray(to_numpy(v) if hasattr(v, "detach") else v) for k, v in example.items()}
+    values = example if isinstance(example, (tuple, list)) else (example,)
+    names = parameters[: len(values)] if len(parameters) >= len(values) else [f"input_{i}" for i in range(len(values))]
+    return {n: (to_numpy(v) if hasattr(v, "detach") else np.asarray(v)) for n, v in zip(names, values)}
+
+
+_TORCH_DTYPES = {
+    "torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float64": "float64",
+    "torch.int64": "int64", "torch.int32": "int32", "torch.int16": "int16", "torch.int8": "int8",
+    "torch.uint8": "uint8", "torch.bool": "bool",
+}
+
+
+def _specs_from_exported(exported) -> tuple[tuple[InputSpec, ...], dict[str, tuple[int, int | None]], dict[str, np.ndarray] | None]:
+    """Specs from a .pt2's own placeholders: symbolic sizes become symbols, with the program's ranges."""
+    user_inputs = [s.arg.name for s in exported.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    placeholders = {n.name: n for n in exported.graph.nodes if n.op == "placeholder"}
+    specs, ranges = [], {}
+    range_by_symbol = {str(k): v for k, v in exported.range_constraints.items()}
+    friendly: dict[str, str] = {}  # torch's own symbols (s77) become d0, d1... in order of appearance
+    for name in user_inputs:
+        value = placeholders[name].meta.get("val")
+        if value is None or not hasattr(value, "shape"):
+            raise ConvertError(f"the input '{name}' of the .pt2 program is not a tensor", "Only tensor inputs are supported.")
+        dims = []
+        for size in value.shape:
+            text = str(size)
+            if text.isdigit():
+                dims.append(int(text))
+            else:
+                symbol = friendly.setdefault(text, f"d{len(friendly)}")
+                dims.append(symbol)
+                bounds = range_by_symbol.get(text)
+                if bounds is not None:
+                    upper = None if str(bounds.upper) in ("int_oo", "oo") else int(bounds.upper)
+                    ranges[symbol] = (int(bounds.lower), upper)
+        specs.append(InputSpec(name, _TORCH_DTYPES[str(value.dtype)], tuple(dims)))
+    arrays = None
+    example = getattr(exported, "example_inputs", None)
+    if example:
+        args, kwargs = example
+        if len(args) == len(user_inputs) and not kwargs:
+            arrays = {n: to_numpy(a) for n, a in zip(user_inputs, args)}
+    return tuple(specs), ranges, arrays

@@ -1,0 +1,153 @@
+"""Input specs and their text syntax: ``name:dtype[dims]{low..high}``.
+
+Examples::
+
+    x:float32[B,3,224,224]
+    input_ids:int64[B,S]{0..30521}
+    attention_mask:int64[B,S]{0..1}
+    scale:float32[]
+
+A dim is a positive integer or a symbol (an identifier such as ``B`` or ``S``). Symbols are dynamic axes
+in the exports; inputs that share a symbol share the axis. The optional value domain is inclusive for
+integers and half-open ``[low, high)`` for floats.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from convert.errors import ConvertError
+
+DTYPES = (
+    "float32", "float16", "bfloat16", "float64",
+    "int64", "int32", "int16", "int8", "uint8", "bool",
+)
+INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+
+_SPEC = re.compile(
+    r"^\s*(?P<name>[A-Za-z_][A-Za-z0-9_.\-/]*)\s*:\s*(?P<dtype>[a-z0-9]+)\s*"
+    r"\[(?P<dims>[^\]]*)\]\s*(?:\{(?P<domain>[^}]*)\})?\s*$"
+)
+_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_DOMAIN = re.compile(rf"^\s*(?P<low>{_NUMBER})\s*\.\.\s*(?P<high>{_NUMBER})\s*$")
+
+SYNTAX_HELP = (
+    "An input spec looks like name:dtype[dims]{low..high}, for example "
+    "\"x:float32[B,3,224,224]\" or \"input_ids:int64[B,S]{0..30521}\"; dtype is one of "
+    + ", ".join(DTYPES)
+    + "; a dim is a positive integer or a symbol such as B or S; the {low..high} value domain is optional."
+)
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str
+    dims: tuple[Dim, ...]
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(d for d in self.dims if isinstance(d, str))
+
+    @property
+    def is_integer(self) -> bool:
+        return self.dtype in INTEGER_DTYPES
+
+    def shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The concrete shape with each symbol replaced by its size."""
+        return tuple(sizes[d] if isinstance(d, str) else d for d in self.dims)
+
+    def __str__(self) -> str:
+        text = f"{self.name}:{self.dtype}[{','.join(str(d) for d in self.dims)}]"
+        if self.low is not None and self.high is not None:
+            text += f"{{{_fmt(self.low)}..{_fmt(self.high)}}}"
+        return text
+
+
+@dataclass(frozen=True)
+class SourceSignature:
+    """What a source model takes and gives: input specs in call order, and output names."""
+
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[str, ...] = field(default=())
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for spec in self.inputs:
+            for symbol in spec.symbols:
+                seen.setdefault(symbol)
+        return tuple(seen)
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def parse_input_spec(text: str) -> InputSpec:
+    """Parse one spec; raise ConvertError naming what is wrong."""
+    if not isinstance(text, str):
+        raise ConvertError(f"input spec {text!r} is not text", SYNTAX_HELP)
+    match = _SPEC.match(text)
+    if not match:
+        raise ConvertError(f"cannot read the input spec {text!r}", SYNTAX_HELP)
+    name, dtype = match["name"], match["dtype"]
+    if dtype not in DTYPES:
+        raise ConvertError(f"the input spec {text!r} has an unknown dtype '{dtype}'", SYNTAX_HELP)
+    dims: list[Dim] = []
+    raw_dims = match["dims"].strip()
+    for raw in raw_dims.split(",") if raw_dims else []:
+        raw = raw.strip()
+        if raw.isdigit():
+            if int(raw) < 1:
+                raise ConvertError(f"the input spec {text!r} has a dim of size {raw}", "Dims must be at least 1.")
+            dims.append(int(raw))
+        elif _SYMBOL.match(raw):
+            dims.append(raw)
+        else:
+            raise ConvertError(f"the input spec {text!r} has a dim {raw!r} that is neither a positive integer nor a symbol", SYNTAX_HELP)
+    low = high = None
+    if match["domain"] is not None:
+        domain = _DOMAIN.match(match["domain"])
+        if not domain:
+            raise ConvertError(f"the input spec {text!r} has a value domain that is not low..high", SYNTAX_HELP)
+        low, high = float(domain["low"]), float(domain["high"])
+        if dtype in INTEGER_DTYPES + ("bool",) and not (low.is_integer() and high.is_integer()):
+            raise ConvertError(f"the input spec {text!r} gives a fractional domain to an integer input", "Use whole numbers, e.g. {0..30521}.")
+        if high < low or (high == low and dtype not in INTEGER_DTYPES):
+            raise ConvertError(f"the input spec {text!r} has an empty value domain", "Write the domain as {low..high} with low below high.")
+    return InputSpec(name=name, dtype=dtype, dims=tuple(dims), low=low, high=high)
+
+
+def parse_input_specs(texts: list[str] | tuple[str, ...]) -> tuple[InputSpec, ...]:
+    specs = tuple(parse_input_spec(t) for t in texts)
+    names = [s.name for s in specs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConvertError(f"the input '{duplicates[0]}' is given more than once", "Give each input one --input spec.")
+    return specs
+
+
+def parse_dim_sizes(texts: list[str] | tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    """Parse ``--dim B=2,1,8``: the first size is the export size, the rest are extra validation sizes."""
+    sizes: dict[str, tuple[int, ...]] = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        name = name.strip()
+        try:
+            parsed = tuple(int(v) for v in values.split(","))
+        except ValueError:
+            parsed = ()
+        if not sep or not _SYMBOL.match(name) or not parsed or min(parsed) < 1:
+            raise ConvertError(
+                f"cannot read the dim sizes {text!r}",
+                "Write them as SYMBOL=EXPORT_SIZE[,OTHER_SIZE...], for example --dim B=2,1,8.",
+            )
+        sizes[name] = parsed
+    return sizes

@@ -1,0 +1,168 @@
+"""Compare an artifact's outputs with the reference, output by output, by exact name.
+
+No broadcasting, no fuzzy or positional matching, NaN never equals NaN, and an empty output never passes
+vacuously. Each output gets metrics, not a bare boolean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from validators.tolerances import Tolerance, TolerancePolicy
+
+
+@dataclass
+class OutputResult:
+    name: str
+    status: str  # "passed" | "failed"
+    reason: str = ""
+    expected_shape: list[int] | None = None
+    shape: list[int] | None = None
+    expected_dtype: str | None = None
+    dtype: str | None = None
+    elements: int = 0
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatch_count: int = 0
+    cosine_similarity: float | None = None
+    nan_count: int = 0
+    inf_count: int = 0
+    atol: float | None = None
+    rtol: float | None = None
+    tolerance_source: str = ""
+    samples: int = 1
+    exact: bool = field(default=False, repr=False)
+    reasons: list[str] = field(default_factory=list, repr=False)
+
+
+def _is_float(array: np.ndarray) -> bool:
+    return np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.complexfloating)
+
+
+def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> OutputResult:
+    result = OutputResult(
+        name=name, status="passed",
+        expected_shape=list(expected.shape), shape=list(actual.shape),
+        expected_dtype=str(expected.dtype), dtype=str(actual.dtype),
+        elements=int(expected.size), atol=tolerance.atol, rtol=tolerance.rtol,
+        tolerance_source=tolerance.source,
+    )
+    problems = []
+    if _is_float(actual):
+        result.nan_count = int(np.isnan(actual).sum())
+        result.inf_count = int(np.isinf(actual).sum())
+    if actual.dtype != expected.dtype:
+        problems.append(f"dtype {actual.dtype} where the source gives {expected.dtype}")
+    if actual.shape != expected.shape:
+        problems.append(f"shape {list(actual.shape)} where the source gives {list(expected.shape)}")
+    if expected.size == 0 or actual.size == 0:
+        problems.append("empty output: there is nothing to compare")
+    if _is_float(expected) and not np.isfinite(expected).all():
+        problems.append("the source model's own output has NaN or Inf on these inputs")
+    if result.nan_count or result.inf_count:
+        problems.append(f"{result.nan_count} NaN and {result.inf_count} Inf values")
+
+    if actual.shape == expected.shape and expected.size:
+        exp = expected.astype(np.float64)
+        act = actual.astype(np.float64)
+        diff = np.abs(act - exp)
+        # NaN anywhere is a mismatch: comparisons with NaN are False, so count "not within bounds".
+        within = diff <= tolerance.atol + tolerance.rtol * np.abs(exp)
+        exact = not (_is_float(expected) or _is_float(actual))
+        if exact:
+            within = act == exp
+        result.mismatch_count = int((~within).sum())
+        finite = np.isfinite(diff)
+        result.max_abs_error = float(diff[finite].max()) if finite.any() else float("nan")
+        # Relative error is measured against max(|expected|, atol/rtol) so values near zero do not blow it up.
+        floor = tolerance.atol / tolerance.rtol if tolerance.rtol > 0 else max(tolerance.atol, 1e-12)
+        rel = diff / np.maximum(np.abs(exp), floor)
+        result.max_rel_error = float(rel[finite].max()) if finite.any() else float("nan")
+        result.cosine_similarity = _cosine(exp, act)
+        result.exact = exact
+    result.reasons = problems
+    _finish(result)
+    return result
+
+
+def _finish(result: OutputResult) -> None:
+    """Set status and the one-line reason from the problems and the (possibly summed) mismatch count."""
+    problems = list(result.reasons)
+    if result.mismatch_count:
+        bound = "exactly" if result.exact else f"atol={result.atol:g}, rtol={result.rtol:g}"
+        problems.append(
+            f"{result.mismatch_count} of {result.elements} values differ beyond {bound} "
+            f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g})"
+        )
+    if problems or result.status == "failed":
+        result.status = "failed"
+        result.reason = "; ".join(problems) or result.reason
+
+
+def _cosine(expected: np.ndarray, actual: np.ndarray) -> float | None:
+    if not (np.isfinite(expected).all() and np.isfinite(actual).all()):
+        return None
+    e, a = expected.ravel(), actual.ravel()
+    ne, na = float(np.linalg.norm(e)), float(np.linalg.norm(a))
+    if ne == 0.0 and na == 0.0:
+        return 1.0
+    if ne == 0.0 or na == 0.0:
+        return 0.0
+    return float(np.dot(e, a) / (ne * na))
+
+
+def compare_outputs(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray],
+                    policy: TolerancePolicy, precision: str = "fp32") -> list[OutputResult]:
+    """Every expected output must be present by its exact name; extra outputs fail too."""
+    results = []
+    for name, reference in expected.items():
+        if name not in actual:
+            results.append(OutputResult(name=name, status="failed",
+                                        reason=f"missing: the artifact has no output named '{name}' "
+                                               f"(it has {sorted(actual) or 'none'})",
+                                        expected_shape=list(reference.shape), expected_dtype=str(reference.dtype)))
+            continue
+        results.append(compare_output(name, np.asarray(reference), np.asarray(actual[name]),
+                                      policy.for_output(name, precision)))
+    for name in actual:
+        if name not in expected:
+            results.append(OutputResult(name=name, status="failed",
+                                        reason=f"extra: the source model has no output named '{name}'",
+                                        shape=list(np.shape(actual[name]))))
+    return results
+
+
+def merge_results(per_sample: list[list[OutputResult]]) -> list[OutputResult]:
+    """Worst case over samples, per output name: max errors, summed counts, min cosine, every reason."""
+    merged: dict[str, OutputResult] = {}
+    for results in per_sample:
+        for r in results:
+            if r.name not in merged:
+                merged[r.name] = OutputResult(**{**r.__dict__, "reasons": list(r.reasons)})
+                continue
+            m = merged[r.name]
+            m.samples += 1
+            m.max_abs_error = _worst(m.max_abs_error, r.max_abs_error, max)
+            m.max_rel_error = _worst(m.max_rel_error, r.max_rel_error, max)
+            m.cosine_similarity = _worst(m.cosine_similarity, r.cosine_similarity, min)
+            m.mismatch_count += r.mismatch_count
+            m.nan_count += r.nan_count
+            m.inf_count += r.inf_count
+            m.elements += r.elements
+            m.status = "failed" if r.status == "failed" else m.status
+            m.reasons.extend(reason for reason in r.reasons if reason not in m.reasons)
+    for m in merged.values():
+        _finish(m)
+    return list(merged.values())
+
+
+def _worst(a, b, pick):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if np.isnan(a) or np.isnan(b):
+        return float("nan")
+    return pick(a, b)
