@@ -9,8 +9,19 @@
 
 __version__ = "0.1.0"
 
-from convert.api import convert, load  # noqa: E402
 from convert.errors import ConvertError  # noqa: E402
-from convert.reports.model import Report  # noqa: E402
 
 __all__ = ["convert", "load", "ConvertError", "Report", "__version__"]
+
+
+def __getattr__(name: str):
+    # The API pulls in the pipeline; load it on first use so that light imports (errors, specs) stay light.
+    if name in ("convert", "load"):
+        from convert import api
+
+        return getattr(api, name)
+    if name == "Report":
+        from convert.reports.model import Report
+
+        return Report
+    raise AttributeError(f"module 'convert' has no attribute {name!r}")

@@ -64,7 +64,7 @@ def _formats_help() -> str:
               help=f"Comma-separated target formats: {_formats_help()}.")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=Path("out"), show_default=True,
               help="Output folder for the artifacts and report.json.")
-@click.option("--framework", type=click.Choice(["torch"]), default=None,
+@click.option("--framework", type=click.Choice([e.name for e in REGISTRY.entries("source")]), default=None,
               help="The source framework, when it cannot be told from the model.")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
               help="Weights for a module:callable factory: .safetensors, or a state dict saved with torch.save.")

@@ -1,0 +1,49 @@
+"""Shared, session-scoped fixtures: the PyTorch fixture files are built once per test session."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> CliRun:
+    """Run the real command line (python -m convert) in a child process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "convert", *args], cwd=cwd or REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    return CliRun(done.returncode, done.stdout, done.stderr)
+
+
+def load_report(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="session")
+def torch_files(tmp_path_factory) -> Path:
+    """Every PyTorch fixture written in every form (see fixtures/build_torch.py)."""
+    from fixtures.build_torch import write_fixture
+    from fixtures.torch_models import FIXTURES
+
+    folder = tmp_path_factory.mktemp("torch_fixtures")
+    for name in FIXTURES:
+        write_fixture(name, folder)
+    return folder

@@ -1,0 +1,56 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from convert.errors import ConvertError
+from convert.specs import parse_dim_sizes, parse_input_spec, parse_input_specs
+
+
+def test_parses_symbols_integers_and_domain():
+    spec = parse_input_spec("input_ids:int64[B,S]{0..30521}")
+    assert spec.name == "input_ids" and spec.dtype == "int64"
+    assert spec.dims == ("B", "S") and (spec.low, spec.high) == (0, 30521)
+    assert str(spec) == "input_ids:int64[B,S]{0..30521}"
+    image = parse_input_spec("x:float32[B,3,224,224]")
+    assert image.dims == ("B", 3, 224, 224) and image.symbols == ("B",)
+    assert image.shape({"B": 5}) == (5, 3, 224, 224)
+    assert parse_input_spec("scale:float32[]").dims == ()
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("x:float33[B]", "unknown dtype"),
+    ("x[B]", "cannot read"),
+    ("x:float32[B,0]", "size 0"),
+    ("x:float32[B,-3]", "neither"),
+    ("ids:int64[B]{0.5..3}", "fractional"),
+    ("ids:int64[B]{9..1}", "empty value domain"),
+    ("x:float32[B]{a..b}", "not low..high"),
+])
+def test_bad_specs_give_a_clear_error(text, fragment):
+    with pytest.raises(ConvertError) as info:
+        parse_input_spec(text)
+    assert fragment in str(info.value)
+    assert info.value.next_step  # every error says what to do next
+
+
+def test_duplicate_input_names_are_refused():
+    with pytest.raises(ConvertError, match="more than once"):
+        parse_input_specs(["x:float32[B]", "x:float32[B]"])
+
+
+def test_dim_sizes():
+    assert parse_dim_sizes(["B=2,1,8"]) == {"B": (2, 1, 8)}
+    for bad in ("B", "B=", "B=0", "=3", "B=x"):
+        with pytest.raises(ConvertError):
+            parse_dim_sizes([bad])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_any_text_parses_or_gives_a_clear_error(text):
+    try:
+        spec = parse_input_spec(text)
+    except ConvertError as exc:
+        assert str(exc)
+    else:
+        assert parse_input_spec(str(spec)) == spec

@@ -1,0 +1,53 @@
+"""The README's commands run as shown (in a scratch folder with the repository importable)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def _block(heading: str, language: str) -> str:
+    section = README.split(heading, 1)[1]
+    return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
+
+
+USAGE = [line for line in _block("## Usage", "bash").splitlines() if line.strip()]
+
+
+def _run(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_usage_commands_run_as_shown(tmp_path):
+    for line in USAGE:
+        argv = shlex.split(line)
+        if argv[0] == "convert":
+            argv = [sys.executable, "-m", "convert", *argv[1:]]
+        elif argv[0] == "python":
+            argv = [sys.executable, *argv[1:]]
+        done = _run(argv, tmp_path)
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+
+
+def test_python_snippet_runs(tmp_path):
+    code = _block("From Python:", "python") + "\nassert result.passed\n"
+    done = _run([sys.executable, "-c", code], tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_make_targets_named_in_the_readme_exist():
+    makefile = (REPO / "Makefile").read_text()
+    for target in ("demo", "test"):
+        assert f"make {target}" in README and re.search(rf"^{target}:", makefile, re.M)
+    assert "make test" in (REPO / ".ci" / "run").read_text()
