@@ -26,5 +26,8 @@ demo: install
 test: install
 	$(PY) -m pytest -q
 
+bench: install
+	$(PY) -m benchmarks.export_validate
+
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -152,7 +152,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         exporters = {t: _exporter_for(t, source.info.framework) for t in targets}
 
         with stages.run("reference"):
-            cases = _reference(source, dim_sizes, example, request, policy)
+            cases = _reference(source, dim_sizes, request, policy)
         report.source.outputs = list(source.signature.outputs)
         report.source.inputs = [str(s) for s in source.signature.inputs]
 
@@ -256,7 +256,7 @@ def validate_artifact(artifact: Artifact, cases: list[_Case], policy: ToleranceP
     return checks
 
 
-def _reference(source: SourceModel, dim_sizes, example, request: ConvertRequest, policy: TolerancePolicy) -> list[_Case]:
+def _reference(source: SourceModel, dim_sizes, request: ConvertRequest, policy: TolerancePolicy) -> list[_Case]:
     """Inputs for every shape case and the source's own outputs for them, computed once."""
     signature = source.signature
     unknown = [s for s in dim_sizes if s not in signature.symbols]
@@ -264,17 +264,12 @@ def _reference(source: SourceModel, dim_sizes, example, request: ConvertRequest,
         raise ConvertError(f"--dim names the symbol {unknown[0]}, which no input uses",
                            f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.")
     shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, getattr(source, "dim_ranges", None))
-    example_feed = None
-    if example is not None:
-        example_feed = {s.name: np.asarray(example[s.name]) if isinstance(example, dict) else None for s in signature.inputs}
-        if any(v is None for v in example_feed.values()):
-            example_feed = None
     cases = []
     for index, shape in enumerate(shapes):
         case = _Case(shape)
         for sample in range(request.samples):
-            if index == 0 and sample == 0 and example_feed is not None:
-                feed = example_feed
+            if index == 0 and sample == 0 and source.example_feed is not None:
+                feed = source.example_feed
             else:
                 feed = generate_feed(signature.inputs, shape.sizes, sample, request.seed)
             try:

@@ -26,6 +26,7 @@ class SourceModel(abc.ABC):
     info: SourceInfo
     signature: SourceSignature
     export_sizes: dict[str, int]  # sizes of symbolic dims in the example inputs (the export shape), if known
+    example_feed: dict[str, np.ndarray] | None = None  # the user's example inputs, by input name
 
     @abc.abstractmethod
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

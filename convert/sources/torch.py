@@ -130,7 +130,9 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
     else:
         raise ConvertError(f"the input shapes and dtypes of {what} are not known", SPEC_HINT)
     export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
-    return TorchSource(model, info, specs, export_sizes, dim_ranges)
+    source = TorchSource(model, info, specs, export_sizes, dim_ranges)
+    source.example_feed = arrays
+    return source
 
 
 def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
