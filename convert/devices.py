@@ -27,5 +27,5 @@ def present_devices() -> tuple[str, ...]:
 
 def absent_reason(device: str) -> str | None:
     if device == "cuda" and not cuda_gpus():
-        return "no CUDA device on this machine (nvidia-smi lists no GPU)"
+        return "no CUDA device on this machine"
     return None
