@@ -13,7 +13,7 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
