@@ -109,3 +109,17 @@ def test_every_registered_exporter_and_runtime_is_covered_by_a_fixture_test():
     assert registered <= covered_exports, f"exporters without a fixture test: {registered - covered_exports}"
     runtime_formats = {f for e in REGISTRY.entries("runtime") for f in e.meta["formats"]}
     assert runtime_formats <= set(TARGETS), f"runtimes without a fixture test: {runtime_formats - set(TARGETS)}"
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_torchscript_traced_from_the_module_keeps_every_dynamic_dim(torch_files, tmp_path, name):
+    """Traced from the nn.Module (not from a .pt2), TorchScript is validated at >= 2 sizes of every symbol."""
+    specs = [arg for text in FIXTURES[name].inputs for arg in ("--input", text)]
+    run = run_cli(f"fixtures.torch_models:build_{name}", "--weights", str(torch_files / f"{name}.safetensors"), *specs,
+                  "--to", "torchscript", "--out", str(tmp_path))
+    assert run.returncode == 0, run.output
+    checks = load_report(tmp_path / "report.json")["artifacts"][0]["checks"]
+    passed = [c["shape"] for c in checks if c["device"] == "cpu" and c["status"] == "passed"]
+    assert not [c for c in checks if c["device"] == "cpu" and c["status"] != "passed"]
+    for symbol in {s for text in FIXTURES[name].inputs for s in parse_input_specs([text])[0].symbols}:
+        assert len({part for shape in passed for part in shape.split(",") if part.startswith(symbol + "=")}) >= 2
