@@ -19,7 +19,7 @@ from convert import __version__
 from convert.errors import ConvertError
 from convert.registry import REGISTRY
 
-EXIT_OK, EXIT_FAILED, EXIT_USER, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_USER, EXIT_INTERNAL = 2, 3
 stderr = Console(stderr=True, highlight=False)
 
 

@@ -46,7 +46,7 @@ def runtime_rows() -> list[Row]:
                 reason = runner.unavailable_reason(device)
             except ImportError as exc:
                 reason = f"not installed ({exc.name}): pip install 'model-convert[{entry.meta.get('extra', '')}]'"
-            rows.append(Row(f"{entry.name} on {device}", _version(entry.meta.get("extra")), "usable" if reason is None else "unusable", reason or ""))
+            rows.append(Row(f"{entry.name} on {device}", _version(entry.meta["package"]), "usable" if reason is None else "unusable", reason or ""))
     return rows
 
 
@@ -57,11 +57,9 @@ def device_rows() -> list[Row]:
     return rows
 
 
-def _version(extra: str | None) -> str:
-    for name in ("onnxruntime",) if extra == "onnxruntime" else ("torch",) if extra == "torch" else ():
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "-"
-    return "-"
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "-"
 

@@ -36,12 +36,6 @@ def sha256_files(paths: list[Path]) -> str:
     return digest.hexdigest()
 
 
-def sha256_tree(path: Path) -> str:
-    if path.is_file():
-        return sha256_file(path)
-    return sha256_files([p for p in sorted(path.rglob("*")) if p.is_file()])
-
-
 class Staging:
     """A private folder inside the output folder; ``publish`` renames finished files to their final paths."""
 

@@ -13,7 +13,6 @@ import numpy as np
 
 DEFAULT_EXPORT_SIZE = 2
 DEFAULT_INT_DOMAIN = (0, 9)
-DEFAULT_FLOAT_DOMAIN = None  # standard normal
 
 
 @dataclass(frozen=True)

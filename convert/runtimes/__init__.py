@@ -2,6 +2,6 @@
 
 from convert.registry import REGISTRY
 
-REGISTRY.add("runtime", "onnxruntime", "convert.runtimes.onnxruntime:OnnxRuntimeRunner", formats=("onnx",), extra="onnxruntime")
-REGISTRY.add("runtime", "torch.jit", "convert.runtimes.torch:TorchScriptRunner", formats=("torchscript",), extra="torch")
-REGISTRY.add("runtime", "torch.export", "convert.runtimes.torch:ExportedProgramRunner", formats=("torch_export",), extra="torch")
+REGISTRY.add("runtime", "onnxruntime", "convert.runtimes.onnxruntime:OnnxRuntimeRunner", formats=("onnx",), package="onnxruntime", extra="onnxruntime")
+REGISTRY.add("runtime", "torch.jit", "convert.runtimes.torch:TorchScriptRunner", formats=("torchscript",), package="torch", extra="torch")
+REGISTRY.add("runtime", "torch.export", "convert.runtimes.torch:ExportedProgramRunner", formats=("torch_export",), package="torch", extra="torch")
