@@ -30,7 +30,7 @@ from convert.exporters.base import ExportJob
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.reports.console import first_line
-from convert.safety import Staging, atomic_write_text, sha256_files
+from convert.safety import Staging, atomic_write_text, sha256_files, size_of
 from convert.sources.base import SourceModel
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
 from convert.sources.resolve import resolve_source
@@ -175,7 +175,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             with stages.run(f"validate:{target}"):
                 record.checks = validate_artifact(artifact, cases, policy)
             artifact.sha256 = sha256_files(artifact.files)
-            artifact.size_bytes = sum(f.stat().st_size for f in artifact.files)
+            artifact.size_bytes = size_of(artifact.files)
             staging.publish(artifact.files)
             artifact = artifact.relocated(out_dir)
             artifacts[target] = artifact
@@ -312,7 +312,8 @@ def _check_targets(targets) -> list[str]:
 def _exporter_for(target: str, framework: str):
     entries = REGISTRY.entries("exporter", format=target, source=framework)
     if not entries:
-        able = sorted({e.meta["source"] for e in REGISTRY.entries("exporter", format=target)})
+        able = sorted({name for e in REGISTRY.entries("exporter", format=target)
+                       for name in (e.meta["source"] if isinstance(e.meta["source"], tuple) else (e.meta["source"],))})
         raise ConvertError(f"there is no exporter from {framework} to {target}",
                            f"{target} can be made from: {', '.join(able)}.")
     return entries[0].load()()

@@ -26,14 +26,29 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _expand(paths: list[Path]) -> list[tuple[str, Path]]:
+    """(name, file) for every file, folders walked; a name is relative to the folder's parent."""
+    found = []
+    for path in paths:
+        if path.is_dir():
+            found += [(str(f.relative_to(path.parent)), f) for f in sorted(path.rglob("*")) if f.is_file()]
+        else:
+            found.append((path.name, path))
+    return sorted(found)
+
+
 def sha256_files(paths: list[Path]) -> str:
-    """One digest over several files (a single file's digest is its plain sha256)."""
-    if len(paths) == 1:
+    """One digest over several files or folders (a single file's digest is its plain sha256)."""
+    if len(paths) == 1 and paths[0].is_file():
         return sha256_file(paths[0])
     digest = hashlib.sha256()
-    for path in sorted(paths):
-        digest.update(path.name.encode() + b"\0" + sha256_file(path).encode())
+    for name, path in _expand(paths):
+        digest.update(name.encode() + b"\0" + sha256_file(path).encode())
     return digest.hexdigest()
+
+
+def size_of(paths: list[Path]) -> int:
+    return sum(path.stat().st_size for _, path in _expand(paths))
 
 
 class Staging:
@@ -56,6 +71,10 @@ class Staging:
         # Data files first, the file that refers to them last, so a reader never sees a model without its data.
         for path in sorted(staged, key=lambda p: p.suffix in (".onnx", ".xml")):
             final = self.out_dir / path.name
+            if final.is_dir() and not final.is_symlink():
+                # os.replace cannot overwrite a non-empty folder: move the old one aside (it is removed with
+                # the staging folder), then rename the new one into place.
+                os.replace(final, self.path / f".replaced-{path.name}")
             os.replace(path, final)
             finals.append(final)
         return finals

@@ -5,3 +5,6 @@ from convert.registry import REGISTRY
 REGISTRY.add("exporter", "torch-onnx", "convert.exporters.onnx:TorchToOnnx", format="onnx", source="torch")
 REGISTRY.add("exporter", "torch-torchscript", "convert.exporters.torchscript:TorchToTorchScript", format="torchscript", source="torch")
 REGISTRY.add("exporter", "torch-torch_export", "convert.exporters.torch_export:TorchToExportedProgram", format="torch_export", source="torch")
+REGISTRY.add("exporter", "keras-savedmodel", "convert.exporters.savedmodel:TfSavedModel", format="savedmodel", source=("keras",))
+REGISTRY.add("exporter", "keras-onnx", "convert.exporters.keras_onnx:KerasToOnnx", format="onnx", source="keras")
+REGISTRY.add("exporter", "keras-tflite", "convert.exporters.tflite:TfLite", format="tflite", source=("keras",))

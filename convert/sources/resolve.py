@@ -38,6 +38,11 @@ def resolve_source(request: SourceRequest) -> SourceModel:
 
 def detect_framework(model) -> str:
     if isinstance(model, Path):
+        if model.is_dir():
+            for entry in REGISTRY.entries("source"):
+                marker = entry.meta.get("folder_marker")
+                if marker and (model / marker).is_file():
+                    return entry.name
         if model.is_file():
             if detect_format(model) in _TORCH_FORMATS:
                 return "torch"
@@ -48,7 +53,8 @@ def detect_framework(model) -> str:
                            f"Pass --framework ({', '.join(frameworks())}).")
     roots = {cls.__module__.split(".")[0] for cls in type(model).__mro__}
     for entry in REGISTRY.entries("source"):
-        if entry.meta.get("module") in roots:
+        modules = entry.meta.get("module")
+        if set(modules if isinstance(modules, tuple) else (modules,)) & roots:
             return entry.name
     raise ConvertError(f"cannot tell which framework a {type(model).__name__} belongs to",
                        f"Pass framework= ({', '.join(frameworks())}).")

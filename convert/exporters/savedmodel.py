@@ -1,0 +1,23 @@
+"""TF SavedModel: a folder with a ``serving_default`` signature, dynamic on every symbolic axis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.exporters.base import Exporter, ExportJob
+from convert.exporters.tf_common import write_savedmodel
+
+
+class TfSavedModel(Exporter):
+    format = "savedmodel"
+    name = "tf-savedmodel"
+    suffix = "_savedmodel"
+
+    def strategies(self, job: ExportJob):
+        strategy = "keras.export.ExportArchive" if job.source.is_keras else "tf.saved_model.save"
+        return [(strategy, lambda path: self._write(job, path))]
+
+    def _write(self, job: ExportJob, path: Path) -> Artifact:
+        write_savedmodel(job, path)
+        return Artifact(format=self.format, path=path, files=[path])

@@ -1,0 +1,60 @@
+"""TFLite (float32) through the TFLite converter: TFLite's built-in ops first; the SELECT_TF_OPS
+fallback (TensorFlow kernels through the Flex delegate) is a second, recorded strategy.
+
+The converter keeps an axis dynamic when the SavedModel's signature has None there; where it fixes one,
+the artifact records it and checks at other sizes are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.exporters.base import Exporter, ExportJob
+from convert.exporters.tf_common import write_savedmodel
+from convert.sources.keras import SERVING_KEY, tensorflow
+
+
+class TfLite(Exporter):
+    format = "tflite"
+    name = "tflite-converter"
+    suffix = ".tflite"
+
+    def strategies(self, job: ExportJob):
+        return [("TFLiteConverter(TFLITE_BUILTINS)", lambda path: self._convert(job, path, select_tf_ops=False)),
+                ("TFLiteConverter(TFLITE_BUILTINS+SELECT_TF_OPS)", lambda path: self._convert(job, path, select_tf_ops=True))]
+
+    def _convert(self, job: ExportJob, path: Path, select_tf_ops: bool) -> Artifact:
+        tf = tensorflow()
+        intermediate = path.with_name(f".{path.name}.savedmodel")
+        try:
+            write_savedmodel(job, intermediate)
+            converter = tf.lite.TFLiteConverter.from_saved_model(str(intermediate), signature_keys=[SERVING_KEY])
+            ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+            if select_tf_ops:
+                ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
+            converter.target_spec.supported_ops = ops
+            path.write_bytes(converter.convert())
+        finally:
+            shutil.rmtree(intermediate, ignore_errors=True)
+        return _with_fixed_axes(Artifact(format=self.format, path=path, files=[path]), job)
+
+
+def _with_fixed_axes(artifact: Artifact, job: ExportJob) -> Artifact:
+    """Record the symbolic axes the converter fixed (shape_signature not -1)."""
+    from convert.runtimes.tensorflow import tflite_interpreter
+
+    runner = tflite_interpreter(artifact.path).get_signature_runner(SERVING_KEY)
+    details = runner.get_input_details()
+    specs, fixed = [], []
+    for spec in job.source.signature.inputs:
+        signature = [int(n) for n in details[spec.name]["shape_signature"]]
+        dims = tuple(d if isinstance(d, int) or signature[axis] == -1 else signature[axis] for axis, d in enumerate(spec.dims))
+        fixed += [f"{spec.name} axis {axis} ({d})" for axis, d in enumerate(spec.dims) if isinstance(d, str) and dims[axis] != d]
+        specs.append(replace(spec, dims=dims))
+    if fixed:
+        artifact.inputs = tuple(specs)
+        artifact.fixed_shape_reason = "the TFLite converter fixed " + ", ".join(fixed)
+    return artifact

@@ -1,0 +1,341 @@
+"""Keras / TensorFlow source: keras.Model objects, .keras archives, SavedModel folders, legacy .h5, factories + weights.
+
+``.keras`` archives are loaded with Keras's safe mode, after our own scan of their config: a config that
+names code outside Keras (a custom module, a lambda's bytecode) is refused unless ``trust_code``. A
+SavedModel folder is a TensorFlow graph that can run arbitrary ops, and Keras ignores safe mode for legacy
+``.h5`` files, so both need ``trust_code``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import zipfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convert.errors import ConvertError, require
+from convert.safety import detect_format, sha256_files
+from convert.sources.base import SourceInfo, SourceModel
+from convert.sources.request import SourceRequest
+from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
+from convert.specs import InputSpec, SourceSignature
+
+TRUST_HINT = ("If you trust the file and where it came from, pass --trust-code; otherwise save the model as a "
+              ".keras archive of built-in layers, or give its code as a module:callable factory with --weights.")
+SAVEDMODEL_MARKER = "saved_model.pb"
+SERVING_KEY = "serving_default"
+BATCH_SYMBOL = "B"
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """TensorFlow's C++ side writes to file descriptor 2 on import; keep that off the user's terminal."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def tensorflow():
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with _native_stderr_silenced():
+        return require("tensorflow", "tensorflow", "A Keras or TensorFlow model")
+
+
+def keras():
+    tensorflow()
+    return require("keras", "tensorflow", "A Keras model")
+
+
+def to_numpy(value) -> np.ndarray:
+    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def flatten_outputs(value: Any, names: list[str] | None = None, prefix: str = "") -> dict[str, Any]:
+    """Name every tensor a model returns: dict keys (dotted when nested), else the model's own output
+    names when it has one per tensor, else ``output`` / ``output_0``, ``output_1``..."""
+    if isinstance(value, Mapping):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(flatten_outputs(item, None, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    if isinstance(value, (tuple, list)):
+        if not prefix and names and len(names) == len(value) and len(set(names)) == len(names):
+            return dict(zip(names, value))
+        flat = {}
+        for index, item in enumerate(value):
+            flat.update(flatten_outputs(item, None, f"{prefix}.{index}" if prefix else f"output_{index}"))
+        return flat
+    if value is None:
+        return {}
+    if not hasattr(value, "shape"):
+        raise ConvertError(f"the model returns a {type(value).__name__}, which is not a tensor",
+                           "Return tensors (alone, or in lists or dicts) from the model.")
+    if not prefix and names and len(names) == 1:
+        return {names[0]: value}
+    return {prefix or "output": value}
+
+
+class KerasSource(SourceModel):
+    """A Keras model, or the serving signature of a SavedModel, run on the CPU for reference outputs."""
+
+    def __init__(self, model: Any, info: SourceInfo, inputs: tuple[InputSpec, ...], export_sizes: dict[str, int],
+                 model_inputs: list[str] | None = None, output_hint: list[str] | None = None, signature_fn: Any = None):
+        self.model = model
+        self.info = info
+        self.export_sizes = export_sizes
+        self.signature = SourceSignature(inputs=inputs)
+        self.model_inputs = model_inputs  # a functional model's input names in its own order
+        self.output_hint = output_hint
+        self.signature_fn = signature_fn  # a SavedModel's serving signature (then ``model`` is the loaded object)
+
+    @property
+    def native(self) -> Any:
+        return self.model
+
+    @property
+    def is_keras(self) -> bool:
+        return self.signature_fn is None
+
+    def call(self, tensors: dict[str, Any]) -> dict[str, Any]:
+        """Outputs by name for named input tensors; traceable inside a tf.function."""
+        if self.signature_fn is not None:
+            return dict(self.signature_fn(**tensors))
+        if len(tensors) == 1:
+            arguments: Any = next(iter(tensors.values()))
+        elif self.model_inputs and set(self.model_inputs) == set(tensors):
+            arguments = [tensors[name] for name in self.model_inputs]
+        else:
+            arguments = dict(tensors)
+        return flatten_outputs(self.model(arguments, training=False), self.output_hint)
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        tf = tensorflow()
+        with tf.device("/CPU:0"):
+            tensors = {s.name: tf.constant(feed[s.name]) for s in self.signature.inputs}
+            outputs = self.call(tensors)
+        return {name: to_numpy(value) for name, value in outputs.items()}
+
+
+def load_keras_source(request: SourceRequest) -> KerasSource:
+    keras_module = keras()
+    model = request.model
+    info = SourceInfo(framework="keras", kind=request.kind, description=type(model).__name__)
+    signature_fn = None
+    if isinstance(model, Path):
+        info.path = str(model)
+        info.sha256 = sha256_files([model])
+        model, info.kind, signature_fn = _load_path(model, request.trust_code)
+        info.description = type(model).__name__
+    if request.weights is not None and (signature_fn is not None or info.kind not in ("factory", "object")):
+        raise ConvertError("--weights goes with a module:callable factory (or a keras.Model object)",
+                           "Drop --weights: this model file already holds its weights.")
+    if signature_fn is None and not isinstance(model, keras_module.Model):
+        raise ConvertError(f"the model is a {type(model).__name__}, not a keras.Model",
+                           "Give a keras.Model, a .keras archive, a SavedModel folder, or a factory returning a keras.Model.")
+
+    arrays = _example_arrays(request.example_inputs, _keras_input_names(model) if signature_fn is None else None)
+    if signature_fn is not None:
+        own_specs = _specs_from_signature(signature_fn)
+        what = f"the SavedModel's {SERVING_KEY} signature"
+    else:
+        own_specs = _specs_from_model(model)
+        what = f"the Keras model {model.name}"
+    parameters = [s.name for s in own_specs] if own_specs else []
+    if request.inputs:
+        specs = order_by_parameters(request.inputs, parameters, not own_specs, what)
+    elif own_specs:  # example inputs, when given, set the export sizes of the model's own symbolic dims
+        specs = own_specs
+    elif arrays is not None:
+        specs = specs_from_arrays(arrays)
+    else:
+        raise ConvertError(f"the input shapes and dtypes of {what} are not known (a subclassed model declares none)", SPEC_HINT)
+    if own_specs and len(specs) != len(own_specs):
+        missing = [s.name for s in own_specs if s.name not in {t.name for t in specs}]
+        raise ConvertError(f"no spec is given for the input '{missing[0]}' of {what}", "Give an --input spec for every input.")
+    export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
+    source = KerasSource(model, info, specs, export_sizes,
+                         model_inputs=_keras_input_names(model) if signature_fn is None else None,
+                         output_hint=list(getattr(model, "output_names", None) or []) if signature_fn is None else None,
+                         signature_fn=signature_fn)
+    source.example_feed = arrays
+    if request.weights is not None:
+        _load_weights(source, request.weights)
+    return source
+
+
+def _load_path(path: Path, trust_code: bool) -> tuple[Any, str, Any]:
+    if path.is_dir():
+        if not (path / SAVEDMODEL_MARKER).is_file():
+            raise ConvertError(f"{path} is a folder without a {SAVEDMODEL_MARKER}, so not a TensorFlow SavedModel",
+                               "Give a SavedModel folder, a .keras archive or a model file.")
+        if not trust_code:
+            raise ConvertError(f"{path} is a TensorFlow SavedModel: its graph can run any TensorFlow op (file and "
+                               "network access included) when loaded and called", TRUST_HINT)
+        tf = tensorflow()
+        try:
+            loaded = tf.saved_model.load(str(path))
+        except Exception as exc:
+            raise ConvertError(f"cannot load the SavedModel {path}: {type(exc).__name__}: {_first(exc)}",
+                               "Check that the folder is complete, and was written by this TensorFlow version or older.") from exc
+        signatures = dict(getattr(loaded, "signatures", {}) or {})
+        if SERVING_KEY not in signatures:
+            raise ConvertError(f"the SavedModel {path} has no '{SERVING_KEY}' signature (it has: {', '.join(signatures) or 'none'})",
+                               "Export it with a serving signature, e.g. keras model.export(path) or tf.saved_model.save(obj, path, signatures=fn).")
+        return loaded, "savedmodel", signatures[SERVING_KEY]
+    kind = detect_format(path)
+    if kind == "empty":
+        raise ConvertError(f"{path} is empty", "Check that the file was written completely.")
+    if path.suffix.lower() == ".keras" or kind == "zip":
+        return _load_keras_archive(path, trust_code), "keras", None
+    if kind == "hdf5":
+        return _load_h5(path, trust_code), "h5", None
+    raise ConvertError(f"{path} is not a Keras model file that this tool can read (its bytes look like: {kind})",
+                       "Give a .keras archive, a SavedModel folder, a legacy .h5 (with --trust-code) or a factory with --weights.")
+
+
+def keras_config_risks(config: Any, found: list[str] | None = None) -> list[str]:
+    """What in a .keras config would import or run code from outside Keras."""
+    found = [] if found is None else found
+    if isinstance(config, Mapping):
+        module = config.get("module")
+        class_name = config.get("class_name")
+        if class_name == "__lambda__":
+            found.append("a Lambda layer holding serialized Python bytecode")
+        elif isinstance(module, str) and module.split(".")[0] != "keras":
+            found.append(f"'{module}.{class_name}', from outside Keras")
+        for value in config.values():
+            keras_config_risks(value, found)
+    elif isinstance(config, list):
+        for value in config:
+            keras_config_risks(value, found)
+    return found
+
+
+def _load_keras_archive(path: Path, trust_code: bool):
+    keras_module = keras()
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:
+        raise ConvertError(f"{path} is not a readable .keras archive ({exc})", "Save the model again with model.save(path).") from exc
+    risks = sorted(set(keras_config_risks(config)))
+    if risks and not trust_code:
+        raise ConvertError(f"the config of {path} names code that loading would import or run: {'; '.join(risks)}", TRUST_HINT)
+    try:
+        return keras_module.saving.load_model(str(path), compile=False, safe_mode=not trust_code)
+    except Exception as exc:
+        raise ConvertError(f"Keras cannot load {path}: {type(exc).__name__}: {_first(exc)}",
+                           "If it uses custom layers, give its code as a module:callable factory with --weights.") from exc
+
+
+def _load_h5(path: Path, trust_code: bool):
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        has_config = "model_config" in handle.attrs
+    if not has_config:
+        raise ConvertError(f"{path} holds only weights, not a model",
+                           f"Give the model's code as a factory with the weights: convert package.module:build_model --framework keras --weights {path}")
+    if not trust_code:
+        raise ConvertError(f"{path} is a legacy HDF5 Keras model: Keras ignores safe mode for this format, and a Lambda "
+                           "layer in it holds Python bytecode that loading runs", TRUST_HINT)
+    try:
+        return keras().saving.load_model(str(path), compile=False, safe_mode=False)
+    except Exception as exc:
+        raise ConvertError(f"Keras cannot load {path}: {type(exc).__name__}: {_first(exc)}",
+                           "Save the model again as a .keras archive.") from exc
+
+
+def _load_weights(source: KerasSource, path: Path) -> None:
+    from validators.inputs import generate_feed
+
+    if not path.is_file():
+        raise ConvertError(f"the weights file {path} does not exist", "Check the path given to --weights.")
+    model = source.model
+    if not model.built:  # a subclassed model has no variables until it is called once
+        sizes = {s: source.export_sizes.get(s, 2) for s in source.signature.symbols}
+        source.run(generate_feed(source.signature.inputs, sizes, 0, 0))
+    try:
+        model.load_weights(str(path))
+    except Exception as exc:
+        raise ConvertError(f"the weights in {path} do not fit the model: {type(exc).__name__}: {_first(exc)}",
+                           "Check that the factory builds the same architecture the weights were saved from "
+                           "(model.save_weights('model.weights.h5')).") from exc
+
+
+def _keras_input_names(model) -> list[str] | None:
+    tensors = getattr(model, "_inputs", None) if not getattr(model, "built", False) else getattr(model, "inputs", None)
+    if not tensors:
+        return None
+    names = []
+    for tensor in tensors:
+        history = getattr(tensor, "_keras_history", None)
+        names.append(history.operation.name if history is not None else tensor.name)
+    return names
+
+
+def _symbolic_dims(shapes: list[tuple]) -> list[tuple]:
+    """None dims become symbols: the batch axis ``B`` for every input, other axes ``d1``, ``d2``... by position."""
+    return [tuple((BATCH_SYMBOL if axis == 0 else f"d{axis}") if size is None else int(size) for axis, size in enumerate(shape))
+            for shape in shapes]
+
+
+def _specs_from_model(model) -> tuple[InputSpec, ...]:
+    names = _keras_input_names(model)
+    if not names:
+        return ()
+    tensors = model.inputs
+    dims = _symbolic_dims([tuple(t.shape) for t in tensors])
+    return tuple(InputSpec(name, _dtype_name(t.dtype), d) for name, t, d in zip(names, tensors, dims))
+
+
+def _specs_from_signature(signature_fn) -> tuple[InputSpec, ...]:
+    _, kwargs = signature_fn.structured_input_signature
+    names = list(kwargs)
+    unranked = [n for n in names if kwargs[n].shape.rank is None]
+    if unranked:
+        raise ConvertError(f"the input '{unranked[0]}' of the SavedModel's {SERVING_KEY} signature has no known rank",
+                           "Export the SavedModel with a fully ranked input signature.")
+    dims = _symbolic_dims([tuple(kwargs[n].shape.as_list()) for n in names])
+    return tuple(InputSpec(n, _dtype_name(kwargs[n].dtype), d) for n, d in zip(names, dims))
+
+
+def _dtype_name(dtype) -> str:
+    from convert.specs import DTYPES
+
+    name = getattr(dtype, "name", None) or str(dtype)
+    if name not in DTYPES:
+        raise ConvertError(f"a model input has dtype {name}, which is not supported", f"Use one of {', '.join(DTYPES)}.")
+    return name
+
+
+def _example_arrays(example, names: list[str] | None) -> dict[str, np.ndarray] | None:
+    if example is None:
+        return None
+    if isinstance(example, Mapping):
+        return {k: to_numpy(v) for k, v in example.items()}
+    values = example if isinstance(example, (tuple, list)) else (example,)
+    keys = names if names and len(names) == len(values) else [f"input_{i}" for i in range(len(values))]
+    return {k: to_numpy(v) for k, v in zip(keys, values)}
+
+
+def _first(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
