@@ -40,13 +40,15 @@ class _DefaultGroup(click.Group):
 @click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="convert")
 def main() -> None:
-    """Export a PyTorch model to ONNX, TorchScript and torch.export, and validate every artifact
+    """Export a PyTorch or Keras model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, and validate every artifact
     numerically against the source model, on every device present.
 
     \b
       convert model.pt2 --to onnx,torchscript,torch_export --out out/
       convert mypkg.nets:build_model --weights weights.safetensors --input "x:float32[B,3,224,224]" --to onnx
       convert model.pt --trust-code --input "input_ids:int64[B,S]{0..30521}" --input "attention_mask:int64[B,S]{0..1}" --to onnx
+      convert model.keras --to savedmodel,onnx,tflite
+      convert saved_model_dir/ --trust-code --to onnx,tflite
       convert doctor
 
     Run 'convert export --help' for every option of the default command.
@@ -67,7 +69,7 @@ def _formats_help() -> str:
 @click.option("--framework", type=click.Choice([e.name for e in REGISTRY.entries("source")]), default=None,
               help="The source framework, when it cannot be told from the model.")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
-              help="Weights for a module:callable factory: .safetensors, or a state dict saved with torch.save.")
+              help="Weights for a module:callable factory: .safetensors or a torch.save'd state dict (torch), .weights.h5 (keras).")
 @click.option("--input", "inputs", multiple=True, metavar="SPEC",
               help='An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]". Repeat per input; symbols are dynamic axes.')
 @click.option("--example-inputs", type=click.Path(path_type=Path), default=None,
@@ -80,7 +82,8 @@ def _formats_help() -> str:
 @click.option("--samples", type=int, default=3, show_default=True, help="Input samples per shape.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the generated inputs.")
 @click.option("--trust-code", is_flag=True,
-              help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts).")
+              help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts, "
+                   "SavedModel folders, legacy .h5, .keras naming code outside Keras).")
 @click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
 @click.option("--report-json", type=click.Path(path_type=Path), default=None,
               help="Where to write the JSON report (default: OUT/report.json).")
@@ -89,7 +92,8 @@ def export_command(model, to, out, framework, weights, inputs, example_inputs, d
                    seed, trust_code, force, report_json, quiet):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
-    MODEL is a model file (.pt2, TorchScript, a pickled module) or package.module:callable returning the model.
+    MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder, or
+    package.module:callable returning the model.
     """
     from convert.pipeline import ConvertRequest, run
 

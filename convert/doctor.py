@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from importlib import metadata
 
 from convert.devices import ALL_DEVICES, cuda_gpus
+from convert.errors import ConvertError
 from convert.registry import REGISTRY
 
 FRAMEWORKS = (("torch", "torch", "torch"), ("tensorflow", "tensorflow", "tensorflow"), ("keras", "keras", "tensorflow"),
@@ -24,9 +26,8 @@ class Row:
 def package_rows() -> list[Row]:
     rows = []
     for name, distribution, extra in FRAMEWORKS:
-        try:
-            version = metadata.version(distribution)
-        except metadata.PackageNotFoundError:
+        version = package_version(distribution)
+        if version == "-":
             rows.append(Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert"))
             continue
         rows.append(Row(name, version, "installed", ""))
@@ -44,9 +45,9 @@ def runtime_rows() -> list[Row]:
         for device in ALL_DEVICES:
             try:
                 reason = runner.unavailable_reason(device)
-            except ImportError as exc:
-                reason = f"not installed ({exc.name}): pip install 'model-convert[{entry.meta.get('extra', '')}]'"
-            rows.append(Row(f"{entry.name} on {device}", _version(entry.meta["package"]), "usable" if reason is None else "unusable", reason or ""))
+            except (ImportError, ConvertError):
+                reason = f"not installed: pip install 'model-convert[{entry.meta.get('extra', '')}]'"
+            rows.append(Row(f"{entry.name} on {device}", package_version(entry.meta["package"]), "usable" if reason is None else "unusable", reason or ""))
     return rows
 
 
@@ -57,9 +58,19 @@ def device_rows() -> list[Row]:
     return rows
 
 
-def _version(package: str) -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return "-"
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    return metadata.packages_distributions()
+
+
+def package_version(package: str) -> str:
+    """The installed version of an import package, whichever distribution provides it (tensorflow-cpu
+    provides tensorflow), or "-"."""
+    names = [package, *_distributions().get(package, [])]
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "-"
 

@@ -16,7 +16,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +198,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
 
 def validate_artifact(artifact: Artifact, cases: list[_Case], policy: TolerancePolicy) -> list[rm.Check]:
     """Every runtime that can run the artifact × every device × every shape case."""
-    from convert.runtimes.base import FeedMismatch
+    from convert.runtimes.base import FeedMismatch, ShapeUnsupported
 
     checks: list[rm.Check] = []
     for entry in REGISTRY.entries("runtime", formats=artifact.format):
@@ -233,6 +232,9 @@ def validate_artifact(artifact: Artifact, cases: list[_Case], policy: ToleranceP
                                 actual = runner.infer(feed)
                             except FeedMismatch as exc:
                                 check.status, check.reason = "failed", f"the artifact does not take these inputs: {exc}"
+                                break
+                            except ShapeUnsupported as exc:
+                                check.status, check.reason = "skipped", f"not run at this shape: {exc}"
                                 break
                             except Exception as exc:
                                 check.status, check.reason = "failed", f"the runtime failed: {type(exc).__name__}: {first_line(str(exc))}"
@@ -344,12 +346,9 @@ def _stem(model: Any) -> str:
 
 
 def _environment() -> rm.Environment:
-    packages = {}
-    for name in PACKAGES:
-        try:
-            packages[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
+    from convert.doctor import package_version
+
+    packages = {name: version for name in PACKAGES if (version := package_version(name)) != "-"}
     return rm.Environment(python=sys.version.split()[0], platform=platform.platform(), packages=packages,
                           devices=list(present_devices()), device_names=list(cuda_gpus()))
 

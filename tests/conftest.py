@@ -47,3 +47,15 @@ def torch_files(tmp_path_factory) -> Path:
     for name in FIXTURES:
         write_fixture(name, folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def keras_files(tmp_path_factory) -> Path:
+    """Every Keras fixture written in every form (see fixtures/build_keras.py), by a child process so that
+    TensorFlow is not loaded into the test process."""
+    folder = tmp_path_factory.mktemp("keras_fixtures")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "fixtures.build_keras", str(folder)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return folder

@@ -40,8 +40,9 @@ def test_usage_commands_run_as_shown(tmp_path):
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
 
 
-def test_python_snippet_runs(tmp_path):
-    code = _block("From Python:", "python") + "\nassert result.passed\n"
+@pytest.mark.parametrize("heading", ["From Python:", "A Keras model object works the same way"])
+def test_python_snippet_runs(tmp_path, heading):
+    code = _block(heading, "python") + "\nassert result.passed\n"
     done = _run([sys.executable, "-c", code], tmp_path)
     assert done.returncode == 0, done.stderr
 

@@ -44,10 +44,9 @@ class TfLite(Exporter):
 
 def _with_fixed_axes(artifact: Artifact, job: ExportJob) -> Artifact:
     """Record the symbolic axes the converter fixed (shape_signature not -1)."""
-    from convert.runtimes.tensorflow import tflite_interpreter
+    from convert.runtimes.tensorflow import signature_details, tflite_interpreter
 
-    runner = tflite_interpreter(artifact.path).get_signature_runner(SERVING_KEY)
-    details = runner.get_input_details()
+    details, _ = signature_details(tflite_interpreter(artifact.path))
     specs, fixed = [], []
     for spec in job.source.signature.inputs:
         signature = [int(n) for n in details[spec.name]["shape_signature"]]

@@ -26,6 +26,10 @@ class FeedMismatch(Exception):
     """The feed does not fit the artifact's inputs (a validation failure, not a crash)."""
 
 
+class ShapeUnsupported(Exception):
+    """The runtime cannot take inputs of this shape at all (the check is skipped with the reason)."""
+
+
 class Runner(abc.ABC):
     name: str
 

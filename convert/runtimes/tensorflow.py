@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convert.runtimes.base import InputMeta, Runner
+from convert.runtimes.base import InputMeta, Runner, ShapeUnsupported
 from convert.sources.keras import SERVING_KEY, tensorflow, to_numpy
 
 _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
@@ -21,6 +21,18 @@ def tflite_interpreter(path: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tf.lite.Interpreter warns that it moves to the ai-edge-litert package
         return tf.lite.Interpreter(model_path=str(path))
+
+
+def signature_details(interpreter) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Input and output tensor details of the serving signature, by signature name.
+
+    Read through the signature's tensor indices: holding a SignatureRunner keeps numpy views of the
+    interpreter's buffers alive, which makes every later resize_tensor_input fail.
+    """
+    signature = interpreter._get_full_signature_list()[SERVING_KEY]
+    by_index = {d["index"]: d for d in interpreter.get_input_details() + interpreter.get_output_details()}
+    return ({name: by_index[index] for name, index in signature["inputs"].items()},
+            {name: by_index[index] for name, index in signature["outputs"].items()})
 
 
 class SavedModelRunner(Runner):
@@ -67,15 +79,25 @@ class TfliteRunner(Runner):
 
     def activate(self) -> None:
         self.interpreter = tflite_interpreter(self.path)
-        self.runner = self.interpreter.get_signature_runner(SERVING_KEY)
+        self.inputs, self.outputs = signature_details(self.interpreter)
 
     def deactivate(self) -> None:
-        self.interpreter = self.runner = None
+        self.interpreter = None
 
     def input_metadata(self) -> dict[str, InputMeta]:
         return {name: InputMeta(np.dtype(d["dtype"]).name, tuple(None if n == -1 else int(n) for n in d["shape_signature"]))
-                for name, d in self.runner.get_input_details().items()}
+                for name, d in self.inputs.items()}
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        outputs = self.runner(**feed)  # the signature runner resizes the inputs to the feed's shapes
-        return {name: np.array(value, copy=True) for name, value in outputs.items()}
+        inputs = self.inputs
+        try:  # strict: only axes the model declares dynamic (-1) may change size
+            for name, value in feed.items():
+                self.interpreter.resize_tensor_input(inputs[name]["index"], value.shape, strict=True)
+            self.interpreter.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in feed.items())
+            raise ShapeUnsupported(f"the TFLite interpreter cannot take inputs {shapes}: {str(exc).strip().splitlines()[0]}") from exc
+        for name, value in feed.items():
+            self.interpreter.set_tensor(inputs[name]["index"], value)
+        self.interpreter.invoke()
+        return {name: self.interpreter.get_tensor(d["index"]).copy() for name, d in self.outputs.items()}

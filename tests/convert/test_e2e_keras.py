@@ -1,0 +1,189 @@
+"""End to end through the real CLI: every Keras fixture, every target, validated on CPU at several shapes."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from convert.specs import parse_input_specs
+from fixtures.keras_models import FIXTURES
+from tests.conftest import load_report, run_cli
+
+TARGETS = ("savedmodel", "onnx", "tflite")
+OUTPUTS = {"mobilenet": {"predictions"}, "two_io": {"score", "embedding"}, "subclassed": {"output"}, "bn_dropout": {"output"}}
+
+
+def _source_args(name: str, folder) -> list[str]:
+    if (folder / f"{name}.keras").exists():
+        return [str(folder / f"{name}.keras")]
+    specs = [arg for text in FIXTURES[name].inputs for arg in ("--input", text)]
+    return [f"fixtures.keras_models:{FIXTURES[name].builder}", "--framework", "keras",
+            "--weights", str(folder / f"{name}.weights.h5"), *specs]
+
+
+@pytest.fixture(scope="module")
+def keras_runs(keras_files, tmp_path_factory):
+    """One CLI run per fixture (every target), shared by the assertions below."""
+    runs = {}
+    for name in FIXTURES:
+        out = tmp_path_factory.mktemp(f"keras_{name}")
+        runs[name] = (run_cli(*_source_args(name, keras_files), "--to", ",".join(TARGETS), "--out", str(out)), out)
+    return runs
+
+
+def _assert_every_symbol_at_two_sizes(artifact: dict, inputs: list[str]) -> None:
+    shapes = [c["shape"] for c in artifact["checks"] if c["device"] == "cpu" and c["status"] == "passed"]
+    for symbol in {s for text in inputs for s in parse_input_specs([text])[0].symbols}:
+        sizes = {part.split("=")[1] for shape in shapes for part in shape.split(",") if part.startswith(symbol + "=")}
+        assert len(sizes) >= 2, (artifact["format"], symbol, shapes)
+
+
+@pytest.mark.parametrize("name", list(FIXTURES))
+def test_keras_fixture_exports_and_validates_every_target(keras_runs, name):
+    run, out = keras_runs[name]
+    assert run.returncode == 0, run.output
+    report = load_report(out / "report.json")
+    assert report["passed"] is True and report["source"]["framework"] == "keras"
+    assert set(report["source"]["outputs"]) == OUTPUTS[name]
+    formats = {a["format"]: a for a in report["artifacts"]}
+    assert set(formats) == set(TARGETS)
+    for artifact in formats.values():
+        assert artifact["passed"] is True, artifact["checks"]
+        assert len(artifact["sha256"]) == 64 and artifact["size_bytes"] > 0
+        cpu = [c for c in artifact["checks"] if c["device"] == "cpu"]
+        assert cpu and all(c["status"] == "passed" for c in cpu), cpu
+        for check in cpu:
+            assert check["samples"] >= 3
+            assert {o["name"] for o in check["outputs"]} == OUTPUTS[name]
+            assert all(o["status"] == "passed" and o["max_abs_error"] < 1e-4 for o in check["outputs"])
+        assert all(c["status"] == "skipped" and c["reason"] for c in artifact["checks"] if c["device"] == "cuda")
+        _assert_every_symbol_at_two_sizes(artifact, report["source"]["inputs"])
+    assert (out / f"{formats['savedmodel']['path'].split('/')[-1]}" / "saved_model.pb").is_file()
+    assert (out / formats["tflite"]["path"].split("/")[-1]).is_file()
+    assert not list(out.glob(".convert-staging-*"))
+
+
+def test_savedmodel_folder_needs_trust_and_then_converts(keras_files, tmp_path):
+    folder = keras_files / "two_io_savedmodel"
+    refused = run_cli(str(folder), "--to", "onnx", "--out", str(tmp_path / "refused"))
+    assert refused.returncode == 2 and "--trust-code" in refused.output and "Traceback" not in refused.output
+    assert not (tmp_path / "refused").exists()
+    run = run_cli(str(folder), "--trust-code", "--to", "onnx,tflite", "--out", str(tmp_path / "ok"))
+    assert run.returncode == 0, run.output
+    report = load_report(tmp_path / "ok" / "report.json")
+    assert report["source"]["kind"] == "savedmodel" and report["passed"] is True
+    for artifact in report["artifacts"]:
+        _assert_every_symbol_at_two_sizes(artifact, report["source"]["inputs"])
+
+
+def test_legacy_h5_is_refused_without_trust_code(keras_files, tmp_path):
+    run = run_cli(str(keras_files / "bn_dropout.h5"), "--to", "onnx", "--out", str(tmp_path))
+    assert run.returncode == 2 and "Traceback" not in run.output
+    assert "safe mode" in run.output and "--trust-code" in run.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_legacy_h5_with_trust_code_converts(keras_files, tmp_path):
+    run = run_cli(str(keras_files / "bn_dropout.h5"), "--trust-code", "--to", "onnx", "--out", str(tmp_path))
+    assert run.returncode == 0, run.output
+    assert load_report(tmp_path / "report.json")["source"]["kind"] == "h5"
+
+
+def _rewrite_config(source, target, edit) -> None:
+    with zipfile.ZipFile(source) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    config = json.loads(members["config.json"])
+    edit(config)
+    members["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def test_keras_archive_naming_an_arbitrary_callable_is_refused(keras_files, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.keras"
+
+    def edit(config):
+        layer = config["config"]["layers"][1]
+        layer.update({"module": "os", "class_name": "system", "registered_name": "system", "config": {"command": f"touch {marker}"}})
+
+    _rewrite_config(keras_files / "bn_dropout.keras", evil, edit)
+    run = run_cli(str(evil), "--to", "onnx", "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and "Traceback" not in run.output
+    assert "'os.system'" in run.output and "--trust-code" in run.output
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_keras_archive_with_a_lambda_is_refused(keras_files, tmp_path):
+    lam = tmp_path / "lambda.keras"
+
+    def edit(config):
+        layer = config["config"]["layers"][1]
+        layer["config"]["activation"] = {"class_name": "__lambda__", "config": {"code": "AAAA", "defaults": None, "closure": None}}
+
+    _rewrite_config(keras_files / "bn_dropout.keras", lam, edit)
+    run = run_cli(str(lam), "--to", "onnx", "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and "Lambda layer holding serialized Python bytecode" in run.output
+
+
+def test_weights_only_h5_given_as_the_model_says_so(keras_files, tmp_path):
+    run = run_cli(str(keras_files / "two_io.weights.h5"), "--to", "onnx", "--out", str(tmp_path))
+    assert run.returncode == 2 and "holds only weights" in run.output and "--weights" in run.output
+
+
+def test_weights_that_do_not_fit_the_factory_are_refused(keras_files, tmp_path):
+    run = run_cli("fixtures.keras_models:build_subclassed", "--framework", "keras", "--input", "x:float32[B,16]",
+                  "--weights", str(keras_files / "bn_dropout.weights.h5"), "--to", "onnx", "--out", str(tmp_path))
+    assert run.returncode == 2 and "do not fit the model" in run.output and "Traceback" not in run.output
+
+
+def test_subclassed_model_without_specs_asks_for_them(tmp_path):
+    run = run_cli("fixtures.keras_models:build_subclassed", "--framework", "keras", "--to", "onnx", "--out", str(tmp_path))
+    assert run.returncode == 2 and "--input" in run.output and "Traceback" not in run.output
+
+
+def test_python_api_takes_a_keras_model_object(tmp_path):
+    import convert
+    from fixtures.keras_models import build_two_io
+
+    result = convert.convert(build_two_io(), to=["onnx", "tflite"], out=tmp_path)
+    assert result.passed and result.exit_code == 0
+    assert result.report.source.framework == "keras" and result.report.source.kind == "object"
+    assert set(result.artifacts) == {"onnx", "tflite"} and result.artifacts["tflite"].path.is_file()
+
+
+def test_tflite_with_a_fixed_axis_skips_other_sizes_with_the_reason(tmp_path):
+    """A TFLite model whose signature fixes the batch axis: the exporter records it, the interpreter refuses
+    to resize it, and the checks at other sizes are skipped with the reason (not passed, not failed)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from convert.exporters.base import ExportJob
+    from convert.exporters.tflite import _with_fixed_axes
+    from convert.artifacts import Artifact
+    from convert.runtimes.base import ShapeUnsupported
+    from convert.runtimes.tensorflow import TfliteRunner
+    from convert.sources.base import SourceInfo
+    from convert.sources.keras import KerasSource
+
+    module = tf.Module()
+    module.scale = tf.Variable(np.arange(8, dtype=np.float32))
+    serve = tf.function(lambda x: {"y": x * module.scale}, input_signature=[tf.TensorSpec((2, 8), tf.float32, name="x")])
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": serve})
+    path = tmp_path / "fixed.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "sm")).convert())
+
+    spec = parse_input_specs(["x:float32[B,8]"])
+    source = KerasSource(None, SourceInfo("keras", "object"), spec, {})
+    artifact = _with_fixed_axes(Artifact(format="tflite", path=path, files=[path]), ExportJob(source, {}, tmp_path, "fixed"))
+    assert artifact.inputs[0].dims == (2, 8) and "fixed x axis 0" in artifact.fixed_shape_reason
+    assert "fixes axis 0 of 'x' at 2" in artifact.fixed_dims_mismatch({"x": (3, 8)})
+
+    with TfliteRunner(artifact, "cpu") as runner:
+        out = runner.infer({"x": np.ones((2, 8), np.float32)})
+        assert np.array_equal(out["y"], np.tile(np.arange(8, dtype=np.float32), (2, 1)))
+        with pytest.raises(ShapeUnsupported, match="cannot take inputs x"):
+            runner._infer({"x": np.ones((3, 8), np.float32)})

@@ -1,0 +1,22 @@
+"""Every registered exporter and runtime has an end-to-end fixture test."""
+
+from __future__ import annotations
+
+from convert.registry import REGISTRY
+from tests.convert import test_e2e_keras, test_e2e_torch
+
+COVERED = {("torch", t) for t in test_e2e_torch.TARGETS} | {("keras", t) for t in test_e2e_keras.TARGETS}
+
+
+def _sources(entry) -> tuple[str, ...]:
+    source = entry.meta["source"]
+    return source if isinstance(source, tuple) else (source,)
+
+
+def test_every_registered_exporter_and_runtime_is_covered_by_a_fixture_test():
+    """A registered exporter or runtime without an end-to-end fixture test fails here."""
+    registered = {(source, e.meta["format"]) for e in REGISTRY.entries("exporter") for source in _sources(e)}
+    assert registered <= COVERED, f"exporters without a fixture test: {registered - COVERED}"
+    runtime_formats = {f for e in REGISTRY.entries("runtime") for f in e.meta["formats"]}
+    tested_formats = {fmt for _, fmt in COVERED}
+    assert runtime_formats <= tested_formats, f"runtimes without a fixture test: {runtime_formats - tested_formats}"
