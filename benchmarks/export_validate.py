@@ -103,7 +103,7 @@ def main(argv: list[str]) -> None:
                       "| fixture | format | strategy | max abs error | export s | validation s |", "|---|---|---|---|---|---|"]
             for name in suite.fixtures():
                 for fmt, row in measure(suite, name, Path(scratch) / suite.title).items():
-                    lines.append(f"| {name} | {fmt} | {row['strategy']} | {row['max_abs_error']:.2e} | {row['export_s']:.2f} | {row['validate_s']:.2f} |")
+                    lines.append(f"| {name} | {fmt} | {row['strategy']} | {row['max_abs_error']:.2e} | {row['export_s']:.2f} | {row['validate_s']:.3f} |")
                     print(lines[-1], flush=True)
     results_file.parent.mkdir(parents=True, exist_ok=True)
     results_file.write_text("\n".join(lines) + "\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from convert.runtimes.base import InputMeta, Runner, ShapeUnsupported
-from convert.sources.keras import SERVING_KEY, tensorflow, to_numpy
+from convert.sources.keras import SERVING_KEY, native_stderr_silenced, tensorflow, to_numpy
 
 _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
 
@@ -20,7 +20,10 @@ def tflite_interpreter(path: Path):
     tf = tensorflow()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tf.lite.Interpreter warns that it moves to the ai-edge-litert package
-        return tf.lite.Interpreter(model_path=str(path))
+        interpreter = tf.lite.Interpreter(model_path=str(path))
+    with native_stderr_silenced():  # the first allocation prints an INFO line about the XNNPACK delegate
+        interpreter.allocate_tensors()
+    return interpreter
 
 
 def signature_details(interpreter) -> tuple[dict[str, dict], dict[str, dict]]:

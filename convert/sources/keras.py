@@ -34,7 +34,7 @@ BATCH_SYMBOL = "B"
 
 
 @contextlib.contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
+def native_stderr_silenced() -> Iterator[None]:
     """TensorFlow's C++ side writes to file descriptor 2 on import; keep that off the user's terminal."""
     try:
         saved = os.dup(2)
@@ -54,7 +54,7 @@ def tensorflow():
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with _native_stderr_silenced():
+    with native_stderr_silenced():
         return require("tensorflow", "tensorflow", "A Keras or TensorFlow model")
 
 
@@ -118,7 +118,7 @@ class KerasSource(SourceModel):
         if self.signature_fn is not None:
             return dict(self.signature_fn(**tensors))
         if len(tensors) == 1:
-            arguments: Any = next(iter(tensors.values()))
+            arguments = next(iter(tensors.values()))  # no annotation: AutoGraph cannot convert annotated nonlocals
         elif self.model_inputs and set(self.model_inputs) == set(tensors):
             arguments = [tensors[name] for name in self.model_inputs]
         else:

@@ -187,3 +187,33 @@ def test_tflite_with_a_fixed_axis_skips_other_sizes_with_the_reason(tmp_path):
         assert np.array_equal(out["y"], np.tile(np.arange(8, dtype=np.float32), (2, 1)))
         with pytest.raises(ShapeUnsupported, match="cannot take inputs x"):
             runner._infer({"x": np.ones((3, 8), np.float32)})
+
+
+def test_tensorflow_is_imported_only_when_keras_work_is_touched(torch_files):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = ("import sys, convert; result = convert.convert(sys.argv[1], to=['onnx']); assert result.passed; "
+            "print(sorted(m for m in ('tensorflow', 'keras', 'tf2onnx') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, str(torch_files / "cnn.pt2")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_savedmodel_folder_is_replaced_only_with_force(keras_files, tmp_path):
+    args = ["fixtures.keras_models:build_subclassed", "--framework", "keras", "--input", "x:float32[B,16]",
+            "--weights", str(keras_files / "subclassed.weights.h5"), "--to", "savedmodel", "--out", str(tmp_path)]
+    assert run_cli(*args).returncode == 0
+    folder = tmp_path / "build_subclassed_savedmodel"
+    stale = folder / "stale.txt"
+    stale.write_text("from an older run")
+    again = run_cli(*args)
+    assert again.returncode == 2 and "--force" in again.output and stale.exists()
+    forced = run_cli(*args, "--force")
+    assert forced.returncode == 0, forced.output
+    assert (folder / "saved_model.pb").is_file() and not stale.exists()
+    assert not list(tmp_path.glob(".convert-staging-*"))
