@@ -198,7 +198,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
 
 def validate_artifact(artifact: Artifact, cases: list[_Case], policy: TolerancePolicy) -> list[rm.Check]:
     """Every runtime that can run the artifact × every device × every shape case."""
-    from convert.runtimes.base import FeedMismatch, ShapeUnsupported
+    from convert.runtimes.base import ArtifactUnsupported, FeedMismatch, ShapeUnsupported
 
     checks: list[rm.Check] = []
     for entry in REGISTRY.entries("runtime", formats=artifact.format):
@@ -211,6 +211,9 @@ def validate_artifact(artifact: Artifact, cases: list[_Case], policy: ToleranceP
             runner = runner_class(artifact, device)
             try:
                 runner.activate()
+            except ArtifactUnsupported as exc:
+                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped", reason=str(exc)))
+                continue
             except Exception as exc:
                 checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed",
                                        reason=f"cannot load the artifact: {type(exc).__name__}: {exc}"))

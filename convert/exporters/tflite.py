@@ -14,7 +14,7 @@ from pathlib import Path
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.tf_common import write_savedmodel
-from convert.sources.keras import SERVING_KEY, tensorflow
+from convert.sources.keras import SERVING_KEY, native_stderr_silenced, tensorflow
 
 
 class TfLite(Exporter):
@@ -36,7 +36,8 @@ class TfLite(Exporter):
             if select_tf_ops:
                 ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
             converter.target_spec.supported_ops = ops
-            path.write_bytes(converter.convert())
+            with native_stderr_silenced():  # the converter prints its errors to fd 2 too; the exception keeps them
+                path.write_bytes(converter.convert())
         finally:
             shutil.rmtree(intermediate, ignore_errors=True)
         return _with_fixed_axes(Artifact(format=self.format, path=path, files=[path]), job)
@@ -46,7 +47,7 @@ def _with_fixed_axes(artifact: Artifact, job: ExportJob) -> Artifact:
     """Record the symbolic axes the converter fixed (shape_signature not -1)."""
     from convert.runtimes.tensorflow import signature_details, tflite_interpreter
 
-    details, _ = signature_details(tflite_interpreter(artifact.path))
+    details, _ = signature_details(tflite_interpreter(artifact.path, allocate=False))
     specs, fixed = [], []
     for spec in job.source.signature.inputs:
         signature = [int(n) for n in details[spec.name]["shape_signature"]]

@@ -26,6 +26,10 @@ class FeedMismatch(Exception):
     """The feed does not fit the artifact's inputs (a validation failure, not a crash)."""
 
 
+class ArtifactUnsupported(Exception):
+    """This runtime, as installed here, cannot run this artifact at all (its checks are skipped with the reason)."""
+
+
 class ShapeUnsupported(Exception):
     """The runtime cannot take inputs of this shape at all (the check is skipped with the reason)."""
 

@@ -10,19 +10,27 @@ from pathlib import Path
 
 import numpy as np
 
-from convert.runtimes.base import InputMeta, Runner, ShapeUnsupported
+from convert.runtimes.base import ArtifactUnsupported, InputMeta, Runner, ShapeUnsupported
 from convert.sources.keras import SERVING_KEY, native_stderr_silenced, tensorflow, to_numpy
 
 _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
 
 
-def tflite_interpreter(path: Path):
+def tflite_interpreter(path: Path, allocate: bool = True):
     tf = tensorflow()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tf.lite.Interpreter warns that it moves to the ai-edge-litert package
         interpreter = tf.lite.Interpreter(model_path=str(path))
-    with native_stderr_silenced():  # the first allocation prints an INFO line about the XNNPACK delegate
-        interpreter.allocate_tensors()
+    if allocate:
+        try:
+            with native_stderr_silenced():  # the first allocation prints an INFO line about the XNNPACK delegate
+                interpreter.allocate_tensors()
+        except RuntimeError as exc:
+            if "Select TensorFlow op" in str(exc):
+                raise ArtifactUnsupported(
+                    "the model uses TensorFlow ops through SELECT_TF_OPS (Flex), and the TFLite interpreter of this "
+                    "TensorFlow build has no Flex delegate: run it where one is linked in") from exc
+            raise
     return interpreter
 
 

@@ -217,3 +217,33 @@ def test_savedmodel_folder_is_replaced_only_with_force(keras_files, tmp_path):
     assert forced.returncode == 0, forced.output
     assert (folder / "saved_model.pb").is_file() and not stale.exists()
     assert not list(tmp_path.glob(".convert-staging-*"))
+
+
+def test_tflite_falls_back_to_select_tf_ops_and_says_why_it_cannot_be_checked(tmp_path):
+    """MatrixDeterminant has no TFLite builtin: the SELECT_TF_OPS strategy wins, recorded after the failed
+    builtin one. The interpreter shipped with TensorFlow 2.21 has no Flex delegate, so the artifact cannot
+    run there: its checks are skipped with that reason and the verdict is not a pass."""
+    import keras
+    import tensorflow as tf
+
+    import convert
+
+    class Determinant(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(4)
+
+        def call(self, x):
+            return tf.linalg.det(tf.reshape(self.dense(x), (-1, 2, 2)))
+
+    result = convert.convert(Determinant(), inputs=["x:float32[B,6]"], to=["tflite"], out=tmp_path)
+    artifact = result.report.artifacts[0]
+    assert [(a.strategy, a.status) for a in artifact.attempts] == [
+        ("TFLiteConverter(TFLITE_BUILTINS)", "failed"), ("TFLiteConverter(TFLITE_BUILTINS+SELECT_TF_OPS)", "ok")]
+    assert "MatrixDeterminant" in artifact.attempts[0].error
+    cpu = [c for c in artifact.checks if c.device == "cpu"]
+    if all(c.status == "passed" for c in cpu):  # an interpreter with the Flex delegate linked in
+        assert result.passed
+    else:
+        assert cpu and all(c.status == "skipped" and "Flex delegate" in c.reason for c in cpu)
+        assert not result.passed and result.exit_code == 1
