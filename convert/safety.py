@@ -27,11 +27,11 @@ def sha256_file(path: Path) -> str:
 
 
 def _expand(paths: list[Path]) -> list[tuple[str, Path]]:
-    """(name, file) for every file, folders walked; a name is relative to the folder's parent."""
+    """(name, file) for every file, folders walked; a name inside a folder is relative to that folder."""
     found = []
     for path in paths:
         if path.is_dir():
-            found += [(str(f.relative_to(path.parent)), f) for f in sorted(path.rglob("*")) if f.is_file()]
+            found += [(str(f.relative_to(path)), f) for f in sorted(path.rglob("*")) if f.is_file()]
         else:
             found.append((path.name, path))
     return sorted(found)

@@ -3,6 +3,7 @@ SavedModel written with it as its ``serving_default`` signature."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -10,10 +11,16 @@ from typing import Any
 from convert.exporters.base import ExportJob
 from convert.sources.keras import SERVING_KEY, tensorflow
 
+_TF_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*$")  # TensorFlow's op name rule
+
 
 def input_signature(job: ExportJob) -> list[Any]:
     """One TensorSpec per input, named as the input, with None on every symbolic axis."""
     tf = tensorflow()
+    for spec in job.source.signature.inputs:
+        if not _TF_NAME.match(spec.name):
+            raise ValueError(f"the input name {spec.name!r} cannot name a TensorFlow signature input "
+                             "(letters, digits and . _ / > - only, not starting with _ - / >): rename the model's input")
     return [tf.TensorSpec(tuple(None if isinstance(d, str) else d for d in spec.dims), tf.as_dtype(spec.dtype), name=spec.name)
             for spec in job.source.signature.inputs]
 

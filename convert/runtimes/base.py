@@ -30,10 +30,6 @@ class ArtifactUnsupported(Exception):
     """This runtime, as installed here, cannot run this artifact at all (its checks are skipped with the reason)."""
 
 
-class ShapeUnsupported(Exception):
-    """The runtime cannot take inputs of this shape at all (the check is skipped with the reason)."""
-
-
 class Runner(abc.ABC):
     name: str
 

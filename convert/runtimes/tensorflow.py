@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convert.runtimes.base import ArtifactUnsupported, InputMeta, Runner, ShapeUnsupported
+from convert.runtimes.base import ArtifactUnsupported, InputMeta, Runner
 from convert.sources.keras import SERVING_KEY, native_stderr_silenced, tensorflow, to_numpy
 
 _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
@@ -101,13 +101,10 @@ class TfliteRunner(Runner):
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         inputs = self.inputs
-        try:  # strict: only axes the model declares dynamic (-1) may change size
-            for name, value in feed.items():
-                self.interpreter.resize_tensor_input(inputs[name]["index"], value.shape, strict=True)
-            self.interpreter.allocate_tensors()
-        except (ValueError, RuntimeError) as exc:
-            shapes = ", ".join(f"{n}{list(v.shape)}" for n, v in feed.items())
-            raise ShapeUnsupported(f"the TFLite interpreter cannot take inputs {shapes}: {str(exc).strip().splitlines()[0]}") from exc
+        # strict: only axes the model declares dynamic (-1) may change size; a failure here is the artifact's fault
+        for name, value in feed.items():
+            self.interpreter.resize_tensor_input(inputs[name]["index"], value.shape, strict=True)
+        self.interpreter.allocate_tensors()
         for name, value in feed.items():
             self.interpreter.set_tensor(inputs[name]["index"], value)
         self.interpreter.invoke()

@@ -5,5 +5,5 @@ from convert.registry import REGISTRY
 REGISTRY.add("source", "torch", "convert.sources.torch:load_torch_source",
              extra="torch", module="torch", suffixes=(".pt", ".pth", ".pt2", ".ts", ".jit", ".bin"))
 REGISTRY.add("source", "keras", "convert.sources.keras:load_keras_source",
-             extra="tensorflow", module=("keras", "tensorflow", "tf_keras"), suffixes=(".keras", ".h5", ".hdf5"),
+             extra="tensorflow", module=("keras", "tensorflow"), suffixes=(".keras", ".h5", ".hdf5"),
              folder_marker="saved_model.pb")

@@ -2,8 +2,8 @@
 
 ``.keras`` archives are loaded with Keras's safe mode, after our own scan of their config: a config that
 names code outside Keras (a custom module, a lambda's bytecode) is refused unless ``trust_code``. A
-SavedModel folder is a TensorFlow graph that can run arbitrary ops, and Keras ignores safe mode for legacy
-``.h5`` files, so both need ``trust_code``.
+SavedModel folder is a TensorFlow graph that can run arbitrary ops, and legacy
+``.h5`` files were loaded without safe mode by older Keras versions, so both need ``trust_code``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -101,7 +102,8 @@ class KerasSource(SourceModel):
         self.info = info
         self.export_sizes = export_sizes
         self.signature = SourceSignature(inputs=inputs)
-        self.model_inputs = model_inputs  # a functional model's input names in its own order
+        self.model_inputs = model_inputs  # a functional model's input names in its own (flattened) order
+        self.input_structure = getattr(model, "_inputs_struct", None) if model_inputs else None  # list, dict or one tensor
         self.output_hint = output_hint
         self.signature_fn = signature_fn  # a SavedModel's serving signature (then ``model`` is the loaded object)
 
@@ -117,11 +119,13 @@ class KerasSource(SourceModel):
         """Outputs by name for named input tensors; traceable inside a tf.function."""
         if self.signature_fn is not None:
             return dict(self.signature_fn(**tensors))
-        if len(tensors) == 1:
-            arguments = next(iter(tensors.values()))  # no annotation: AutoGraph cannot convert annotated nonlocals
-        elif self.model_inputs and set(self.model_inputs) == set(tensors):
-            arguments = [tensors[name] for name in self.model_inputs]
-        else:
+        if self.input_structure is not None and set(self.model_inputs) == set(tensors):
+            # the functional model's own input structure (a list, or a dict whose keys need not be the input names)
+            flat = [tensors[name] for name in self.model_inputs]
+            arguments = keras().tree.pack_sequence_as(self.input_structure, flat)  # no annotation: AutoGraph cannot convert annotated nonlocals
+        elif len(tensors) == 1:
+            arguments = next(iter(tensors.values()))
+        else:  # a subclassed model with several inputs gets them as a dict by input name
             arguments = dict(tensors)
         return flatten_outputs(self.model(arguments, training=False), self.output_hint)
 
@@ -165,7 +169,7 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
     elif arrays is not None:
         specs = specs_from_arrays(arrays)
     else:
-        raise ConvertError(f"the input shapes and dtypes of {what} are not known (a subclassed model declares none)", SPEC_HINT)
+        raise ConvertError(f"the input shapes and dtypes of {what} are not known (a subclassed model, or a Sequential one without an Input, declares none)", SPEC_HINT)
     if own_specs and len(specs) != len(own_specs):
         missing = [s.name for s in own_specs if s.name not in {t.name for t in specs}]
         raise ConvertError(f"no spec is given for the input '{missing[0]}' of {what}", "Give an --input spec for every input.")
@@ -248,14 +252,17 @@ def _load_keras_archive(path: Path, trust_code: bool):
 def _load_h5(path: Path, trust_code: bool):
     import h5py
 
-    with h5py.File(path, "r") as handle:
-        has_config = "model_config" in handle.attrs
+    try:
+        with h5py.File(path, "r") as handle:
+            has_config = "model_config" in handle.attrs
+    except OSError as exc:
+        raise ConvertError(f"cannot read {path} as an HDF5 file ({_first(exc)})", "The file may be truncated or corrupt: save it again.") from exc
     if not has_config:
         raise ConvertError(f"{path} holds only weights, not a model",
                            f"Give the model's code as a factory with the weights: convert package.module:build_model --framework keras --weights {path}")
     if not trust_code:
-        raise ConvertError(f"{path} is a legacy HDF5 Keras model: Keras ignores safe mode for this format, and a Lambda "
-                           "layer in it holds Python bytecode that loading runs", TRUST_HINT)
+        raise ConvertError(f"{path} is a legacy HDF5 Keras model: the format can hold Lambda layers with marshalled Python "
+                           "bytecode, and only recent Keras versions apply safe mode to it (older ones run that code on load)", TRUST_HINT)
     try:
         return keras().saving.load_model(str(path), compile=False, safe_mode=False)
     except Exception as exc:
@@ -271,7 +278,13 @@ def _load_weights(source: KerasSource, path: Path) -> None:
     model = source.model
     if not model.built:  # a subclassed model has no variables until it is called once
         sizes = {s: source.export_sizes.get(s, 2) for s in source.signature.symbols}
-        source.run(generate_feed(source.signature.inputs, sizes, 0, 0))
+        try:
+            source.run(generate_feed(source.signature.inputs, sizes, 0, 0))
+        except Exception as exc:
+            raise ConvertError(
+                f"the model fails on inputs generated from its specs ({', '.join(map(str, source.signature.inputs))}), "
+                f"so its weights cannot be set up: {type(exc).__name__}: {_first(exc)}",
+                "Check the --input specs; a subclassed model with several inputs receives them as a dict by input name.") from exc
     try:
         model.load_weights(str(path))
     except Exception as exc:
@@ -291,10 +304,12 @@ def _keras_input_names(model) -> list[str] | None:
     return names
 
 
-def _symbolic_dims(shapes: list[tuple]) -> list[tuple]:
-    """None dims become symbols: the batch axis ``B`` for every input, other axes ``d1``, ``d2``... by position."""
-    return [tuple((BATCH_SYMBOL if axis == 0 else f"d{axis}") if size is None else int(size) for axis, size in enumerate(shape))
-            for shape in shapes]
+def _symbolic_dims(names: list[str], shapes: list[tuple]) -> list[tuple]:
+    """None dims become symbols: ``B`` for the batch axis of every input, ``NAME_dK`` for axis K of input NAME
+    (inputs are free to differ there; --input can make them share a symbol)."""
+    return [tuple((BATCH_SYMBOL if axis == 0 else f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_d{axis}") if size is None else int(size)
+                  for axis, size in enumerate(shape))
+            for name, shape in zip(names, shapes)]
 
 
 def _specs_from_model(model) -> tuple[InputSpec, ...]:
@@ -302,7 +317,7 @@ def _specs_from_model(model) -> tuple[InputSpec, ...]:
     if not names:
         return ()
     tensors = model.inputs
-    dims = _symbolic_dims([tuple(t.shape) for t in tensors])
+    dims = _symbolic_dims(names, [tuple(t.shape) for t in tensors])
     return tuple(InputSpec(name, _dtype_name(t.dtype), d) for name, t, d in zip(names, tensors, dims))
 
 
@@ -313,7 +328,7 @@ def _specs_from_signature(signature_fn) -> tuple[InputSpec, ...]:
     if unranked:
         raise ConvertError(f"the input '{unranked[0]}' of the SavedModel's {SERVING_KEY} signature has no known rank",
                            "Export the SavedModel with a fully ranked input signature.")
-    dims = _symbolic_dims([tuple(kwargs[n].shape.as_list()) for n in names])
+    dims = _symbolic_dims(names, [tuple(kwargs[n].shape.as_list()) for n in names])
     return tuple(InputSpec(n, _dtype_name(kwargs[n].dtype), d) for n, d in zip(names, dims))
 
 

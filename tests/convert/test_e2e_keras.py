@@ -156,15 +156,14 @@ def test_python_api_takes_a_keras_model_object(tmp_path):
 
 
 def test_tflite_with_a_fixed_axis_skips_other_sizes_with_the_reason(tmp_path):
-    """A TFLite model whose signature fixes the batch axis: the exporter records it, the interpreter refuses
-    to resize it, and the checks at other sizes are skipped with the reason (not passed, not failed)."""
+    """A TFLite model whose signature fixes the batch axis: the exporter records it, so checks at other sizes
+    are skipped with the reason; the interpreter itself refuses to resize that axis."""
     import numpy as np
     import tensorflow as tf
 
     from convert.exporters.base import ExportJob
     from convert.exporters.tflite import _with_fixed_axes
     from convert.artifacts import Artifact
-    from convert.runtimes.base import ShapeUnsupported
     from convert.runtimes.tensorflow import TfliteRunner
     from convert.sources.base import SourceInfo
     from convert.sources.keras import KerasSource
@@ -185,7 +184,7 @@ def test_tflite_with_a_fixed_axis_skips_other_sizes_with_the_reason(tmp_path):
     with TfliteRunner(artifact, "cpu") as runner:
         out = runner.infer({"x": np.ones((2, 8), np.float32)})
         assert np.array_equal(out["y"], np.tile(np.arange(8, dtype=np.float32), (2, 1)))
-        with pytest.raises(ShapeUnsupported, match="cannot take inputs x"):
+        with pytest.raises(RuntimeError, match="only allows mutating unknown dimensions"):
             runner._infer({"x": np.ones((3, 8), np.float32)})
 
 
@@ -247,3 +246,45 @@ def test_tflite_falls_back_to_select_tf_ops_and_says_why_it_cannot_be_checked(tm
     else:
         assert cpu and all(c.status == "skipped" and "Flex delegate" in c.reason for c in cpu)
         assert not result.passed and result.exit_code == 1
+
+
+def test_functional_model_with_a_dict_of_inputs_keyed_unlike_its_input_names(tmp_path):
+    import keras
+    import numpy as np
+
+    import convert
+
+    zeta, alpha = keras.Input((3,), name="zeta_in"), keras.Input((None, 2), name="alpha_in")
+    pooled = keras.layers.GlobalAveragePooling1D()(alpha)
+    model = keras.Model({"zeta": zeta, "alpha": alpha}, keras.layers.Dense(2)(keras.layers.Concatenate()([zeta, pooled])))
+    example = {"zeta_in": np.ones((2, 3), np.float32), "alpha_in": np.ones((2, 4, 2), np.float32)}
+    result = convert.convert(model, example_inputs=example, to=["savedmodel", "onnx"], out=tmp_path)
+    assert result.passed, [c.reason for a in result.report.artifacts for c in a.checks]
+    assert set(result.report.source.inputs) == {"zeta_in:float32[B,3]", "alpha_in:float32[B,alpha_in_d1,2]"}
+
+
+def test_keras_onnx_fallback_keeps_the_source_names(keras_files, tmp_path):
+    """Keras's own ONNX export names its output after a graph tensor (Identity:0); the fallback renames it."""
+    import numpy as np
+
+    import convert
+    from convert.exporters.base import ExportJob
+    from convert.exporters.keras_onnx import KerasToOnnx
+    from convert.runtimes.onnxruntime import OnnxRuntimeRunner
+    from validators import generate_feed
+
+    source = convert.load(str(keras_files / "bn_dropout.keras"))
+    feed = generate_feed(source.signature.inputs, {"B": 3}, 0, 0)
+    source.with_outputs(tuple(source.run(feed)))
+    strategies = dict(KerasToOnnx().strategies(ExportJob(source, feed, tmp_path, "fallback")))
+    artifact = strategies["keras.Model.export(format='onnx')"](tmp_path / "fallback.onnx")
+    assert artifact.output_names == ("output",)
+    with OnnxRuntimeRunner(artifact, "cpu") as runner:
+        assert np.allclose(runner.infer(feed)["output"], source.run(feed)["output"], atol=1e-5)
+
+
+def test_truncated_h5_is_a_clear_error(keras_files, tmp_path):
+    truncated = tmp_path / "truncated.h5"
+    truncated.write_bytes((keras_files / "bn_dropout.h5").read_bytes()[:3000])
+    run = run_cli(str(truncated), "--trust-code", "--to", "onnx", "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and "truncated or corrupt" in run.output and "Traceback" not in run.output
