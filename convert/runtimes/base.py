@@ -41,7 +41,12 @@ class Runner(abc.ABC):
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:
         """Why this runner cannot run on ``device`` here, or None when it can."""
-        return absent_reason(device)
+        return absent_reason(device) or cls.build_unavailable_reason(device)
+
+    @classmethod
+    def build_unavailable_reason(cls, device: str) -> str | None:
+        """Why the installed runtime cannot use a device that is present (e.g. a CPU-only build)."""
+        return None
 
     def __enter__(self) -> "Runner":
         self.activate()

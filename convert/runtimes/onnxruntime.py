@@ -18,10 +18,7 @@ class OnnxRuntimeRunner(Runner):
     name = "onnxruntime"
 
     @classmethod
-    def unavailable_reason(cls, device: str) -> str | None:
-        reason = super().unavailable_reason(device)
-        if reason:
-            return reason
+    def build_unavailable_reason(cls, device: str) -> str | None:
         import onnxruntime
 
         if PROVIDERS[device] not in onnxruntime.get_available_providers():

@@ -50,10 +50,7 @@ class SavedModelRunner(Runner):
     name = "tensorflow"
 
     @classmethod
-    def unavailable_reason(cls, device: str) -> str | None:
-        reason = super().unavailable_reason(device)
-        if reason:
-            return reason
+    def build_unavailable_reason(cls, device: str) -> str | None:
         tf = tensorflow()
         if device == "cuda" and not tf.config.list_physical_devices("GPU"):
             return f"this tensorflow build ({tf.__version__}) sees no GPU"

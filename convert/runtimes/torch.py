@@ -13,10 +13,7 @@ from convert.sources.torch import flatten_outputs, to_numpy
 
 class _TorchRunner(Runner):
     @classmethod
-    def unavailable_reason(cls, device: str) -> str | None:
-        reason = super().unavailable_reason(device)
-        if reason:
-            return reason
+    def build_unavailable_reason(cls, device: str) -> str | None:
         import torch
 
         if device == "cuda" and not torch.cuda.is_available():
