@@ -23,6 +23,7 @@ def convert(
     out: str | Path | None = None,
     framework: str | None = None,
     weights: str | Path | None = None,
+    params: Any = None,
     dims: Sequence[str] = (),
     opset: int | None = None,
     tolerance: Sequence[str] = (),
@@ -34,7 +35,8 @@ def convert(
     """Export ``model`` to every format in ``to`` and validate each artifact against it.
 
     ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, or a
-    ``"package.module:callable"`` factory. ``example_inputs`` is a tuple of tensors/arrays in call order,
+    ``"package.module:callable"`` factory; a JAX model is a function ``f(params, *inputs)`` with ``params``
+    (a pytree, or a .msgpack / .npz / .safetensors path), a flax NNX or linen module, or an Equinox module. ``example_inputs`` is a tuple of tensors/arrays in call order,
     a dict of arrays by input name, or an ``.npz`` path; ``inputs`` are spec strings such as
     ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. Without ``out`` the artifacts go to a
     new temporary folder. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
@@ -45,15 +47,20 @@ def convert(
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
     request = ConvertRequest(
         model=model, to=tuple(to), out=out, framework=framework, weights=Path(weights) if weights else None,
-        inputs=tuple(inputs), example_inputs=example_inputs, dims=tuple(dims), opset=opset,
+        params=_params(params), inputs=tuple(inputs), example_inputs=example_inputs, dims=tuple(dims), opset=opset,
         tolerances=tuple(tolerance), samples=samples, seed=seed, trust_code=trust_code, force=force,
     )
     return run(request)
 
 
 def load(model: Any, *, inputs: Sequence[str] = (), example_inputs: Any = None, framework: str | None = None,
-         weights: str | Path | None = None, trust_code: bool = False) -> SourceModel:
+         weights: str | Path | None = None, params: Any = None, trust_code: bool = False) -> SourceModel:
     """Load a model the way the pipeline does and return its SourceModel (reference inference and specs)."""
     return resolve_source(SourceRequest(model=model, framework=framework, weights=Path(weights) if weights else None,
-                                        inputs=parse_input_specs(tuple(inputs)), example_inputs=example_inputs,
+                                        params=_params(params), inputs=parse_input_specs(tuple(inputs)), example_inputs=example_inputs,
                                         trust_code=trust_code))
+
+
+def _params(params: Any) -> Any:
+    """A params path as a Path; a pytree as it is."""
+    return Path(params) if isinstance(params, str) else params

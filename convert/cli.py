@@ -40,8 +40,8 @@ class _DefaultGroup(click.Group):
 @click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="convert")
 def main() -> None:
-    """Export a PyTorch or Keras model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, and validate every artifact
-    numerically against the source model, on every device present.
+    """Export a PyTorch, Keras or JAX model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, and validate every
+    artifact numerically against the source model, on every device present.
 
     \b
       convert model.pt2 --to onnx,torchscript,torch_export --out out/
@@ -49,6 +49,8 @@ def main() -> None:
       convert model.pt --trust-code --input "input_ids:int64[B,S]{0..30521}" --input "attention_mask:int64[B,S]{0..1}" --to onnx
       convert model.keras --to savedmodel,onnx,tflite
       convert saved_model_dir/ --trust-code --to onnx,tflite
+      convert mypkg.model:apply_fn --framework jax --params params.msgpack --input "x:float32[B,28,28,1]" --to onnx,savedmodel,tflite
+      convert mypkg.model:make_nnx_model --framework jax --input "tokens:int32[B,S]{0..999}" --to onnx
       convert doctor
 
     Run 'convert export --help' for every option of the default command.
@@ -70,6 +72,9 @@ def _formats_help() -> str:
               help="The source framework, when it cannot be told from the model.")
 @click.option("--weights", type=click.Path(path_type=Path), default=None,
               help="Weights for a module:callable factory: .safetensors or a torch.save'd state dict (torch), .weights.h5 (keras).")
+@click.option("--params", type=click.Path(path_type=Path), default=None,
+              help="Params of a JAX function f(params, *inputs), or variables of a flax linen module: .msgpack "
+                   "(flax.serialization.to_bytes), .npz or .safetensors (keys joined by '/'). Never unpickled.")
 @click.option("--input", "inputs", multiple=True, metavar="SPEC",
               help='An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]". Repeat per input; symbols are dynamic axes.')
 @click.option("--example-inputs", type=click.Path(path_type=Path), default=None,
@@ -88,17 +93,17 @@ def _formats_help() -> str:
 @click.option("--report-json", type=click.Path(path_type=Path), default=None,
               help="Where to write the JSON report (default: OUT/report.json).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
-def export_command(model, to, out, framework, weights, inputs, example_inputs, dims, opset, tolerances, samples,
+def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, opset, tolerances, samples,
                    seed, trust_code, force, report_json, quiet):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
-    MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder, or
-    package.module:callable returning the model.
+    MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder,
+    package.module:callable returning the model, or (with --framework jax) a JAX function f(params, *inputs).
     """
     from convert.pipeline import ConvertRequest, run
 
     request = ConvertRequest(
-        model=model, to=tuple(to.split(",")), out=out, framework=framework, weights=weights, inputs=inputs,
+        model=model, to=tuple(to.split(",")), out=out, framework=framework, weights=weights, params=params, inputs=inputs,
         example_inputs=example_inputs, dims=dims, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
         trust_code=trust_code, force=force, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
     )

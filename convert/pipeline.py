@@ -47,6 +47,7 @@ class ConvertRequest:
     out: Path | None = None
     framework: str | None = None
     weights: Path | None = None
+    params: Any = None  # a JAX model's params: a file path, or a pytree from Python
     inputs: tuple[str, ...] = ()
     example_inputs: Any = None  # an .npz path, a dict of arrays, or a tuple of tensors
     dims: tuple[str, ...] = ()
@@ -145,7 +146,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         with stages.run("load"):
             source = resolve_source(SourceRequest(
                 model=request.model, framework=request.framework,
-                weights=Path(request.weights) if request.weights else None,
+                weights=Path(request.weights) if request.weights else None, params=request.params,
                 inputs=specs, example_inputs=example, trust_code=request.trust_code))
         report.source = _source_record(source)
         exporters = {t: _exporter_for(t, source.info.framework) for t in targets}
@@ -363,6 +364,7 @@ def _options(request: ConvertRequest, targets: list[str]) -> dict:
     return {"to": targets, "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
             "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,
             "inputs": list(request.inputs), "weights": str(request.weights) if request.weights else None,
+            "params": str(request.params) if isinstance(request.params, (str, os.PathLike)) else None,
             "framework": request.framework}
 
 
@@ -371,7 +373,8 @@ def _reproduce(request: ConvertRequest, target: str, out_dir: Path) -> str:
         return (f"convert.convert(<{type(request.model).__name__} object>, to=[{target!r}]"
                 + "".join(f", {k}={v!r}" for k, v in (("inputs", list(request.inputs)), ("opset", request.opset)) if v) + ")")
     parts = ["python", "-m", "convert", os.fspath(request.model), "--to", target, "--out", str(out_dir)]
-    for flag, value in (("--framework", request.framework), ("--weights", request.weights), ("--opset", request.opset)):
+    params = request.params if isinstance(request.params, (str, os.PathLike)) else None
+    for flag, value in (("--framework", request.framework), ("--weights", request.weights), ("--params", params), ("--opset", request.opset)):
         if value is not None:
             parts += [flag, str(value)]
     if isinstance(request.example_inputs, (str, os.PathLike)):

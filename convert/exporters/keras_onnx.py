@@ -10,7 +10,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.onnx import onnx_artifact
+from convert.exporters.onnx import onnx_artifact, rename_by_position
 from convert.exporters.tf_common import input_signature, serving_function
 from convert.sources.keras import tensorflow
 
@@ -62,21 +62,8 @@ class KerasToOnnx(Exporter):
         # Keras derives the input signature from the model's own inputs (dynamic where they are None).
         job.source.native.export(str(path), format="onnx", verbose=False)
         model = onnx.load(str(path))
-        _rename_by_position(model, [i.name for i in model.graph.input], [s.name for s in job.source.signature.inputs])
-        _rename_by_position(model, [o.name for o in model.graph.output], list(job.source.signature.outputs))
+        # Keras names outputs after graph tensors (``Identity:0``); the source's names come in the same (flattened) order
+        rename_by_position(model, [i.name for i in model.graph.input], [s.name for s in job.source.signature.inputs])
+        rename_by_position(model, [o.name for o in model.graph.output], list(job.source.signature.outputs))
         onnx.save(model, str(path))
         return onnx_artifact(path)
-
-
-def _rename_by_position(model, names: list[str], wanted: list[str]) -> None:
-    """Keras's ONNX export names outputs after graph tensors (``Identity:0``); give them the source's names,
-    which come in the same (flattened) order."""
-    if len(names) != len(wanted) or names == wanted:
-        return
-    mapping = dict(zip(names, wanted))
-    graph = model.graph
-    for node in graph.node:
-        node.input[:] = [mapping.get(n, n) for n in node.input]
-        node.output[:] = [mapping.get(n, n) for n in node.output]
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        value.name = mapping.get(value.name, value.name)

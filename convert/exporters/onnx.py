@@ -32,6 +32,22 @@ def onnx_artifact(path: Path) -> Artifact:
     )
 
 
+def rename_values(model, mapping: dict[str, str]) -> None:
+    """Rename graph values (inputs, outputs, intermediates) everywhere they appear."""
+    graph = model.graph
+    for node in graph.node:
+        node.input[:] = [mapping.get(n, n) for n in node.input]
+        node.output[:] = [mapping.get(n, n) for n in node.output]
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        value.name = mapping.get(value.name, value.name)
+
+
+def rename_by_position(model, names: list[str], wanted: list[str]) -> None:
+    """Give graph values the source's names, which come in the same order."""
+    if len(names) == len(wanted) and names != wanted:
+        rename_values(model, dict(zip(names, wanted)))
+
+
 class TorchToOnnx(Exporter):
     format = "onnx"
     name = "torch-onnx"

@@ -15,7 +15,8 @@ class TfSavedModel(Exporter):
     suffix = "_savedmodel"
 
     def strategies(self, job: ExportJob):
-        strategy = "keras.export.ExportArchive" if job.source.is_keras else "tf.saved_model.save"
+        bridge = getattr(job.source, "tf_bridge", "")
+        strategy = "keras.export.ExportArchive" if job.source.is_keras else f"{bridge} + tf.saved_model.save" if bridge else "tf.saved_model.save"
         return [(strategy, lambda path: self._write(job, path))]
 
     def _write(self, job: ExportJob, path: Path) -> Artifact:

@@ -1,5 +1,10 @@
 """What the TensorFlow-based exporters share: a serving function with named inputs and outputs, and a
-SavedModel written with it as its ``serving_default`` signature."""
+SavedModel written with it as its ``serving_default`` signature.
+
+A source they take gives ``call(named tensors) -> named tensors`` (traceable in a tf.function), ``trackable``
+(the object whose variables the SavedModel holds) and ``is_keras``: Keras and TF SavedModel sources, and JAX
+sources through jax2tf.
+"""
 
 from __future__ import annotations
 
@@ -46,9 +51,9 @@ def write_savedmodel(job: ExportJob, path: Path) -> None:
         # Keras's ExportArchive tracks the model's variables so that TFLite can freeze them; a plain
         # tf.saved_model.save of a tf.Module holding a Keras 3 model gives a TFLite model reading uninitialised variables.
         archive = keras().export.ExportArchive()
-        archive.track(job.source.native)
+        archive.track(job.source.trackable)
         archive.add_endpoint(name=SERVING_KEY, fn=serving_function(job), input_signature=input_signature(job))
         archive.write_out(str(path), verbose=False)
     else:
         function = tf.function(serving_function(job), input_signature=input_signature(job))
-        tf.saved_model.save(job.source.native, str(path), signatures={SERVING_KEY: function})
+        tf.saved_model.save(job.source.trackable, str(path), signatures={SERVING_KEY: function})

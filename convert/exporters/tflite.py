@@ -27,20 +27,25 @@ class TfLite(Exporter):
                 ("TFLiteConverter(TFLITE_BUILTINS+SELECT_TF_OPS)", lambda path: self._convert(job, path, select_tf_ops=True))]
 
     def _convert(self, job: ExportJob, path: Path, select_tf_ops: bool) -> Artifact:
-        tf = tensorflow()
-        intermediate = path.with_name(f".{path.name}.savedmodel")
-        try:
-            write_savedmodel(job, intermediate)
-            converter = tf.lite.TFLiteConverter.from_saved_model(str(intermediate), signature_keys=[SERVING_KEY])
-            ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-            if select_tf_ops:
-                ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
-            converter.target_spec.supported_ops = ops
-            with native_stderr_silenced():  # the converter prints its errors to fd 2 too; the exception keeps them
-                path.write_bytes(converter.convert())
-        finally:
-            shutil.rmtree(intermediate, ignore_errors=True)
+        write_tflite(job, path, select_tf_ops)
         return _with_fixed_axes(Artifact(format=self.format, path=path, files=[path]), job)
+
+
+def write_tflite(job: ExportJob, path: Path, select_tf_ops: bool = False) -> None:
+    """Convert the source's serving function (through an intermediate SavedModel) to a .tflite file."""
+    tf = tensorflow()
+    intermediate = path.with_name(f".{path.name}.savedmodel")
+    try:
+        write_savedmodel(job, intermediate)
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(intermediate), signature_keys=[SERVING_KEY])
+        ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if select_tf_ops:
+            ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
+        converter.target_spec.supported_ops = ops
+        with native_stderr_silenced():  # the converter prints its errors to fd 2 too; the exception keeps them
+            path.write_bytes(converter.convert())
+    finally:
+        shutil.rmtree(intermediate, ignore_errors=True)
 
 
 def _with_fixed_axes(artifact: Artifact, job: ExportJob) -> Artifact:

@@ -7,3 +7,5 @@ REGISTRY.add("source", "torch", "convert.sources.torch:load_torch_source",
 REGISTRY.add("source", "keras", "convert.sources.keras:load_keras_source",
              extra="tensorflow", module=("keras", "tensorflow"), suffixes=(".keras", ".h5", ".hdf5"),
              folder_marker="saved_model.pb")
+REGISTRY.add("source", "jax", "convert.sources.jax:load_jax_source",
+             extra="jax", module=("jax", "jaxlib", "flax", "equinox"), takes_callables=True)

@@ -112,6 +112,11 @@ class KerasSource(SourceModel):
         return self.model
 
     @property
+    def trackable(self) -> Any:
+        """What a SavedModel written from this source must hold (the model, or the loaded SavedModel)."""
+        return self.model
+
+    @property
     def is_keras(self) -> bool:
         return self.signature_fn is None
 

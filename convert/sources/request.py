@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ class SourceRequest:
     model: Any  # a path, "package.module:callable", or a framework object
     framework: str | None = None
     weights: Path | None = None
+    params: Any = None  # a JAX model's params: a file path, or a pytree from Python
     inputs: tuple[InputSpec, ...] = ()
     example_inputs: dict[str, np.ndarray] | tuple | None = None
     trust_code: bool = False
@@ -34,15 +36,15 @@ def is_factory_reference(text: str) -> bool:
     return bool(sep) and bool(attribute) and all(p.isidentifier() for p in module.split(".") + attribute.split("."))
 
 
-def call_factory(reference: str) -> Any:
-    """Import ``package.module:callable`` (from the current folder too) and call it with no arguments."""
+def import_reference(reference: str) -> Any:
+    """Import ``package.module:attribute`` (from the current folder too) without calling it."""
     module_name, _, attribute = reference.partition(":")
     if str(Path.cwd()) not in sys.path and "" not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConvertError(f"cannot import the module '{module_name}' of the factory {reference}: {exc}", FACTORY_HINT) from exc
+        raise ConvertError(f"cannot import the module '{module_name}' of {reference}: {exc}", FACTORY_HINT) from exc
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -50,6 +52,27 @@ def call_factory(reference: str) -> Any:
         target = getattr(target, part)
     if not callable(target):
         raise ConvertError(f"{reference} is not callable", "Point at a function or class that builds the model with no arguments.")
+    return target
+
+
+def required_positional(function: Any) -> list[str] | None:
+    """The names of the positional parameters a call must give (None when they cannot be read)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return [p.name for p in parameters
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+
+
+def call_factory(reference: str, target: Any) -> Any:
+    """Call the factory ``target`` (imported from ``reference``) with no arguments."""
+    required = [] if inspect.isclass(target) else required_positional(target)
+    if required:
+        raise ConvertError(
+            f"{reference} takes arguments ({', '.join(required)}), so it is not a factory that builds the model",
+            "If it is a JAX function f(params, *inputs), pass --framework jax and --params with its params file; "
+            "otherwise point at a function that builds the model with no arguments.")
     try:
         return target()
     except Exception as exc:

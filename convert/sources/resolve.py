@@ -9,9 +9,10 @@ from convert.errors import ConvertError
 from convert.registry import REGISTRY
 from convert.safety import detect_format
 from convert.sources.base import SourceModel
-from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, is_factory_reference
+from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, import_reference, is_factory_reference
 
 _TORCH_FORMATS = ("pt2", "torchscript", "torch-save", "torch-legacy-pickle")
+PARAMS_FRAMEWORK = "jax"  # --params belongs to JAX models only
 
 
 def frameworks() -> list[str]:
@@ -19,21 +20,35 @@ def frameworks() -> list[str]:
 
 
 def resolve_source(request: SourceRequest) -> SourceModel:
+    """Load the model with its framework's source adapter.
+
+    A factory reference is imported here and called with no arguments, unless the framework's source takes
+    the callable itself (JAX: a function f(params, *inputs) is the model, not a factory).
+    """
     model = request.model
+    framework = request.framework or (PARAMS_FRAMEWORK if request.params is not None else None)
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
         if Path(text).exists():
             request.model, request.kind = Path(text), "path"
         elif is_factory_reference(text):
-            request.model, request.kind, request.factory = call_factory(text), "factory", text
+            target = import_reference(text)
+            takes_callables = framework is not None and _entry(framework).meta.get("takes_callables", False)
+            request.model, request.kind, request.factory = target if takes_callables else call_factory(text, target), "factory", text
         else:
             raise ConvertError(f"the model {text} does not exist", FACTORY_HINT)
-    framework = request.framework or detect_framework(request.model)
+    framework = framework or detect_framework(request.model)
+    if request.params is not None and framework != PARAMS_FRAMEWORK:
+        raise ConvertError(f"--params goes with JAX models, and this model is a {framework} one",
+                           "Give a PyTorch or Keras model's weights with --weights instead.")
+    return _entry(framework).load()(request)
+
+
+def _entry(framework: str):
     try:
-        entry = REGISTRY.get("source", framework)
+        return REGISTRY.get("source", framework)
     except KeyError:
         raise ConvertError(f"unknown framework '{framework}'", f"Choose one of: {', '.join(frameworks())}.") from None
-    return entry.load()(request)
 
 
 def detect_framework(model) -> str:

@@ -1,0 +1,81 @@
+"""ONNX from JAX: jax2onnx first (symbolic dims kept); where it lacks a primitive, jax2tf → TFLite → tf2onnx.
+
+jax2tf → tf2onnx directly is not a strategy: current JAX serializes to StableHLO inside an ``XlaCallModule``
+op, which tf2onnx cannot convert. The TFLite converter lowers that op, and tf2onnx reads TFLite. tf2onnx's
+TFLite reader mishandles some reshapes on dynamic axes (batch matmuls), so that route is smoke-run at the
+export shape and, when it fails there, tried once more with every axis fixed at the export shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.exporters.base import Exporter, ExportJob
+from convert.exporters.onnx import onnx_artifact, rename_values
+
+TF2ONNX_OPSET = 17
+
+
+class JaxToOnnx(Exporter):
+    format = "onnx"
+    name = "jax-onnx"
+    suffix = ".onnx"
+
+    def strategies(self, job: ExportJob):
+        strategies = [("jax2onnx.to_onnx", lambda path: self._jax2onnx(job, path)),
+                      ("jax2tf → TFLite → tf2onnx", lambda path: self._via_tflite(job, path, fixed=False))]
+        if job.source.signature.symbols:
+            strategies.append(("jax2tf → TFLite → tf2onnx (fixed at the export shape)", lambda path: self._via_tflite(job, path, fixed=True)))
+        return strategies
+
+    def _jax2onnx(self, job: ExportJob, path: Path) -> Artifact:
+        import jax
+        import jax2onnx
+        import onnx
+
+        source = job.source
+        inputs = [jax.ShapeDtypeStruct(tuple(s.dims), s.dtype) for s in source.signature.inputs]
+        model = jax2onnx.to_onnx(source.bound(), inputs, model_name=job.stem, **({"opset": job.opset} if job.opset else {}),
+                                 input_names=[s.name for s in source.signature.inputs], output_names=list(source.signature.outputs))
+        onnx.save(model, str(path))
+        return onnx_artifact(path)
+
+    def _via_tflite(self, job: ExportJob, path: Path, fixed: bool) -> Artifact:
+        import onnx
+        import tf2onnx
+
+        from convert.exporters.tflite import write_tflite
+        from convert.runtimes.tensorflow import signature_details, tflite_interpreter
+
+        shapes = {name: tuple(value.shape) for name, value in job.feed.items()}
+        tflite_job = replace(job, source=job.source.at_shapes(shapes)) if fixed else job
+        intermediate = path.with_name(f".{path.name}.tflite")
+        try:
+            write_tflite(tflite_job, intermediate)
+            inputs, outputs = signature_details(tflite_interpreter(intermediate, allocate=False))
+            tf2onnx.convert.from_tflite(str(intermediate), opset=job.opset or TF2ONNX_OPSET, output_path=str(path))
+        finally:
+            intermediate.unlink(missing_ok=True)
+        model = onnx.load(str(path))
+        rename_values(model, {d["name"]: name for name, d in {**inputs, **outputs}.items()})
+        onnx.save(model, str(path))
+        _smoke_run(path, job)
+        artifact = onnx_artifact(path)
+        if fixed:
+            artifact.inputs = tflite_job.source.signature.inputs
+            artifact.fixed_shape_reason = "exported at the export shape: the dynamic jax2tf → TFLite → tf2onnx model failed there"
+        return artifact
+
+
+def _smoke_run(path: Path, job: ExportJob) -> None:
+    """Run the model once at the export shape: an artifact that cannot run there is a failed attempt."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # the failure comes back as the exception; keep ONNX Runtime's log off the terminal
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    run_options = onnxruntime.RunOptions()
+    run_options.log_severity_level = 4
+    session.run(None, {i.name: job.feed[i.name] for i in session.get_inputs()}, run_options)
