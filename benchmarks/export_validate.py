@@ -62,10 +62,27 @@ def _keras_source(name: str, folder: Path) -> dict:
             "weights": paths["weights"], "inputs": FIXTURES[name].inputs}
 
 
+def _jax_fixtures() -> list[str]:
+    from fixtures.jax_models import FIXTURES
+
+    return list(FIXTURES)
+
+
+def _jax_source(name: str, folder: Path) -> dict:
+    from fixtures.build_jax import write_fixture
+    from fixtures.jax_models import FIXTURES
+
+    paths = write_fixture(name, folder)
+    return {"model": f"fixtures.jax_models:{FIXTURES[name].model}", "framework": "jax",
+            "params": paths.get("params"), "inputs": FIXTURES[name].inputs}
+
+
 SUITES = (
     Suite("PyTorch", ("onnx", "torchscript", "torch_export"), "`convert FIXTURE.pt2`", _torch_fixtures, _torch_source),
     Suite("Keras", ("savedmodel", "onnx", "tflite"), "`convert FIXTURE.keras` (the subclassed model: its factory with `--weights`)",
           _keras_fixtures, _keras_source),
+    Suite("JAX", ("onnx", "savedmodel", "tflite"), "`convert fixtures.jax_models:FACTORY_OR_FUNCTION --framework jax [--params FILE]`",
+          _jax_fixtures, _jax_source),
 )
 
 

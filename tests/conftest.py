@@ -49,13 +49,22 @@ def torch_files(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="session")
-def keras_files(tmp_path_factory) -> Path:
-    """Every Keras fixture written in every form (see fixtures/build_keras.py), by a child process so that
-    TensorFlow is not loaded into the test process."""
-    folder = tmp_path_factory.mktemp("keras_fixtures")
+def _build_fixtures(module: str, folder: Path) -> Path:
+    """Run a fixture writer in a child process, so that its framework is not loaded into the test process."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "fixtures.build_keras", str(folder)], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", module, str(folder)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return folder
+
+
+@pytest.fixture(scope="session")
+def keras_files(tmp_path_factory) -> Path:
+    """Every Keras fixture written in every form (see fixtures/build_keras.py)."""
+    return _build_fixtures("fixtures.build_keras", tmp_path_factory.mktemp("keras_fixtures"))
+
+
+@pytest.fixture(scope="session")
+def jax_files(tmp_path_factory) -> Path:
+    """The params files of the JAX fixtures (see fixtures/build_jax.py)."""
+    return _build_fixtures("fixtures.build_jax", tmp_path_factory.mktemp("jax_fixtures"))

@@ -40,7 +40,7 @@ def test_usage_commands_run_as_shown(tmp_path):
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
 
 
-@pytest.mark.parametrize("heading", ["From Python:", "A Keras model object works the same way"])
+@pytest.mark.parametrize("heading", ["From Python:", "A Keras model object works the same way", "A JAX model is a flax NNX"])
 def test_python_snippet_runs(tmp_path, heading):
     code = _block(heading, "python") + "\nassert result.passed\n"
     done = _run([sys.executable, "-c", code], tmp_path)

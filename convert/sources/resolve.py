@@ -26,15 +26,19 @@ def resolve_source(request: SourceRequest) -> SourceModel:
     the callable itself (JAX: a function f(params, *inputs) is the model, not a factory).
     """
     model = request.model
-    framework = request.framework or (PARAMS_FRAMEWORK if request.params is not None else None)
+    framework = request.framework
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
         if Path(text).exists():
             request.model, request.kind = Path(text), "path"
         elif is_factory_reference(text):
             target = import_reference(text)
-            takes_callables = framework is not None and _entry(framework).meta.get("takes_callables", False)
-            request.model, request.kind, request.factory = target if takes_callables else call_factory(text, target), "factory", text
+            implied = framework or (PARAMS_FRAMEWORK if request.params is not None else None)
+            if implied is not None and _entry(implied).meta.get("takes_callables", False):
+                request.model, framework = target, implied
+            else:
+                request.model = call_factory(text, target)
+            request.kind, request.factory = "factory", text
         else:
             raise ConvertError(f"the model {text} does not exist", FACTORY_HINT)
     framework = framework or detect_framework(request.model)
