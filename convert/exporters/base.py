@@ -59,7 +59,7 @@ def describe_exception(exc: BaseException) -> str:
 @contextlib.contextmanager
 def quiet(log: io.StringIO) -> Iterator[None]:
     """Capture the chatter exporters print (progress lines, tracer warnings) into the attempt's log."""
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "torch.fx", "tensorflow", "absl", "tf2onnx")]
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "torch.fx", "tensorflow", "absl", "tf2onnx", "jax2onnx", "onnx_ir")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
