@@ -51,6 +51,7 @@ def main() -> None:
       convert saved_model_dir/ --trust-code --to onnx,tflite
       convert mypkg.model:apply_fn --framework jax --params params.msgpack --input "x:float32[B,28,28,1]" --to onnx,savedmodel,tflite
       convert mypkg.model:make_nnx_model --framework jax --input "tokens:int32[B,S]{0..999}" --to onnx
+      convert model.pt2 --to onnx --optimize simplify,fp16,int8,openvino:int8 --calibration-data calib.npz
       convert doctor
 
     Run 'convert export --help' for every option of the default command.
@@ -81,6 +82,12 @@ def _formats_help() -> str:
               help="An .npz with one example array per input (by name): the export shape.")
 @click.option("--dim", "dims", multiple=True, metavar="SYMBOL=SIZES",
               help="Sizes of a symbolic dim: the export size, then other validation sizes, e.g. B=2,1,8.")
+@click.option("--optimize", "optimize", default="", metavar="PASSES",
+              help=f"Comma-separated optimizations of the exported artifacts, each validated: {', '.join(e.name for e in REGISTRY.entries('optimizer'))}.")
+@click.option("--calibration-data", type=click.Path(path_type=Path), default=None,
+              help="Inputs for INT8 calibration: an .npz (arrays by input name) or a folder of them (default: generated from the specs).")
+@click.option("--accuracy", "accuracy", multiple=True, metavar="[OUTPUT:]BUDGET",
+              help="Accuracy budget of FP16/INT8 artifacts, e.g. \"cosine>=0.995\" or \"logits:top1>=0.98,rel_rms<=0.05\".")
 @click.option("--opset", type=int, default=None, help="ONNX opset version (default: the exporter's).")
 @click.option("--tolerance", "tolerances", multiple=True, metavar="[OUTPUT:]atol=A,rtol=R",
               help="Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or one.")
@@ -93,7 +100,8 @@ def _formats_help() -> str:
 @click.option("--report-json", type=click.Path(path_type=Path), default=None,
               help="Where to write the JSON report (default: OUT/report.json).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
-def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, opset, tolerances, samples,
+def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, optimize, calibration_data, accuracy,
+                   opset, tolerances, samples,
                    seed, trust_code, force, report_json, quiet):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
@@ -104,7 +112,8 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
 
     request = ConvertRequest(
         model=model, to=tuple(to.split(",")), out=out, framework=framework, weights=weights, params=params, inputs=inputs,
-        example_inputs=example_inputs, dims=dims, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
+        example_inputs=example_inputs, dims=dims, optimize=tuple(optimize.split(",")) if optimize else (),
+        calibration_data=calibration_data, accuracy=accuracy, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
         trust_code=trust_code, force=force, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
     )
     stdout = Console(highlight=False)
@@ -115,7 +124,7 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
         stdout.print(f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {result.report_path}")
     else:
         print_summary(result.report, stdout, str(result.report_path))
-    failed_exports = [s for s in result.report.stages if s.name.startswith("export:") and s.status == "failed"]
+    failed_exports = [s for s in result.report.stages if s.name.startswith(("export:", "optimize:")) and s.status == "failed"]
     for stage in failed_exports:
         stderr.print(f"[bold red]error:[/] the {stage.name.split(':', 1)[1]} export failed with every strategy; the first said: "
                      f"{first_line(stage.error).rstrip('.')}. The report lists every attempt: {result.report_path}", soft_wrap=True)

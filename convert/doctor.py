@@ -12,7 +12,8 @@ from convert.registry import REGISTRY
 
 FRAMEWORKS = (("torch", "torch", "torch"), ("tensorflow", "tensorflow", "tensorflow"), ("keras", "keras", "tensorflow"),
               ("jax", "jax", "jax"), ("flax", "flax", "jax"), ("onnx", "onnx", "(core)"), ("onnxscript", "onnxscript", "torch"),
-              ("openvino", "openvino", "openvino"), ("tensorrt", "tensorrt", "tensorrt"))
+              ("jax2onnx", "jax2onnx", "jax"), ("equinox", "equinox", "jax"), ("openvino", "openvino", "openvino"),
+              ("nncf", "nncf", "openvino"), ("onnxslim", "onnxslim", "optimize"), ("tensorrt", "tensorrt", "tensorrt"))
 
 
 @dataclass

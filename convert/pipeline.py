@@ -1,6 +1,7 @@
 """Plans the stages for a request and runs them, recording a status per stage.
 
-load source ─► reference outputs ─► export (each target) ─► validate (artifact × runtime × device × shape) ─► report
+load source ─► reference outputs ─► export (each target) ─► validate (artifact × runtime × device × shape)
+            ─► optimize (each --optimize pass, from the validated artifact it takes) ─► validate ─► report
 
 Artifacts are exported and validated in a staging folder and renamed into place only when complete.
 """
@@ -24,7 +25,7 @@ import numpy as np
 from convert import __version__
 from convert.artifacts import Artifact
 from convert.devices import ALL_DEVICES, cuda_gpus, present_devices
-from convert.errors import ConvertError
+from convert.errors import ConvertError, require
 from convert.exporters.base import ExportJob
 from convert.registry import REGISTRY
 from convert.reports import model as rm
@@ -37,7 +38,7 @@ from convert.specs import parse_dim_sizes, parse_input_specs
 from validators import ShapeCase, TolerancePolicy, compare_outputs, generate_feed, merge_results, plan_shape_cases
 
 PACKAGES = ("numpy", "torch", "onnx", "onnxruntime", "onnxscript", "safetensors", "tensorflow", "keras",
-            "tf2onnx", "jax", "jaxlib", "flax", "jax2onnx", "equinox", "openvino", "nncf", "tensorrt")
+            "tf2onnx", "jax", "jaxlib", "flax", "jax2onnx", "equinox", "openvino", "nncf", "onnxslim", "tensorrt")
 
 
 @dataclass
@@ -53,6 +54,9 @@ class ConvertRequest:
     dims: tuple[str, ...] = ()
     opset: int | None = None
     tolerances: tuple[str, ...] = ()
+    optimize: tuple[str, ...] = ()
+    calibration_data: Path | None = None
+    accuracy: tuple[str, ...] = ()  # accuracy budgets of reduced-precision artifacts
     samples: int = 3
     seed: int = 0
     trust_code: bool = False
@@ -119,10 +123,11 @@ class _Stages:
 def run(request: ConvertRequest, progress: Progress | None = None) -> ConversionResult:
     progress = progress or Progress()
     targets = _check_targets(request.to)
+    optimizations = _check_optimizations(request.optimize, targets)
     out_dir = Path(request.out) if request.out is not None else Path("out")
     specs = parse_input_specs(request.inputs)
     dim_sizes = parse_dim_sizes(request.dims)
-    policy = TolerancePolicy(request.tolerances)
+    policy = TolerancePolicy(request.tolerances, request.accuracy)
     if request.samples < 1:
         raise ConvertError("--samples must be at least 1", "Use 3 or more samples per shape.")
     example = request.example_inputs
@@ -132,6 +137,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     stem = _stem(request.model)
     report_path = Path(request.report_json) if request.report_json else out_dir / "report.json"
     finals = {t: out_dir / f"{stem}{REGISTRY.entries('exporter', format=t)[0].load().suffix}" for t in targets}
+    finals.update({o: out_dir / f"{stem}{REGISTRY.get('optimizer', o).load().suffix}" for o in optimizations})
     existing = [str(p) for p in [*finals.values(), report_path] if p.exists()]
     if existing and not request.force:
         raise ConvertError(f"the output already exists: {', '.join(existing)}",
@@ -155,6 +161,9 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             cases = _reference(source, dim_sizes, request, policy)
         report.source.outputs = list(source.signature.outputs)
         report.source.inputs = [str(s) for s in source.signature.inputs]
+        # checked before anything is written: bad calibration data must not leave exported artifacts behind
+        calibration = _calibration_feeds(source, cases, request) if any(
+            REGISTRY.get("optimizer", o).meta.get("calibrated") for o in optimizations) else []
 
         staging = Staging(out_dir)
         export_feed = cases[0].feeds[0]
@@ -182,6 +191,8 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
             record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
             record.passed = _artifact_passed(record)
+        for name in optimizations:
+            _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request, report, stages)
     except KeyboardInterrupt:
         report.interrupted = True
         report.error = "the run was interrupted"
@@ -195,6 +206,70 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     _finish(report, stages)
     atomic_write_text(report_path, report.to_json())
     return ConversionResult(report=report, artifacts=artifacts, report_path=report_path)
+
+
+def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceModel, export_feed, calibration, cases,
+              policy: TolerancePolicy, staging: Staging, out_dir: Path, stem: str, request: ConvertRequest,
+              report: rm.Report, stages: _Stages) -> None:
+    """One --optimize pass from the validated artifact it takes; the result is validated like any artifact."""
+    from convert.optimizers.base import OptimizeJob
+
+    entry = REGISTRY.get("optimizer", name)
+    base = artifacts.get(entry.meta["takes"])
+    record = rm.ArtifactRecord(format=entry.meta["format"], optimization=name, reproduce=_reproduce(request, entry.meta["takes"], out_dir, name))
+    report.artifacts.append(record)
+    with stages.run(f"optimize:{name}") as stage:
+        if base is None:
+            stage.status, stage.reason = "skipped", f"the {entry.meta['takes']} artifact it starts from was not exported"
+            return
+        record.derived_from = str(base.path)
+        job = OptimizeJob(source=source, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
+                          base=base, calibration=calibration)
+        outcome = entry.load()().export(job)
+        record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error)
+                           for a in outcome.attempts]
+        if outcome.artifact is None:
+            stage.status, stage.error = "failed", outcome.primary_error
+            return
+        artifact = outcome.artifact
+        record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
+    with stages.run(f"validate:{name}"):
+        record.checks = validate_artifact(artifact, cases, policy)
+    artifact.sha256 = sha256_files(artifact.files)
+    artifact.size_bytes = size_of(artifact.files)
+    staging.publish(artifact.files)
+    artifact = artifact.relocated(out_dir)
+    artifacts[name] = artifact
+    record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
+    record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
+    record.passed = _artifact_passed(record)
+    if calibration and entry.meta.get("calibrated"):
+        report.calibration = getattr(calibration, "origin", "")
+
+
+class CalibrationFeeds(list):
+    """Calibration feeds, with where they came from (the report says so)."""
+
+    origin = ""
+
+
+CALIBRATION_SAMPLES = 16
+
+
+def _calibration_feeds(source: SourceModel, cases, request: ConvertRequest) -> CalibrationFeeds:
+    """Feeds for calibrated quantization: the user's --calibration-data, or generated from the specs at the export shape."""
+    from convert.sources.request import load_calibration_data
+
+    feeds = CalibrationFeeds()
+    if request.calibration_data is not None:
+        feeds.extend(load_calibration_data(Path(request.calibration_data), source.signature.inputs))
+        feeds.origin = f"{request.calibration_data} ({len(feeds)} feeds)"
+        return feeds
+    sizes = cases[0].shape.sizes
+    feeds.extend(generate_feed(source.signature.inputs, sizes, sample, request.seed + 1000) for sample in range(CALIBRATION_SAMPLES))
+    feeds.origin = (f"generated from the input specs ({CALIBRATION_SAMPLES} feeds at the export shape, seed {request.seed + 1000}): "
+                    "pass --calibration-data with real inputs for a representative calibration")
+    return feeds
 
 
 def validate_artifact(artifact: Artifact, cases: list[_Case], policy: TolerancePolicy) -> list[rm.Check]:
@@ -312,6 +387,22 @@ def _check_targets(targets) -> list[str]:
     return chosen
 
 
+def _check_optimizations(names, targets: list[str]) -> list[str]:
+    available = [e.name for e in REGISTRY.entries("optimizer")]
+    chosen = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+    unknown = [n for n in chosen if n not in available]
+    if unknown:
+        raise ConvertError(f"unknown optimization '{unknown[0]}'", f"Choose from: {', '.join(available)}.")
+    for name in chosen:
+        entry = REGISTRY.get("optimizer", name)
+        if entry.meta["takes"] not in targets:
+            raise ConvertError(f"--optimize {name} works on the {entry.meta['takes']} artifact, which --to does not ask for",
+                               f"Add {entry.meta['takes']} to --to.")
+        for package in entry.meta.get("packages", ()):
+            require(package, entry.meta["extra"], f"--optimize {name}")
+    return chosen
+
+
 def _exporter_for(target: str, framework: str):
     entries = REGISTRY.entries("exporter", format=target, source=framework)
     if not entries:
@@ -329,7 +420,7 @@ def _artifact_passed(record: rm.ArtifactRecord) -> bool:
 
 def _finish(report: rm.Report, stages: _Stages) -> None:
     report.stages = stages.records
-    export_failed = any(s.status == "failed" and s.name.startswith("export:") for s in report.stages)
+    export_failed = any(s.status == "failed" and s.name.startswith(("export:", "optimize:")) for s in report.stages)
     check_failed = any(not a.passed for a in report.artifacts if a.checks)
     report.passed = bool(report.artifacts) and not export_failed and not check_failed and not report.interrupted
     report.exit_code = 0 if report.passed else 1 if check_failed else 2 if export_failed else 1
@@ -361,25 +452,33 @@ def _source_record(source: SourceModel) -> rm.SourceRecord:
 
 
 def _options(request: ConvertRequest, targets: list[str]) -> dict:
-    return {"to": targets, "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
+    return {"to": targets, "optimize": list(request.optimize), "accuracy": list(request.accuracy),
+            "calibration_data": str(request.calibration_data) if request.calibration_data else None,
+            "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
             "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,
             "inputs": list(request.inputs), "weights": str(request.weights) if request.weights else None,
             "params": str(request.params) if isinstance(request.params, (str, os.PathLike)) else None,
             "framework": request.framework}
 
 
-def _reproduce(request: ConvertRequest, target: str, out_dir: Path) -> str:
+def _reproduce(request: ConvertRequest, target: str, out_dir: Path, optimization: str = "") -> str:
     if not isinstance(request.model, (str, os.PathLike)):
         return (f"convert.convert(<{type(request.model).__name__} object>, to=[{target!r}]"
-                + "".join(f", {k}={v!r}" for k, v in (("inputs", list(request.inputs)), ("opset", request.opset)) if v) + ")")
+                + "".join(f", {k}={v!r}" for k, v in (("inputs", list(request.inputs)), ("opset", request.opset),
+                                                         ("optimize", [optimization] if optimization else None)) if v) + ")")
     parts = ["python", "-m", "convert", os.fspath(request.model), "--to", target, "--out", str(out_dir)]
+    if optimization:
+        parts += ["--optimize", optimization]
+        if request.calibration_data is not None:
+            parts += ["--calibration-data", os.fspath(request.calibration_data)]
     params = request.params if isinstance(request.params, (str, os.PathLike)) else None
     for flag, value in (("--framework", request.framework), ("--weights", request.weights), ("--params", params), ("--opset", request.opset)):
         if value is not None:
             parts += [flag, str(value)]
     if isinstance(request.example_inputs, (str, os.PathLike)):
         parts += ["--example-inputs", os.fspath(request.example_inputs)]
-    for flag, values in (("--input", request.inputs), ("--dim", request.dims), ("--tolerance", request.tolerances)):
+    for flag, values in (("--input", request.inputs), ("--dim", request.dims), ("--tolerance", request.tolerances),
+                         ("--accuracy", request.accuracy if optimization else ())):
         for value in values:
             parts += [flag, value]
     if request.samples != 3:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KINDS = ("source", "exporter", "optimizer", "runtime")
-_DECLARING_PACKAGES = ("convert.sources", "convert.exporters", "convert.runtimes")
+_DECLARING_PACKAGES = ("convert.sources", "convert.exporters", "convert.optimizers", "convert.runtimes")
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,17 @@ class OutputResult:
     max_rel_error: float | None = None
     mismatch_count: int = 0
     cosine_similarity: float | None = None
+    rel_rms_error: float | None = None
+    top1_agreement: float | None = None
     nan_count: int = 0
     inf_count: int = 0
     atol: float | None = None
     rtol: float | None = None
     tolerance_source: str = ""
+    budget: str = ""
+    budget_source: str = ""
     samples: int = 1
+    bounds: tuple = field(default=(), repr=False)
     exact: bool = field(default=False, repr=False)
     reasons: list[str] = field(default_factory=list, repr=False)
 
@@ -47,7 +52,8 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
         expected_shape=list(expected.shape), shape=list(actual.shape),
         expected_dtype=str(expected.dtype), dtype=str(actual.dtype),
         elements=int(expected.size), atol=tolerance.atol, rtol=tolerance.rtol,
-        tolerance_source=tolerance.source,
+        tolerance_source=tolerance.source, bounds=tolerance.budget,
+        budget=tolerance.describe_budget(), budget_source=tolerance.budget_source,
     )
     problems = []
     if _is_float(actual):
@@ -82,6 +88,11 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
         result.max_rel_error = float(rel[finite].max()) if finite.any() else float("nan")
         result.cosine_similarity = _cosine(exp, act)
         result.exact = exact
+        if result.bounds and not exact and np.isfinite(act).all():
+            norm = float(np.linalg.norm(exp))
+            result.rel_rms_error = float(np.linalg.norm(act - exp) / norm) if norm else float(np.linalg.norm(act))
+            if exp.ndim >= 2 and exp.shape[-1] >= 2:
+                result.top1_agreement = float((exp.argmax(-1) == act.argmax(-1)).mean())
     result.reasons = problems
     _finish(result)
     return result
@@ -90,7 +101,9 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
 def _finish(result: OutputResult) -> None:
     """Set status and the one-line reason from the problems and the (possibly summed) mismatch count."""
     problems = list(result.reasons)
-    if result.mismatch_count:
+    if result.bounds and not result.exact:
+        problems += _budget_problems(result)
+    elif result.mismatch_count:
         bound = "exactly" if result.exact else f"atol={result.atol:g}, rtol={result.rtol:g}"
         problems.append(
             f"{result.mismatch_count} of {result.elements} values differ beyond {bound} "
@@ -99,6 +112,20 @@ def _finish(result: OutputResult) -> None:
     if problems or result.status == "failed":
         result.status = "failed"
         result.reason = "; ".join(problems) or result.reason
+
+
+def _budget_problems(result: OutputResult) -> list[str]:
+    """The accuracy-budget bounds this output misses (metrics that do not apply to it are not judged)."""
+    values = {"cosine": result.cosine_similarity, "rel_rms": result.rel_rms_error, "top1": result.top1_agreement,
+              "max_abs": result.max_abs_error}
+    problems = []
+    for metric, op, bound in result.bounds:
+        value = values[metric]
+        if value is None or (metric == "top1" and result.top1_agreement is None):
+            continue
+        if not (value >= bound if op == ">=" else value <= bound) or np.isnan(value):
+            problems.append(f"{metric} {value:.4g} misses the budget {metric}{op}{bound:g} ({result.budget_source})")
+    return problems
 
 
 def _cosine(expected: np.ndarray, actual: np.ndarray) -> float | None:
@@ -147,6 +174,8 @@ def merge_results(per_sample: list[list[OutputResult]]) -> list[OutputResult]:
             m.max_abs_error = _worst(m.max_abs_error, r.max_abs_error, max)
             m.max_rel_error = _worst(m.max_rel_error, r.max_rel_error, max)
             m.cosine_similarity = _worst(m.cosine_similarity, r.cosine_similarity, min)
+            m.rel_rms_error = _worst(m.rel_rms_error, r.rel_rms_error, max)
+            m.top1_agreement = _worst(m.top1_agreement, r.top1_agreement, min)
             m.mismatch_count += r.mismatch_count
             m.nan_count += r.nan_count
             m.inf_count += r.inf_count

@@ -1,12 +1,18 @@
 """Tolerances live with the precision, not as magic numbers at call sites.
 
-An element passes when ``|actual - expected| <= atol + rtol * |expected|``. The fp32 defaults sit close to
-what ONNX Runtime achieves on CPU for float32 graphs; a user may loosen or tighten them per output, and the
-report records which tolerance applied and where it came from.
+Full-precision artifacts are judged element by element: an element passes when
+``|actual - expected| <= atol + rtol * |expected|``. The fp32 defaults sit close to what ONNX Runtime
+achieves on CPU for float32 graphs.
+
+Reduced-precision artifacts (fp16, int8) are judged by an accuracy budget of metrics that fit them:
+cosine similarity, relative RMS error and, for classifier-like outputs (last axis of 2 or more), top-1
+agreement; max abs error is still reported. A user may override tolerances (``--tolerance``) and budgets
+(``--accuracy``) for every output or one, and the report records which applied and where it came from.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from convert.errors import ConvertError
@@ -18,11 +24,23 @@ PRECISION_DEFAULTS = {
 }
 
 
+BUDGET_DEFAULTS = {
+    "fp16": {"cosine": (">=", 0.999), "rel_rms": ("<=", 0.02), "top1": (">=", 0.99)},
+    "int8": {"cosine": (">=", 0.98), "rel_rms": ("<=", 0.2), "top1": (">=", 0.9)},
+}
+BUDGET_METRICS = {"cosine": ">=", "rel_rms": "<=", "top1": ">=", "max_abs": "<="}
+
+
 @dataclass(frozen=True)
 class Tolerance:
     atol: float
     rtol: float
     source: str  # e.g. "default fp32" or "--tolerance logits:atol=1e-3"
+    budget: tuple[tuple[str, str, float], ...] = ()  # (metric, ">=" or "<=", bound): set for fp16 / int8
+    budget_source: str = ""
+
+    def describe_budget(self) -> str:
+        return ",".join(f"{metric}{op}{bound:g}" for metric, op, bound in self.budget)
 
 
 def default_tolerance(precision: str) -> Tolerance:
@@ -33,7 +51,7 @@ def default_tolerance(precision: str) -> Tolerance:
 class TolerancePolicy:
     """Default tolerance per precision, with overrides for all outputs or for one output by name."""
 
-    def __init__(self, overrides: list[str] | tuple[str, ...] = ()):
+    def __init__(self, overrides: list[str] | tuple[str, ...] = (), accuracy: list[str] | tuple[str, ...] = ()):
         self._all: dict[str, float] = {}
         self._per_output: dict[str, dict[str, float]] = {}
         self._texts: dict[str | None, str] = {}
@@ -42,6 +60,14 @@ class TolerancePolicy:
             target = self._per_output.setdefault(output, {}) if output else self._all
             target.update(values)
             self._texts[output] = text
+        self._budget_all: dict[str, tuple[str, float]] = {}
+        self._budget_per_output: dict[str, dict[str, tuple[str, float]]] = {}
+        self._budget_texts: dict[str | None, str] = {}
+        for text in accuracy:
+            output, bounds = _parse_budget(text)
+            target = self._budget_per_output.setdefault(output, {}) if output else self._budget_all
+            target.update(bounds)
+            self._budget_texts[output] = text
 
     def for_output(self, name: str, precision: str = "fp32") -> Tolerance:
         base = default_tolerance(precision)
@@ -52,10 +78,39 @@ class TolerancePolicy:
             source = f"--tolerance {self._texts[None]}"
         else:
             source = base.source
-        return Tolerance(values["atol"], values["rtol"], source)
+        if precision not in BUDGET_DEFAULTS:
+            return Tolerance(values["atol"], values["rtol"], source)
+        bounds = {**BUDGET_DEFAULTS[precision], **self._budget_all, **self._budget_per_output.get(name, {})}
+        if name in self._budget_per_output:
+            budget_source = f"--accuracy {self._budget_texts[name]}"
+        elif self._budget_all:
+            budget_source = f"--accuracy {self._budget_texts[None]}"
+        else:
+            budget_source = f"default {precision}"
+        budget = tuple((metric, op, bound) for metric, (op, bound) in bounds.items())
+        return Tolerance(values["atol"], values["rtol"], source, budget, budget_source)
 
     def unknown_outputs(self, outputs: tuple[str, ...] | list[str]) -> list[str]:
-        return [name for name in self._per_output if name not in outputs]
+        return [name for name in [*self._per_output, *self._budget_per_output] if name not in outputs]
+
+
+def _parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
+    """``cosine>=0.995,top1>=0.98`` for every output, or ``logits:rel_rms<=0.05`` for one."""
+    output, body = None, text
+    if ":" in text:
+        output, _, body = text.rpartition(":")
+        output = output.strip() or None
+    bounds: dict[str, tuple[str, float]] = {}
+    for item in body.split(","):
+        match = re.fullmatch(r"\s*([a-z_0-9]+)\s*(>=|<=)\s*([0-9.eE+-]+)\s*", item)
+        metric, op = (match.group(1), match.group(2)) if match else ("", "")
+        if not match or BUDGET_METRICS.get(metric) != op:
+            raise ConvertError(
+                f"cannot read the accuracy budget {text!r}",
+                "Write it as cosine>=0.995,rel_rms<=0.05,top1>=0.98,max_abs<=0.1 for every output, or OUTPUT:cosine>=0.99 for one "
+                "(cosine, top1: >=; rel_rms, max_abs: <=).")
+        bounds[metric] = (op, float(match.group(3)))
+    return output, bounds
 
 
 def _parse_override(text: str) -> tuple[str | None, dict[str, float]]:

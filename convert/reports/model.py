@@ -27,11 +27,15 @@ class OutputMetrics(BaseModel):
     max_rel_error: float | None = Field(None, description="max |a-e| / max(|e|, atol/rtol): sound near zero")
     mismatch_count: int = 0
     cosine_similarity: float | None = None
+    rel_rms_error: float | None = Field(None, description="||a-e|| / ||e||, for fp16 / int8 artifacts")
+    top1_agreement: float | None = Field(None, description="fraction of rows whose argmax agrees (last axis), for fp16 / int8 artifacts")
     nan_count: int = 0
     inf_count: int = 0
     atol: float | None = None
     rtol: float | None = None
     tolerance_source: str = ""
+    budget: str = Field("", description="the accuracy budget that judged a reduced-precision output, e.g. 'cosine>=0.98,rel_rms<=0.2'")
+    budget_source: str = ""
     samples: int = 0
 
 
@@ -56,6 +60,8 @@ class Attempt(BaseModel):
 
 class ArtifactRecord(BaseModel):
     format: str
+    optimization: str = Field("", description="the --optimize pass that made it from the artifact at derived_from")
+    derived_from: str | None = None
     path: str | None = None
     files: list[str] = []
     sha256: str | None = None
@@ -107,6 +113,7 @@ class Report(BaseModel):
     source: SourceRecord = SourceRecord()
     environment: Environment
     options: dict = {}
+    calibration: str = Field("", description="where the calibration feeds of INT8 passes came from")
     stages: list[Stage] = []
     artifacts: list[ArtifactRecord] = []
 

@@ -7,3 +7,4 @@ REGISTRY.add("runtime", "torch.jit", "convert.runtimes.torch:TorchScriptRunner",
 REGISTRY.add("runtime", "torch.export", "convert.runtimes.torch:ExportedProgramRunner", formats=("torch_export",), package="torch", extra="torch")
 REGISTRY.add("runtime", "tensorflow", "convert.runtimes.tensorflow:SavedModelRunner", formats=("savedmodel",), package="tensorflow", extra="tensorflow")
 REGISTRY.add("runtime", "tflite", "convert.runtimes.tensorflow:TfliteRunner", formats=("tflite",), package="tensorflow", extra="tensorflow")
+REGISTRY.add("runtime", "openvino", "convert.runtimes.openvino:OpenVinoRunner", formats=("openvino",), package="openvino", extra="openvino")

@@ -93,3 +93,36 @@ def load_example_inputs(path: Path) -> dict[str, np.ndarray]:
     if not arrays:
         raise ConvertError(f"{path} holds no arrays", "Save one array per model input, named as the input.")
     return arrays
+
+
+def load_calibration_data(path: Path, specs) -> list[dict[str, np.ndarray]]:
+    """Calibration feeds: an .npz (one feed, arrays by input name), or a folder of .npz feeds (or of .npy
+    arrays, for a model with one input). Read without unpickling, and checked against the input specs."""
+    from convert.sources.signature import export_sizes_from_arrays
+
+    if path.is_dir():
+        files = sorted(f for f in path.iterdir() if f.suffix in (".npz", ".npy"))
+        if not files:
+            raise ConvertError(f"the calibration folder {path} holds no .npz or .npy files", CALIBRATION_HINT)
+    elif path.is_file():
+        files = [path]
+    else:
+        raise ConvertError(f"the calibration data {path} does not exist", "Check the path given to --calibration-data.")
+    feeds = []
+    for file in files:
+        if file.suffix == ".npy":
+            if len(specs) != 1:
+                raise ConvertError(f"{file} is one array, and the model takes {len(specs)} inputs", CALIBRATION_HINT)
+            try:
+                feed = {specs[0].name: np.load(file, allow_pickle=False)}
+            except (ValueError, OSError) as exc:
+                raise ConvertError(f"cannot read {file} as a .npy array ({exc})", CALIBRATION_HINT) from exc
+        else:
+            feed = load_example_inputs(file)
+        export_sizes_from_arrays(specs, feed)
+        feeds.append(feed)
+    return feeds
+
+
+CALIBRATION_HINT = ("Give an .npz with one array per input (by input name), or a folder of such .npz files (one feed each); "
+                    "a folder of .npy files works for a model with one input.")

@@ -1,0 +1,11 @@
+"""Optimizers: one per pass, each taking an artifact of one format (``takes``) and giving a new artifact."""
+
+from convert.registry import REGISTRY
+
+REGISTRY.add("optimizer", "simplify", "convert.optimizers.simplify:Simplify", takes="onnx", format="onnx")
+REGISTRY.add("optimizer", "fp16", "convert.optimizers.onnx_quant:Fp16", takes="onnx", format="onnx")
+REGISTRY.add("optimizer", "int8", "convert.optimizers.onnx_quant:StaticInt8", takes="onnx", format="onnx", calibrated=True)
+REGISTRY.add("optimizer", "int8-dynamic", "convert.optimizers.onnx_quant:DynamicInt8", takes="onnx", format="onnx")
+REGISTRY.add("optimizer", "openvino", "convert.optimizers.openvino:OpenVinoIR", takes="onnx", format="openvino", packages=("openvino",), extra="openvino")
+REGISTRY.add("optimizer", "openvino:fp16", "convert.optimizers.openvino:OpenVinoFp16", takes="onnx", format="openvino", packages=("openvino",), extra="openvino")
+REGISTRY.add("optimizer", "openvino:int8", "convert.optimizers.openvino:OpenVinoInt8", takes="onnx", format="openvino", packages=("openvino", "nncf"), extra="openvino", calibrated=True)

@@ -1,0 +1,114 @@
+"""ONNX Runtime quantization: static INT8 (QDQ, calibrated), dynamic INT8 (weights), and FP16.
+
+Graphs from the torch.export-based exporter carry shape annotations that make ``quantize_dynamic`` fail
+shape inference; ``quant_pre_process`` (symbolic shape inference, then ORT's basic optimizations) first
+makes them quantizable, so every INT8 pass starts from a pre-processed copy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.exporters.onnx import onnx_artifact
+from convert.optimizers.base import Optimizer, OptimizeJob
+
+
+def _preprocessed(job: OptimizeJob, path: Path) -> Path:
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    prepared = path.with_name(f".{path.name}.pre.onnx")
+    quant_pre_process(str(job.base.path), str(prepared), skip_symbolic_shape=False)
+    return prepared
+
+
+class StaticInt8(Optimizer):
+    format = "onnx"
+    name = "int8"
+    suffix = ".int8.onnx"
+    precision = "int8"
+
+    def strategies(self, job: OptimizeJob):
+        return [("quant_pre_process + quantize_static(QDQ, per-channel)", lambda path: self._quantize(job, path, True)),
+                ("quantize_static(QDQ, per-channel)", lambda path: self._quantize(job, path, False))]
+
+    def _quantize(self, job: OptimizeJob, path: Path, preprocess: bool) -> Artifact:
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+        class Feeds(CalibrationDataReader):
+            def __init__(self, feeds):
+                self.feeds = iter(feeds)
+
+            def get_next(self):
+                return next(self.feeds, None)
+
+        model = _preprocessed(job, path) if preprocess else job.base.path
+        try:
+            quantize_static(str(model), str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        finally:
+            if preprocess:
+                Path(model).unlink(missing_ok=True)
+        return onnx_artifact(path)
+
+
+class DynamicInt8(Optimizer):
+    format = "onnx"
+    name = "int8-dynamic"
+    suffix = ".int8-dynamic.onnx"
+    precision = "int8"
+
+    def strategies(self, job: OptimizeJob):
+        return [("quant_pre_process + quantize_dynamic", lambda path: self._quantize(job, path, True)),
+                ("quantize_dynamic", lambda path: self._quantize(job, path, False))]
+
+    def _quantize(self, job: OptimizeJob, path: Path, preprocess: bool) -> Artifact:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        model = _preprocessed(job, path) if preprocess else job.base.path
+        try:
+            quantize_dynamic(str(model), str(path), weight_type=QuantType.QInt8)
+        finally:
+            if preprocess:
+                Path(model).unlink(missing_ok=True)
+        return onnx_artifact(path)
+
+
+class Fp16(Optimizer):
+    format = "onnx"
+    name = "fp16"
+    suffix = ".fp16.onnx"
+    precision = "fp16"
+
+    def strategies(self, job: OptimizeJob):
+        return [("onnxruntime float16 conversion (float32 inputs and outputs kept)", lambda path: self._convert(job, path))]
+
+    def _convert(self, job: OptimizeJob, path: Path) -> Artifact:
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = convert_float_to_float16(onnx.load(str(job.base.path)), keep_io_types=True)
+        _sort_topologically(model.graph)
+        onnx.save(model, str(path))
+        return onnx_artifact(path)
+
+
+def _sort_topologically(graph) -> None:
+    """ONNX Runtime's float16 converter appends the Cast nodes that keep float32 inputs at the end of the
+    graph, which the ONNX checker rejects; put every node after the nodes that produce its inputs."""
+    available = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = [n for n in pending if all(i in available for i in n.input)]
+        if not ready:  # inputs from outer scopes (subgraphs) or a cycle: keep the rest in their order
+            ready = pending[:1]
+        placed = {id(node) for node in ready}
+        for node in ready:
+            ordered.append(node)
+            available.update(node.output)
+        pending = [n for n in pending if id(n) not in placed]
+    copies = [type(n)() for n in ordered]
+    for copy, node in zip(copies, ordered):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(copies)

@@ -1,0 +1,39 @@
+"""Graph simplification: onnxslim first, ONNX Runtime's offline basic graph optimization as the fallback.
+
+Both give a plain ONNX model (the basic level folds constants and removes redundant nodes without
+ONNX Runtime-specific fused ops), so the result runs anywhere the original did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.exporters.onnx import onnx_artifact
+from convert.optimizers.base import Optimizer, OptimizeJob
+
+
+class Simplify(Optimizer):
+    format = "onnx"
+    name = "simplify"
+    suffix = ".slim.onnx"
+
+    def strategies(self, job: OptimizeJob):
+        return [("onnxslim.slim", lambda path: self._onnxslim(job, path)),
+                ("onnxruntime offline optimization (basic)", lambda path: self._onnxruntime(job, path))]
+
+    def _onnxslim(self, job: OptimizeJob, path: Path) -> Artifact:
+        import onnx
+        import onnxslim
+
+        onnx.save(onnxslim.slim(str(job.base.path)), str(path))
+        return onnx_artifact(path)
+
+    def _onnxruntime(self, job: OptimizeJob, path: Path) -> Artifact:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(path)
+        onnxruntime.InferenceSession(str(job.base.path), options, providers=["CPUExecutionProvider"])
+        return onnx_artifact(path)

@@ -1,0 +1,42 @@
+"""OpenVINO runtime on the CPU plugin. An FP32 artifact runs with the f32 inference precision hint: the CPU
+plugin's default on CPUs with bf16 support is bf16, which would validate a different computation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convert.runtimes.base import InputMeta, Runner
+
+
+class OpenVinoRunner(Runner):
+    name = "openvino"
+
+    @classmethod
+    def unavailable_reason(cls, device: str) -> str | None:
+        if device != "cpu":
+            return "OpenVINO's GPU plugin runs on Intel GPUs, not on a CUDA device"
+        return super().unavailable_reason(device)
+
+    def activate(self) -> None:
+        import openvino
+
+        from convert.optimizers.openvino import IR_NAME
+
+        core = openvino.Core()
+        config = {"INFERENCE_PRECISION_HINT": "f32"} if self.artifact.precision == "fp32" else {}
+        self.compiled = core.compile_model(core.read_model(str(self.path / IR_NAME)), "CPU", config)
+        self.request = self.compiled.create_infer_request()
+
+    def deactivate(self) -> None:
+        self.compiled = self.request = None
+
+    def input_metadata(self) -> dict[str, InputMeta]:
+        meta = {}
+        for port in self.compiled.inputs:
+            shape = tuple(d.get_length() if d.is_static else None for d in port.get_partial_shape())
+            meta[port.get_any_name()] = InputMeta(np.dtype(port.get_element_type().to_dtype()).name, shape)
+        return meta
+
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        results = self.request.infer(feed)
+        return {port.get_any_name(): np.array(results[port]) for port in self.compiled.outputs}
