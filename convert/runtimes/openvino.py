@@ -34,9 +34,15 @@ class OpenVinoRunner(Runner):
         meta = {}
         for port in self.compiled.inputs:
             shape = tuple(d.get_length() if d.is_static else None for d in port.get_partial_shape())
-            meta[port.get_any_name()] = InputMeta(np.dtype(port.get_element_type().to_dtype()).name, shape)
+            meta[self._name(port, [s.name for s in self.artifact.inputs])] = InputMeta(np.dtype(port.get_element_type().to_dtype()).name, shape)
         return meta
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         results = self.request.infer(feed)
-        return {port.get_any_name(): np.array(results[port]) for port in self.compiled.outputs}
+        return {self._name(port, self.artifact.output_names): np.array(results[port]) for port in self.compiled.outputs}
+
+    @staticmethod
+    def _name(port, wanted) -> str:
+        """A tensor can carry several names in OpenVINO; the one the artifact's source used, when present."""
+        names = port.get_names()
+        return next((name for name in wanted if name in names), port.get_any_name())

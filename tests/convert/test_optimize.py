@@ -53,15 +53,18 @@ def test_every_optimizer_on_a_torch_fixture(torch_optimized):
     assert (out / "cnn_openvino_int8" / "model.xml").is_file() and (out / "cnn.int8.onnx").is_file()
 
 
-@pytest.mark.parametrize("framework, args", [
-    ("keras", ["fixtures.keras_models:build_bn_dropout", "--framework", "keras"]),
-    ("jax", ["fixtures.jax_models:make_nnx_cnn", "--framework", "jax", "--input", "x:float32[B,28,28,1]"]),
+@pytest.mark.parametrize("framework, args, passes", [
+    ("keras", ["fixtures.keras_models:build_bn_dropout", "--framework", "keras"], "simplify,int8,openvino:fp16,openvino:int8"),
+    ("keras", ["fixtures.keras_models:build_two_io", "--framework", "keras"], "fp16,openvino"),  # two named outputs
+    ("jax", ["fixtures.jax_models:make_nnx_cnn", "--framework", "jax", "--input", "x:float32[B,28,28,1]"],
+     "simplify,int8,openvino:fp16,openvino:int8"),
 ])
-def test_optimizers_on_keras_and_jax_fixtures(framework, args, tmp_path):
-    run = run_cli(*args, "--to", "onnx", "--optimize", "simplify,int8,openvino:fp16,openvino:int8", "--out", str(tmp_path))
+def test_optimizers_on_keras_and_jax_fixtures(framework, args, passes, tmp_path):
+    run = run_cli(*args, "--to", "onnx", "--optimize", passes, "--out", str(tmp_path))
     assert run.returncode == 0, run.output
     report = load_report(tmp_path / "report.json")
     assert report["source"]["framework"] == framework
+    assert list(_optimized(report)) == passes.split(",")
     for artifact in _optimized(report).values():
         _assert_validated_on_cpu(artifact)
 
