@@ -173,24 +173,9 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             with stages.run(f"export:{target}") as stage:
                 job = ExportJob(source=source, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
                                 dim_ranges=getattr(source, "dim_ranges", {}))
-                outcome = exporters[target].export(job)
-                record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error)
-                                   for a in outcome.attempts]
-                if outcome.artifact is None:
-                    stage.status, stage.error = "failed", outcome.primary_error
-                    continue
-                artifact = outcome.artifact
-                record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
-            with stages.run(f"validate:{target}"):
-                record.checks = validate_artifact(artifact, cases, policy)
-            artifact.sha256 = sha256_files(artifact.files)
-            artifact.size_bytes = size_of(artifact.files)
-            staging.publish(artifact.files)
-            artifact = artifact.relocated(out_dir)
-            artifacts[target] = artifact
-            record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
-            record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
-            record.passed = _artifact_passed(record)
+                artifact = _recorded(exporters[target].export(job), record, stage)
+            if artifact is not None:
+                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages)
         for name in optimizations:
             _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request, report, stages)
     except KeyboardInterrupt:
@@ -225,26 +210,39 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceModel, ex
         record.derived_from = str(base.path)
         job = OptimizeJob(source=source, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
                           base=base, calibration=calibration)
-        outcome = entry.load()().export(job)
-        record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error)
-                           for a in outcome.attempts]
-        if outcome.artifact is None:
-            stage.status, stage.error = "failed", outcome.primary_error
-            return
-        artifact = outcome.artifact
-        record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
-    with stages.run(f"validate:{name}"):
+        artifact = _recorded(entry.load()().export(job), record, stage)
+    if artifact is None:
+        return
+    _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages)
+    if calibration and entry.meta.get("calibrated"):
+        report.calibration = getattr(calibration, "origin", "")
+
+
+def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | None:
+    """Record an export's (or optimization's) attempts; the artifact, or None when every strategy failed."""
+    record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error)
+                       for a in outcome.attempts]
+    if outcome.artifact is None:
+        stage.status, stage.error = "failed", outcome.primary_error
+        return None
+    artifact = outcome.artifact
+    record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
+    return artifact
+
+
+def _validate_and_publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
+                          staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages) -> None:
+    """Validate a staged artifact, then move it into place and record where it went."""
+    with stages.run(f"validate:{key}"):
         record.checks = validate_artifact(artifact, cases, policy)
     artifact.sha256 = sha256_files(artifact.files)
     artifact.size_bytes = size_of(artifact.files)
     staging.publish(artifact.files)
     artifact = artifact.relocated(out_dir)
-    artifacts[name] = artifact
+    artifacts[key] = artifact
     record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
     record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
     record.passed = _artifact_passed(record)
-    if calibration and entry.meta.get("calibrated"):
-        report.calibration = getattr(calibration, "origin", "")
 
 
 class CalibrationFeeds(list):

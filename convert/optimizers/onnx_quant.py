@@ -14,12 +14,20 @@ from convert.exporters.onnx import onnx_artifact
 from convert.optimizers.base import Optimizer, OptimizeJob
 
 
-def _preprocessed(job: OptimizeJob, path: Path) -> Path:
+def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> Artifact:
+    """Run ``quantize(input_path)`` on the base model, pre-processed first (a temporary copy) when asked."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    prepared = path.with_name(f".{path.name}.pre.onnx")
-    quant_pre_process(str(job.base.path), str(prepared), skip_symbolic_shape=False)
-    return prepared
+    model = job.base.path
+    if preprocess:
+        model = path.with_name(f".{path.name}.pre.onnx")
+        quant_pre_process(str(job.base.path), str(model), skip_symbolic_shape=False)
+    try:
+        quantize(str(model))
+    finally:
+        if preprocess:
+            model.unlink(missing_ok=True)
+    return onnx_artifact(path)
 
 
 class StaticInt8(Optimizer):
@@ -42,14 +50,9 @@ class StaticInt8(Optimizer):
             def get_next(self):
                 return next(self.feeds, None)
 
-        model = _preprocessed(job, path) if preprocess else job.base.path
-        try:
-            quantize_static(str(model), str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ, per_channel=True,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-        finally:
-            if preprocess:
-                Path(model).unlink(missing_ok=True)
-        return onnx_artifact(path)
+        return _quantize_from(job, path, preprocess, lambda model: quantize_static(
+            model, str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8))
 
 
 class DynamicInt8(Optimizer):
@@ -65,13 +68,7 @@ class DynamicInt8(Optimizer):
     def _quantize(self, job: OptimizeJob, path: Path, preprocess: bool) -> Artifact:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        model = _preprocessed(job, path) if preprocess else job.base.path
-        try:
-            quantize_dynamic(str(model), str(path), weight_type=QuantType.QInt8)
-        finally:
-            if preprocess:
-                Path(model).unlink(missing_ok=True)
-        return onnx_artifact(path)
+        return _quantize_from(job, path, preprocess, lambda model: quantize_dynamic(model, str(path), weight_type=QuantType.QInt8))
 
 
 class Fp16(Optimizer):
