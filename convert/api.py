@@ -39,9 +39,11 @@ def convert(
 
     ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, or a
     ``"package.module:callable"`` factory; a JAX model is a function ``f(params, *inputs)`` with ``params``
-    (a pytree, or a .msgpack / .npz / .safetensors path), a flax NNX or linen module, or an Equinox module. ``example_inputs`` is a tuple of tensors/arrays in call order,
-    a dict of arrays by input name, or an ``.npz`` path; ``inputs`` are spec strings such as
-    ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. Without ``out`` the artifacts go to a
+    (a pytree, or a .msgpack / .npz / .safetensors path), a flax NNX or linen module, or an Equinox module.
+    ``example_inputs`` is a tuple of tensors/arrays in call order, a dict of arrays by input name, or an
+    ``.npz`` path; ``inputs`` are spec strings such as
+    ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. ``optimize`` names passes on the ONNX artifact
+    (``"int8"``, ``"openvino:fp16"``...), judged by ``accuracy`` budgets. Without ``out`` the artifacts go to a
     new temporary folder. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
     exception: check ``result.passed``.
     """
