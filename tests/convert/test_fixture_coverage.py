@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from convert.registry import REGISTRY
-from tests.convert import test_e2e_jax, test_e2e_keras, test_e2e_torch
+from tests.convert import test_e2e_jax, test_e2e_keras, test_e2e_torch, test_optimize
 
 COVERED = ({("torch", t) for t in test_e2e_torch.TARGETS} | {("keras", t) for t in test_e2e_keras.TARGETS}
            | {("jax", t) for t in test_e2e_jax.TARGETS})
@@ -19,5 +19,7 @@ def test_every_registered_exporter_and_runtime_is_covered_by_a_fixture_test():
     registered = {(source, e.meta["format"]) for e in REGISTRY.entries("exporter") for source in _sources(e)}
     assert registered <= COVERED, f"exporters without a fixture test: {registered - COVERED}"
     runtime_formats = {f for e in REGISTRY.entries("runtime") for f in e.meta["formats"]}
-    tested_formats = {fmt for _, fmt in COVERED}
+    # test_optimize runs every registered optimizer on a fixture; their artifacts' formats are covered there
+    optimized_formats = {REGISTRY.get("optimizer", name).meta["format"] for name in test_optimize.EVERY_OPTIMIZER}
+    tested_formats = {fmt for _, fmt in COVERED} | optimized_formats
     assert runtime_formats <= tested_formats, f"runtimes without a fixture test: {runtime_formats - tested_formats}"
