@@ -37,6 +37,12 @@ def load_report(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def sizes_checked(artifact: dict, symbol: str) -> set[str]:
+    """The sizes a symbolic dim took in an artifact's passed CPU checks."""
+    shapes = [c["shape"] for c in artifact["checks"] if c["device"] == "cpu" and c["status"] == "passed"]
+    return {part.split("=")[1] for shape in shapes for part in shape.split(",") if part.startswith(symbol + "=")}
+
+
 @pytest.fixture(scope="session")
 def torch_files(tmp_path_factory) -> Path:
     """Every PyTorch fixture written in every form (see fixtures/build_torch.py)."""

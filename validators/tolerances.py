@@ -48,50 +48,47 @@ def default_tolerance(precision: str) -> Tolerance:
     return Tolerance(atol, rtol, f"default {precision}")
 
 
+class _Overrides:
+    """Values given for every output or for one output by name, and the option text that gave them."""
+
+    def __init__(self, texts, parse, flag: str):
+        self.all: dict = {}
+        self.per_output: dict[str, dict] = {}
+        self._texts: dict[str | None, str] = {}
+        self._flag = flag
+        for text in texts:
+            output, values = parse(text)
+            (self.per_output.setdefault(output, {}) if output else self.all).update(values)
+            self._texts[output] = text
+
+    def for_output(self, name: str) -> dict:
+        return {**self.all, **self.per_output.get(name, {})}
+
+    def source(self, name: str, default: str) -> str:
+        """Which option set the values of this output ("" key: every output), else the default."""
+        key = name if name in self.per_output else None if self.all else ""
+        return default if key == "" else f"{self._flag} {self._texts[key]}"
+
+
 class TolerancePolicy:
-    """Default tolerance per precision, with overrides for all outputs or for one output by name."""
+    """Default tolerance and accuracy budget per precision, with overrides for all outputs or for one by name."""
 
     def __init__(self, overrides: list[str] | tuple[str, ...] = (), accuracy: list[str] | tuple[str, ...] = ()):
-        self._all: dict[str, float] = {}
-        self._per_output: dict[str, dict[str, float]] = {}
-        self._texts: dict[str | None, str] = {}
-        for text in overrides:
-            output, values = _parse_override(text)
-            target = self._per_output.setdefault(output, {}) if output else self._all
-            target.update(values)
-            self._texts[output] = text
-        self._budget_all: dict[str, tuple[str, float]] = {}
-        self._budget_per_output: dict[str, dict[str, tuple[str, float]]] = {}
-        self._budget_texts: dict[str | None, str] = {}
-        for text in accuracy:
-            output, bounds = _parse_budget(text)
-            target = self._budget_per_output.setdefault(output, {}) if output else self._budget_all
-            target.update(bounds)
-            self._budget_texts[output] = text
+        self._tolerances = _Overrides(overrides, _parse_override, "--tolerance")
+        self._budgets = _Overrides(accuracy, _parse_budget, "--accuracy")
 
     def for_output(self, name: str, precision: str = "fp32") -> Tolerance:
         base = default_tolerance(precision)
-        values = {"atol": base.atol, "rtol": base.rtol, **self._all, **self._per_output.get(name, {})}
-        if name in self._per_output:
-            source = f"--tolerance {self._texts[name]}"
-        elif self._all:
-            source = f"--tolerance {self._texts[None]}"
-        else:
-            source = base.source
+        values = {"atol": base.atol, "rtol": base.rtol, **self._tolerances.for_output(name)}
+        source = self._tolerances.source(name, base.source)
         if precision not in BUDGET_DEFAULTS:
             return Tolerance(values["atol"], values["rtol"], source)
-        bounds = {**BUDGET_DEFAULTS[precision], **self._budget_all, **self._budget_per_output.get(name, {})}
-        if name in self._budget_per_output:
-            budget_source = f"--accuracy {self._budget_texts[name]}"
-        elif self._budget_all:
-            budget_source = f"--accuracy {self._budget_texts[None]}"
-        else:
-            budget_source = f"default {precision}"
+        bounds = {**BUDGET_DEFAULTS[precision], **self._budgets.for_output(name)}
         budget = tuple((metric, op, bound) for metric, (op, bound) in bounds.items())
-        return Tolerance(values["atol"], values["rtol"], source, budget, budget_source)
+        return Tolerance(values["atol"], values["rtol"], source, budget, self._budgets.source(name, f"default {precision}"))
 
     def unknown_outputs(self, outputs: tuple[str, ...] | list[str]) -> list[str]:
-        return [name for name in [*self._per_output, *self._budget_per_output] if name not in outputs]
+        return [name for name in [*self._tolerances.per_output, *self._budgets.per_output] if name not in outputs]
 
 
 def _parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:

@@ -30,17 +30,28 @@ def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> 
     return onnx_artifact(path)
 
 
-class StaticInt8(Optimizer):
+class _Int8(Optimizer):
+    """An INT8 pass: from the pre-processed model first, from the model as exported as the fallback."""
+
     format = "onnx"
-    name = "int8"
-    suffix = ".int8.onnx"
     precision = "int8"
+    call = ""  # the ONNX Runtime call, as the strategies name it
 
     def strategies(self, job: OptimizeJob):
-        return [("quant_pre_process + quantize_static(QDQ, per-channel)", lambda path: self._quantize(job, path, True)),
-                ("quantize_static(QDQ, per-channel)", lambda path: self._quantize(job, path, False))]
+        return [(f"quant_pre_process + {self.call}", lambda path: _quantize_from(job, path, True, self.quantizer(job, path))),
+                (self.call, lambda path: _quantize_from(job, path, False, self.quantizer(job, path)))]
 
-    def _quantize(self, job: OptimizeJob, path: Path, preprocess: bool) -> Artifact:
+    def quantizer(self, job: OptimizeJob, path: Path):
+        """A function of the input model's path that writes the quantized model at ``path``."""
+        raise NotImplementedError
+
+
+class StaticInt8(_Int8):
+    name = "int8"
+    suffix = ".int8.onnx"
+    call = "quantize_static(QDQ, per-channel)"
+
+    def quantizer(self, job: OptimizeJob, path: Path):
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
         class Feeds(CalibrationDataReader):
@@ -50,25 +61,19 @@ class StaticInt8(Optimizer):
             def get_next(self):
                 return next(self.feeds, None)
 
-        return _quantize_from(job, path, preprocess, lambda model: quantize_static(
-            model, str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8))
+        return lambda model: quantize_static(model, str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ,
+                                             per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
-class DynamicInt8(Optimizer):
-    format = "onnx"
+class DynamicInt8(_Int8):
     name = "int8-dynamic"
     suffix = ".int8-dynamic.onnx"
-    precision = "int8"
+    call = "quantize_dynamic"
 
-    def strategies(self, job: OptimizeJob):
-        return [("quant_pre_process + quantize_dynamic", lambda path: self._quantize(job, path, True)),
-                ("quantize_dynamic", lambda path: self._quantize(job, path, False))]
-
-    def _quantize(self, job: OptimizeJob, path: Path, preprocess: bool) -> Artifact:
+    def quantizer(self, job: OptimizeJob, path: Path):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        return _quantize_from(job, path, preprocess, lambda model: quantize_dynamic(model, str(path), weight_type=QuantType.QInt8))
+        return lambda model: quantize_dynamic(model, str(path), weight_type=QuantType.QInt8)
 
 
 class Fp16(Optimizer):

@@ -9,7 +9,7 @@ import pytest
 
 from convert.specs import parse_input_specs
 from fixtures.jax_models import FIXTURES
-from tests.conftest import load_report, run_cli
+from tests.conftest import load_report, run_cli, sizes_checked
 
 TARGETS = ("onnx", "savedmodel", "tflite")
 OUTPUTS = {"nnx_cnn": {"output"}, "linen_mlp": {"output"}, "transformer": {"hidden", "pooled"},
@@ -36,11 +36,6 @@ def jax_runs(jax_files, tmp_path_factory):
     return runs
 
 
-def _sizes_checked(artifact: dict, symbol: str) -> set[str]:
-    shapes = [c["shape"] for c in artifact["checks"] if c["device"] == "cpu" and c["status"] == "passed"]
-    return {part.split("=")[1] for shape in shapes for part in shape.split(",") if part.startswith(symbol + "=")}
-
-
 @pytest.mark.parametrize("name", list(FIXTURES))
 def test_jax_fixture_exports_and_validates_every_target(jax_runs, name):
     run, out = jax_runs[name]
@@ -63,7 +58,7 @@ def test_jax_fixture_exports_and_validates_every_target(jax_runs, name):
         assert all(c["status"] == "skipped" and c["reason"] for c in artifact["checks"] if c["device"] == "cuda")
         fixed = artifact["format"] == "onnx" and artifact["strategy"] == FALLBACK_ATTEMPTS[-1][0]
         for symbol in symbols:  # a dynamic artifact is checked at two sizes of every symbol at least
-            assert len(_sizes_checked(artifact, symbol)) >= (1 if fixed else 2), (artifact["format"], symbol)
+            assert len(sizes_checked(artifact, symbol)) >= (1 if fixed else 2), (artifact["format"], symbol)
     assert formats["savedmodel"]["strategy"] == "jax2tf.convert + tf.saved_model.save"
     assert (out / formats["savedmodel"]["path"].split("/")[-1] / "saved_model.pb").is_file()
     assert not list(out.glob(".convert-staging-*")) and not list(out.glob(".*tflite*"))
