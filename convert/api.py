@@ -28,6 +28,10 @@ def convert(
     optimize: Sequence[str] = (),
     calibration_data: str | Path | None = None,
     accuracy: Sequence[str] = (),
+    shape_ranges: Sequence[str] = (),
+    benchmark: bool = False,
+    threads: int | None = None,
+    benchmark_batch: int = 8,
     opset: int | None = None,
     tolerance: Sequence[str] = (),
     samples: int = 3,
@@ -43,17 +47,19 @@ def convert(
     ``example_inputs`` is a tuple of tensors/arrays in call order, a dict of arrays by input name, or an
     ``.npz`` path; ``inputs`` are spec strings such as
     ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. ``optimize`` names passes on the ONNX artifact
-    (``"int8"``, ``"openvino:fp16"``...), judged by ``accuracy`` budgets. Without ``out`` the artifacts go to a
+    (``"int8"``, ``"openvino:fp16"``..., or ``"auto"`` for the fastest within budget), judged by ``accuracy``
+    budgets; ``benchmark`` measures the source and every artifact that passed. Without ``out`` the artifacts go to a
     new temporary folder. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
     exception: check ``result.passed``.
     """
-    if isinstance(to, str):
-        to = [t for t in to.split(",")]
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
     request = ConvertRequest(
-        model=model, to=tuple(to), out=out, framework=framework, weights=Path(weights) if weights else None,
+        model=model, to=_names(to), out=out, framework=framework, weights=Path(weights) if weights else None,
         params=_params(params), inputs=tuple(inputs), example_inputs=example_inputs, dims=tuple(dims), opset=opset,
         tolerances=tuple(tolerance), samples=samples, seed=seed, trust_code=trust_code, force=force,
+        optimize=_names(optimize), calibration_data=Path(calibration_data) if calibration_data else None,
+        accuracy=tuple(accuracy), shape_ranges=tuple(shape_ranges), benchmark=benchmark, threads=threads,
+        benchmark_batch=benchmark_batch,
     )
     return run(request)
 
@@ -64,6 +70,11 @@ def load(model: Any, *, inputs: Sequence[str] = (), example_inputs: Any = None, 
     return resolve_source(SourceRequest(model=model, framework=framework, weights=Path(weights) if weights else None,
                                         params=_params(params), inputs=parse_input_specs(tuple(inputs)), example_inputs=example_inputs,
                                         trust_code=trust_code))
+
+
+def _names(names: str | Sequence[str]) -> tuple[str, ...]:
+    """``"onnx,tflite"`` or ``["onnx", "tflite"]``."""
+    return tuple(names.split(",")) if isinstance(names, str) else tuple(names)
 
 
 def _params(params: Any) -> Any:

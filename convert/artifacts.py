@@ -21,9 +21,10 @@ class Artifact:
     inputs: tuple[InputSpec, ...] = ()  # what the artifact takes, in call order
     output_names: tuple[str, ...] = ()
     fixed_shape_reason: str = ""  # set when the artifact keeps none of the source's dynamic dims, and why
+    dim_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)  # sizes a symbol may take (e.g. a TensorRT profile)
 
     def fixed_dims_mismatch(self, feed_shapes: dict[str, tuple[int, ...]]) -> str:
-        """Why the artifact cannot take inputs of these shapes ("" when it can)."""
+        """Why the artifact cannot take inputs of these shapes ("" when it can): a fixed dim, or a size out of bounds."""
         for spec in self.inputs:
             shape = feed_shapes.get(spec.name)
             if shape is None:
@@ -32,6 +33,9 @@ class Artifact:
                 if isinstance(dim, int) and dim != size:
                     return f"the artifact fixes axis {axis} of '{spec.name}' at {dim}" + (
                         f" ({self.fixed_shape_reason})" if self.fixed_shape_reason else "")
+                low, high = self.dim_bounds.get(dim, (size, size)) if isinstance(dim, str) else (size, size)
+                if not low <= size <= high:
+                    return f"the artifact takes {dim} from {low} to {high} on axis {axis} of '{spec.name}', not {size}"
         return ""
 
     def relocated(self, folder: Path) -> "Artifact":

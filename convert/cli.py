@@ -52,6 +52,9 @@ def main() -> None:
       convert mypkg.model:apply_fn --framework jax --params params.msgpack --input "x:float32[B,28,28,1]" --to onnx,savedmodel,tflite
       convert mypkg.model:make_nnx_model --framework jax --input "tokens:int32[B,S]{0..999}" --to onnx
       convert model.pt2 --to onnx --optimize simplify,fp16,int8,openvino:int8 --calibration-data calib.npz
+      convert model.keras --to onnx --optimize auto --accuracy "cosine>=0.995"
+      convert model.pt2 --to onnx --optimize trt:fp16 --shape-range "B=1..8..32"
+      convert model.pt2 --to onnx,torchscript --benchmark --threads 2
       convert doctor
 
     Run 'convert export --help' for every option of the default command.
@@ -83,11 +86,21 @@ def _formats_help() -> str:
 @click.option("--dim", "dims", multiple=True, metavar="SYMBOL=SIZES",
               help="Sizes of a symbolic dim: the export size, then other validation sizes, e.g. B=2,1,8.")
 @click.option("--optimize", "optimize", default="", metavar="PASSES",
-              help=f"Comma-separated optimizations of the exported artifacts, each validated: {', '.join(e.name for e in REGISTRY.entries('optimizer'))}.")
+              help=f"Comma-separated optimizations of the exported artifacts, each validated: {', '.join(e.name for e in REGISTRY.entries('optimizer'))}; "
+                   "or auto: build every pass this machine can run, validate and benchmark them, keep the fastest within the accuracy budget.")
 @click.option("--calibration-data", type=click.Path(path_type=Path), default=None,
               help="Inputs for INT8 calibration: an .npz (arrays by input name) or a folder of them (default: generated from the specs).")
 @click.option("--accuracy", "accuracy", multiple=True, metavar="[OUTPUT:]BUDGET",
               help="Accuracy budget of FP16/INT8 artifacts, e.g. \"cosine>=0.995\" or \"logits:top1>=0.98,rel_rms<=0.05\".")
+@click.option("--shape-range", "shape_ranges", multiple=True, metavar="SYMBOL=MIN..OPT..MAX",
+              help="Sizes a symbolic dim must support, e.g. \"B=1..8..32,S=16..128..512\": TensorRT optimization profiles; "
+                   "min, opt and max are validated, opt is the export size.")
+@click.option("--benchmark", is_flag=True,
+              help="Measure the source model and every artifact that passed: p50/p90/p99 latency, throughput, peak memory.")
+@click.option("--threads", type=int, default=None,
+              help="Intra-op threads every benchmarked runtime is pinned to (default: every core).")
+@click.option("--benchmark-batch", type=int, default=8, show_default=True,
+              help="Batch size of the throughput measurement (the first input's leading symbolic dim).")
 @click.option("--opset", type=int, default=None, help="ONNX opset version (default: the exporter's).")
 @click.option("--tolerance", "tolerances", multiple=True, metavar="[OUTPUT:]atol=A,rtol=R",
               help="Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or one.")
@@ -101,7 +114,7 @@ def _formats_help() -> str:
               help="Where to write the JSON report (default: OUT/report.json).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
 def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, optimize, calibration_data, accuracy,
-                   opset, tolerances, samples,
+                   shape_ranges, benchmark, threads, benchmark_batch, opset, tolerances, samples,
                    seed, trust_code, force, report_json, quiet):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
@@ -113,7 +126,8 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
     request = ConvertRequest(
         model=model, to=tuple(to.split(",")), out=out, framework=framework, weights=weights, params=params, inputs=inputs,
         example_inputs=example_inputs, dims=dims, optimize=tuple(optimize.split(",")) if optimize else (),
-        calibration_data=calibration_data, accuracy=accuracy, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
+        calibration_data=calibration_data, accuracy=accuracy, shape_ranges=shape_ranges, benchmark=benchmark, threads=threads,
+        benchmark_batch=benchmark_batch, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
         trust_code=trust_code, force=force, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
     )
     stdout = Console(highlight=False)
@@ -154,7 +168,7 @@ class _ConsoleProgress:
 
     def finished(self, stage, detail: str = "") -> None:
         mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
-        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s)")
+        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s)" + (f" [dim]{stage.reason}[/]" if stage.status == "skipped" else ""), soft_wrap=True)
 
 
 def _guarded(action):

@@ -1,9 +1,12 @@
 """Plans the stages for a request and runs them, recording a status per stage.
 
 load source ─► reference outputs ─► export (each target) ─► validate (artifact × runtime × device × shape)
-            ─► optimize (each --optimize pass, from the validated artifact it takes) ─► validate ─► report
+            ─► optimize (each --optimize pass, from the validated artifact it takes) ─► validate
+            ─► benchmark (source and every artifact that passed) ─► report
 
 Artifacts are exported and validated in a staging folder and renamed into place only when complete.
+``--optimize auto`` builds every pass this machine can run as a candidate, validates and benchmarks them, and
+publishes only the fastest one that passed.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 
 from convert import __version__
 from convert.artifacts import Artifact
+from convert.benchmark import BenchmarkPlan, BenchmarkSettings, benchmark_artifact, benchmark_source, plan_benchmark
 from convert.devices import ALL_DEVICES, cuda_gpus, present_devices
 from convert.errors import ConvertError, require
 from convert.exporters.base import ExportJob
@@ -34,7 +38,7 @@ from convert.safety import Staging, atomic_write_text, sha256_files, size_of
 from convert.sources.base import SourceModel
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
 from convert.sources.resolve import resolve_source
-from convert.specs import parse_dim_sizes, parse_input_specs
+from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
 from validators import ShapeCase, TolerancePolicy, compare_outputs, generate_feed, merge_results, plan_shape_cases
 
 PACKAGES = ("numpy", "torch", "onnx", "onnxruntime", "onnxscript", "safetensors", "tensorflow", "keras",
@@ -57,6 +61,10 @@ class ConvertRequest:
     optimize: tuple[str, ...] = ()
     calibration_data: Path | None = None
     accuracy: tuple[str, ...] = ()  # accuracy budgets of reduced-precision artifacts
+    shape_ranges: tuple[str, ...] = ()  # "B=1..8..32": TensorRT profiles and the validation sizes
+    benchmark: bool = False
+    threads: int | None = None  # intra-op threads of every benchmarked runtime (default: every core)
+    benchmark_batch: int = 8
     samples: int = 3
     seed: int = 0
     trust_code: bool = False
@@ -123,13 +131,19 @@ class _Stages:
 def run(request: ConvertRequest, progress: Progress | None = None) -> ConversionResult:
     progress = progress or Progress()
     targets = _check_targets(request.to)
-    optimizations = _check_optimizations(request.optimize, targets)
+    optimizations, auto = _check_optimizations(request.optimize, targets)
     out_dir = Path(request.out) if request.out is not None else Path("out")
     specs = parse_input_specs(request.inputs)
     dim_sizes = parse_dim_sizes(request.dims)
+    shape_ranges = parse_shape_ranges(request.shape_ranges)
+    # a range's opt, min and max are validated, with opt as the export size, unless --dim chooses the sizes
+    dim_sizes = {**{s: tuple(dict.fromkeys((opt, low, high))) for s, (low, opt, high) in shape_ranges.items()}, **dim_sizes}
     policy = TolerancePolicy(request.tolerances, request.accuracy)
     if request.samples < 1:
         raise ConvertError("--samples must be at least 1", "Use 3 or more samples per shape.")
+    if request.threads is not None and request.threads < 1 or request.benchmark_batch < 1:
+        raise ConvertError("--threads and --benchmark-batch must be at least 1", "Leave them out for every core and a batch of 8.")
+    settings = BenchmarkSettings(**{k: v for k, v in (("threads", request.threads), ("batch", request.benchmark_batch)) if v})
     example = request.example_inputs
     if isinstance(example, (str, os.PathLike)):
         example = load_example_inputs(Path(example))
@@ -165,6 +179,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         calibration = _calibration_feeds(source, cases, request) if any(
             REGISTRY.get("optimizer", o).meta.get("calibrated") for o in optimizations) else []
 
+        ranges = _profile_ranges(source, cases, shape_ranges)
         staging = Staging(out_dir)
         export_feed = cases[0].feeds[0]
         for target in targets:
@@ -176,8 +191,15 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
                 artifact = _recorded(exporters[target].export(job), record, stage)
             if artifact is not None:
                 _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages)
+        candidates: dict[str, Artifact] = {}
         for name in optimizations:
-            _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request, report, stages)
+            _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request,
+                      report, stages, ranges, candidates if auto else None)
+        if request.benchmark or auto:
+            plan = plan_benchmark(source.signature, cases[0].shape.sizes, export_feed, settings, request.seed)
+            _benchmark(source, report, artifacts, candidates, plan, settings, stages)
+        if auto:
+            _choose(report, candidates, staging, out_dir, artifacts, stages.records)
     except KeyboardInterrupt:
         report.interrupted = True
         report.error = "the run was interrupted"
@@ -195,27 +217,123 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
 
 def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceModel, export_feed, calibration, cases,
               policy: TolerancePolicy, staging: Staging, out_dir: Path, stem: str, request: ConvertRequest,
-              report: rm.Report, stages: _Stages) -> None:
-    """One --optimize pass from the validated artifact it takes; the result is validated like any artifact."""
+              report: rm.Report, stages: _Stages, ranges: dict[str, tuple[int, int, int]],
+              candidates: dict[str, Artifact] | None) -> None:
+    """One --optimize pass from the validated artifact it takes; the result is validated like any artifact.
+
+    With ``candidates`` (--optimize auto) the validated artifact stays staged there until one is chosen."""
     from convert.optimizers.base import OptimizeJob
 
     entry = REGISTRY.get("optimizer", name)
+    optimizer = entry.load()
     base = artifacts.get(entry.meta["takes"])
-    record = rm.ArtifactRecord(format=entry.meta["format"], optimization=name, reproduce=_reproduce(request, entry.meta["takes"], out_dir, name))
+    record = rm.ArtifactRecord(format=entry.meta["format"], optimization=name, candidate=candidates is not None,
+                               reproduce=_reproduce(request, entry.meta["takes"], out_dir, name))
     report.artifacts.append(record)
-    with stages.run(f"optimize:{name}") as stage:
+    with stages.run(f"{'auto' if candidates is not None else 'optimize'}:{name}") as stage:
+        missing = [p for p in entry.meta.get("packages", ()) if not _importable(p)]
+        reason = (f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.meta['extra']}]'" if missing
+                  else None if base is None else optimizer.unavailable_reason())
         if base is None:
             stage.status, stage.reason = "skipped", f"the {entry.meta['takes']} artifact it starts from was not exported"
             return
+        if reason:
+            stage.status, stage.reason = "skipped", reason
+            return
         record.derived_from = str(base.path)
         job = OptimizeJob(source=source, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
-                          base=base, calibration=calibration)
-        artifact = _recorded(entry.load()().export(job), record, stage)
+                          base=base, calibration=calibration, shape_ranges=ranges)
+        artifact = _recorded(optimizer().export(job), record, stage)
     if artifact is None:
         return
-    _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages)
+    if candidates is None:
+        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages)
+    else:
+        _validate(name, artifact, record, cases, policy, stages)
+        candidates[name] = artifact
     if calibration and entry.meta.get("calibrated"):
         report.calibration = getattr(calibration, "origin", "")
+
+
+def _importable(package: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
+
+
+def _profile_ranges(source: SourceModel, cases: list[_Case], given: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
+    """(min, opt, max) per symbolic dim, for passes that fix them in advance (TensorRT profiles): --shape-range,
+    else the smallest and largest validated sizes with the export size as opt."""
+    ranges = {}
+    for symbol in source.signature.symbols:
+        sizes = [case.shape.sizes[symbol] for case in cases if symbol in case.shape.sizes]
+        ranges[symbol] = given.get(symbol) or (min(sizes), cases[0].shape.sizes[symbol], max(sizes))
+    return ranges
+
+
+def _benchmark(source: SourceModel, report: rm.Report, artifacts: dict[str, Artifact], candidates: dict[str, Artifact],
+               plan: BenchmarkPlan, settings: BenchmarkSettings, stages: _Stages) -> None:
+    """The source's own run, then every artifact that passed, on every device where it passed."""
+    with stages.run("benchmark:source"):
+        report.source_benchmark = [benchmark_source(source, plan, settings)]
+    by_key = {**artifacts, **candidates}
+    for record in report.artifacts:
+        key = record.optimization or record.format
+        artifact = by_key.get(key)
+        if artifact is None or not record.passed:
+            continue
+        with stages.run(f"benchmark:{key}"):
+            for runtime, device in dict.fromkeys((c.runtime, c.device) for c in record.checks if c.status == "passed"):
+                runner_class = REGISTRY.get("runtime", runtime).load()
+                record.benchmarks.append(benchmark_artifact(runner_class, artifact, device, plan, settings))
+
+
+def _choose(report: rm.Report, candidates: dict[str, Artifact], staging: Staging, out_dir: Path,
+            artifacts: dict[str, Artifact], stage_records: list[rm.Stage]) -> None:
+    """Rank the candidates (the exported ONNX artifact included) by p50 latency; publish the fastest that passed."""
+    source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
+    stage_of = {s.name.partition(":")[2]: s for s in stage_records if s.name.startswith("auto:")}
+    ranked, others = [], []
+    for record in report.artifacts:
+        if not (record.candidate or (record.format == "onnx" and not record.optimization)):
+            continue
+        name = record.optimization or "none"
+        entry = rm.AutoCandidate(name=name, format=record.format, precision=record.precision, status="lost")
+        timed = [b for b in record.benchmarks if b.status == "ok"]
+        best = min(timed, key=lambda b: b.latency_ms_p50) if timed else None
+        stage = stage_of.get(name)
+        if best is not None:
+            entry.device, entry.latency_ms_p50, entry.throughput_per_s = best.device, best.latency_ms_p50, best.throughput_per_s
+            entry.speedup_vs_source = round(source_p50 / best.latency_ms_p50, 3) if source_p50 and best.latency_ms_p50 else None
+            ranked.append(entry)
+        elif stage is not None and stage.status == "skipped":
+            entry.status, entry.reason = "skipped", f"not built: {stage.reason}"
+            others.append(entry)
+        elif stage is not None and stage.status == "failed":
+            entry.status, entry.reason = "failed", f"not built: {first_line(stage.error)}"
+            others.append(entry)
+        else:
+            failing = next((c for c in record.checks if c.status == "failed"), None)
+            entry.status = "failed"
+            entry.reason = (f"failed validation ({failing.runtime}, {failing.device}, {failing.shape}): {failing.reason}" if failing
+                            else "no check passed" if not record.passed else "its benchmark failed: "
+                            + "; ".join(b.reason for b in record.benchmarks))
+            others.append(entry)
+    ranked.sort(key=lambda c: c.latency_ms_p50)
+    for rank, entry in enumerate(ranked, 1):
+        entry.rank = rank
+        if rank > 1:
+            entry.reason = (f"slower: p50 {entry.latency_ms_p50:.4g} ms on {entry.device}, "
+                            f"{entry.latency_ms_p50 / ranked[0].latency_ms_p50:.2f}x the chosen's {ranked[0].latency_ms_p50:.4g} ms")
+    report.auto = rm.AutoSelection(candidates=ranked + others)
+    if not ranked:
+        return
+    ranked[0].status, ranked[0].reason = "chosen", "the fastest candidate that passed validation"
+    report.auto.chosen = ranked[0].name
+    chosen = candidates.get(ranked[0].name)
+    if chosen is not None:
+        record = next(r for r in report.artifacts if r.optimization == ranked[0].name)
+        _publish(ranked[0].name, chosen, record, staging, out_dir, artifacts)
 
 
 def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | None:
@@ -233,16 +351,25 @@ def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact |
 def _validate_and_publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
                           staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages) -> None:
     """Validate a staged artifact, then move it into place and record where it went."""
+    _validate(key, artifact, record, cases, policy, stages)
+    _publish(key, artifact, record, staging, out_dir, artifacts)
+
+
+def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy, stages: _Stages) -> None:
     with stages.run(f"validate:{key}"):
         record.checks = validate_artifact(artifact, cases, policy)
     artifact.sha256 = sha256_files(artifact.files)
     artifact.size_bytes = size_of(artifact.files)
+    record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
+    record.passed = _artifact_passed(record)
+
+
+def _publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, staging: Staging, out_dir: Path,
+             artifacts: dict[str, Artifact]) -> None:
     staging.publish(artifact.files)
     artifact = artifact.relocated(out_dir)
     artifacts[key] = artifact
     record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
-    record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
-    record.passed = _artifact_passed(record)
 
 
 class CalibrationFeeds(list):
@@ -337,7 +464,7 @@ def _reference(source: SourceModel, dim_sizes, request: ConvertRequest, policy: 
     signature = source.signature
     unknown = [s for s in dim_sizes if s not in signature.symbols]
     if unknown:
-        raise ConvertError(f"--dim names the symbol {unknown[0]}, which no input uses",
+        raise ConvertError(f"--dim or --shape-range names the symbol {unknown[0]}, which no input uses",
                            f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.")
     shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, getattr(source, "dim_ranges", None))
     cases = []
@@ -385,12 +512,20 @@ def _check_targets(targets) -> list[str]:
     return chosen
 
 
-def _check_optimizations(names, targets: list[str]) -> list[str]:
+def _check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
+    """The passes to run, and whether they are --optimize auto's candidates."""
     available = [e.name for e in REGISTRY.entries("optimizer")]
     chosen = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if "auto" in chosen:
+        if len(chosen) > 1:
+            raise ConvertError("--optimize auto is given with other passes",
+                               "Give auto alone (it tries every pass this machine can run), or list the passes you want.")
+        if "onnx" not in targets:
+            raise ConvertError("--optimize auto starts from the onnx artifact, which --to does not ask for", "Add onnx to --to.")
+        return [e.name for e in REGISTRY.entries("optimizer") if e.meta["takes"] in targets], True
     unknown = [n for n in chosen if n not in available]
     if unknown:
-        raise ConvertError(f"unknown optimization '{unknown[0]}'", f"Choose from: {', '.join(available)}.")
+        raise ConvertError(f"unknown optimization '{unknown[0]}'", f"Choose from: auto, {', '.join(available)}.")
     for name in chosen:
         entry = REGISTRY.get("optimizer", name)
         if entry.meta["takes"] not in targets:
@@ -398,7 +533,7 @@ def _check_optimizations(names, targets: list[str]) -> list[str]:
                                f"Add {entry.meta['takes']} to --to.")
         for package in entry.meta.get("packages", ()):
             require(package, entry.meta["extra"], f"--optimize {name}")
-    return chosen
+    return chosen, False
 
 
 def _exporter_for(target: str, framework: str):
@@ -419,7 +554,7 @@ def _artifact_passed(record: rm.ArtifactRecord) -> bool:
 def _finish(report: rm.Report, stages: _Stages) -> None:
     report.stages = stages.records
     export_failed = any(s.status == "failed" and s.name.startswith(("export:", "optimize:")) for s in report.stages)
-    check_failed = any(not a.passed for a in report.artifacts if a.checks)
+    check_failed = any(not a.passed for a in report.artifacts if a.checks and not a.candidate)
     report.passed = bool(report.artifacts) and not export_failed and not check_failed and not report.interrupted
     report.exit_code = 0 if report.passed else 1 if check_failed else 2 if export_failed else 1
     if report.interrupted:
@@ -451,6 +586,8 @@ def _source_record(source: SourceModel) -> rm.SourceRecord:
 
 def _options(request: ConvertRequest, targets: list[str]) -> dict:
     return {"to": targets, "optimize": list(request.optimize), "accuracy": list(request.accuracy),
+            "shape_ranges": list(request.shape_ranges), "benchmark": request.benchmark, "threads": request.threads,
+            "benchmark_batch": request.benchmark_batch,
             "calibration_data": str(request.calibration_data) if request.calibration_data else None,
             "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
             "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,

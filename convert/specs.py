@@ -151,3 +151,25 @@ def parse_dim_sizes(texts: list[str] | tuple[str, ...]) -> dict[str, tuple[int, 
             )
         sizes[name] = parsed
     return sizes
+
+
+def parse_shape_ranges(texts: list[str] | tuple[str, ...]) -> dict[str, tuple[int, int, int]]:
+    """Parse ``--shape-range B=1..8..32,S=16..128..512``: each symbol's min..opt..max (or min..max, opt = max)."""
+    ranges: dict[str, tuple[int, int, int]] = {}
+    for text in texts:
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, sep, values = item.partition("=")
+            name = name.strip()
+            try:
+                parsed = tuple(int(v) for v in values.split(".."))
+            except ValueError:
+                parsed = ()
+            if len(parsed) == 2:
+                parsed = (parsed[0], parsed[1], parsed[1])
+            if not sep or not _SYMBOL.match(name) or len(parsed) != 3 or parsed[0] < 1 or not parsed[0] <= parsed[1] <= parsed[2]:
+                raise ConvertError(
+                    f"cannot read the shape range {item!r}",
+                    "Write each as SYMBOL=MIN..OPT..MAX with 1 <= MIN <= OPT <= MAX, for example --shape-range \"B=1..8..32,S=16..128..512\".",
+                )
+            ranges[name] = parsed
+    return ranges

@@ -14,6 +14,7 @@ from convert.exporters.base import Exporter, ExportJob
 class OptimizeJob(ExportJob):
     base: Artifact | None = None  # the validated artifact the pass starts from
     calibration: list[dict[str, np.ndarray]] = field(default_factory=list)  # feeds for calibrated quantization
+    shape_ranges: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # symbol -> (min, opt, max) sizes
 
 
 class Optimizer(Exporter):
@@ -21,6 +22,11 @@ class Optimizer(Exporter):
 
     takes = "onnx"
     precision = "fp32"
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this pass cannot run on this machine (its stage is then skipped with the reason), or None."""
+        return None
 
     def export(self, job: ExportJob):
         outcome = super().export(job)

@@ -16,10 +16,14 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
     table = Table(title="Validation against the source model")
     for column in ("artifact", "runtime", "device", "shapes", "status", "max abs err", "min cosine", "detail"):
         table.add_column(column, overflow="fold")
+    skipped = {s.name.partition(":")[2]: s.reason for s in report.stages if s.status == "skipped" and s.name.startswith(("optimize:", "auto:"))}
     for artifact in report.artifacts:
-        if not artifact.checks:
+        name = f"{artifact.format} ({artifact.optimization})" if artifact.optimization else artifact.format
+        if not artifact.checks and artifact.optimization in skipped:
+            table.add_row(name, "-", "-", "-", f"[{STYLE['skipped']}]skipped[/]", "-", "-", first_line(skipped[artifact.optimization], 100))
+        elif not artifact.checks:
             error = artifact.attempts[0].error if artifact.attempts else "not exported"
-            table.add_row(artifact.format, "-", "-", "-", "[bold red]not exported[/]", "-", "-", first_line(error, 100))
+            table.add_row(name, "-", "-", "-", "[bold red]not exported[/]", "-", "-", first_line(error, 100))
         for (runtime, device), group in groupby(artifact.checks, key=lambda c: (c.runtime, c.device)):
             checks = list(group)
             statuses = [c.status for c in checks]
@@ -29,15 +33,50 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
             cosines = [o.cosine_similarity for o in outputs if o.cosine_similarity is not None]
             detail = next((c.reason for c in checks if c.status == "failed"), "") or next((c.reason for c in checks if c.reason), "")
             shapes = " ".join(c.shape for c in checks if c.shape != "*") or "-"
-            table.add_row(artifact.format, runtime, device, shapes, f"[{STYLE[status]}]{status}[/]",
+            table.add_row(name, runtime, device, shapes, f"[{STYLE[status]}]{status}[/]",
                           f"{max(errors):.1e}" if errors else "-", f"{min(cosines):.6f}" if cosines else "-",
                           first_line(detail, 100))
     console.print(table)
+    _print_benchmarks(report, console)
+    _print_auto(report, console)
     for artifact in report.artifacts:
         if artifact.path:
             console.print(f"  {artifact.format}: {artifact.path} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy})")
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
     console.print(f"Verdict: {verdict} (exit code {report.exit_code})" + (f"; report: {report_path}" if report_path else ""))
+
+
+def _print_benchmarks(report: Report, console: Console) -> None:
+    rows = [("source", b) for b in report.source_benchmark]
+    rows += [(a.optimization or a.format, b) for a in report.artifacts for b in a.benchmarks]
+    if not rows:
+        return
+    source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
+    table = Table(title="Benchmark (after warm-up; same inputs and threads for every runtime)")
+    for column in ("artifact", "runtime", "device", "threads", "p50 ms", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB"):
+        table.add_column(column, overflow="fold")
+    for name, b in rows:
+        if b.status != "ok":
+            table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", first_line(b.reason, 60))
+            continue
+        speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
+        table.add_row(name, b.runtime, b.device, str(b.threads or "default"), f"{b.latency_ms_p50:.3f}", f"{b.latency_ms_p90:.3f}",
+                      f"{b.latency_ms_p99:.3f}", speedup, f"{b.throughput_per_s:g} ({b.throughput_shape})", f"{b.peak_memory_mb:g}")
+    console.print(table)
+
+
+def _print_auto(report: Report, console: Console) -> None:
+    if report.auto is None:
+        return
+    table = Table(title="--optimize auto: " + (f"chose {report.auto.chosen}" if report.auto.chosen else "no candidate passed"))
+    for column in ("rank", "candidate", "precision", "status", "p50 ms", "vs source", "why"):
+        table.add_column(column, overflow="fold")
+    for c in report.auto.candidates:
+        style = "green" if c.status == "chosen" else "yellow" if c.status in ("lost", "skipped") else "bold red"
+        table.add_row(str(c.rank or "-"), c.name, c.precision, f"[{style}]{c.status}[/]",
+                      f"{c.latency_ms_p50:.3f}" if c.latency_ms_p50 else "-",
+                      f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-", first_line(c.reason, 110))
+    console.print(table)
 
 
 def first_line(text: str, limit: int = 160) -> str:

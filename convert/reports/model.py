@@ -29,6 +29,7 @@ class OutputMetrics(BaseModel):
     cosine_similarity: float | None = None
     rel_rms_error: float | None = Field(None, description="||a-e|| / ||e||, for fp16 / int8 artifacts")
     top1_agreement: float | None = Field(None, description="fraction of rows whose argmax agrees (last axis), for fp16 / int8 artifacts")
+    top5_agreement: float | None = Field(None, description="fraction of rows whose reference argmax is in the artifact's top 5 (last axis over 5)")
     nan_count: int = 0
     inf_count: int = 0
     atol: float | None = None
@@ -58,10 +59,50 @@ class Attempt(BaseModel):
     error: str = ""
 
 
+class Benchmark(BaseModel):
+    """Latency after warm-up at the export shape, throughput at a larger batch, and peak memory, of one runtime on one device."""
+
+    runtime: str
+    device: str
+    status: Literal["ok", "failed", "skipped"] = "ok"
+    reason: str = ""
+    threads: int | None = Field(None, description="intra-op threads the runtime was pinned to; None where it cannot be set after start-up")
+    shape: str = ""
+    warmup: int = 0
+    runs: int = 0
+    latency_ms_p50: float | None = None
+    latency_ms_p90: float | None = None
+    latency_ms_p99: float | None = None
+    throughput_shape: str = ""
+    throughput_per_s: float | None = Field(None, description="batch items per second at throughput_shape")
+    peak_memory_mb: float | None = Field(None, description="peak resident memory growth while measuring (see memory_scope)")
+    memory_scope: str = ""
+
+
+class AutoCandidate(BaseModel):
+    name: str = Field(description="the --optimize pass, or 'none' for the exported artifact itself")
+    format: str
+    precision: str = "fp32"
+    rank: int | None = None
+    status: Literal["chosen", "lost", "failed", "skipped"]
+    reason: str = ""
+    device: str = ""
+    latency_ms_p50: float | None = None
+    throughput_per_s: float | None = None
+    speedup_vs_source: float | None = None
+
+
+class AutoSelection(BaseModel):
+    chosen: str | None = None
+    criterion: str = "lowest p50 latency at the export shape among candidates that passed validation within their accuracy budget"
+    candidates: list[AutoCandidate] = []
+
+
 class ArtifactRecord(BaseModel):
     format: str
     optimization: str = Field("", description="the --optimize pass that made it from the artifact at derived_from")
     derived_from: str | None = None
+    candidate: bool = Field(False, description="built by --optimize auto: published only when chosen")
     path: str | None = None
     files: list[str] = []
     sha256: str | None = None
@@ -72,6 +113,7 @@ class ArtifactRecord(BaseModel):
     attempts: list[Attempt] = []
     passed: bool = False
     checks: list[Check] = []
+    benchmarks: list[Benchmark] = []
     reproduce: str = Field("", description="the command that reproduces this artifact")
 
 
@@ -116,6 +158,8 @@ class Report(BaseModel):
     calibration: str = Field("", description="where the calibration feeds of INT8 passes came from")
     stages: list[Stage] = []
     artifacts: list[ArtifactRecord] = []
+    source_benchmark: list[Benchmark] = Field([], description="the source framework's own run, measured like the artifacts")
+    auto: AutoSelection | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)

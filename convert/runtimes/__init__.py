@@ -8,3 +8,4 @@ REGISTRY.add("runtime", "torch.export", "convert.runtimes.torch:ExportedProgramR
 REGISTRY.add("runtime", "tensorflow", "convert.runtimes.tensorflow:SavedModelRunner", formats=("savedmodel",), package="tensorflow", extra="tensorflow")
 REGISTRY.add("runtime", "tflite", "convert.runtimes.tensorflow:TfliteRunner", formats=("tflite",), package="tensorflow", extra="tensorflow")
 REGISTRY.add("runtime", "openvino", "convert.runtimes.openvino:OpenVinoRunner", formats=("openvino",), package="openvino", extra="openvino")
+REGISTRY.add("runtime", "tensorrt", "convert.runtimes.tensorrt:TensorRtRunner", formats=("tensorrt",), package="tensorrt", extra="tensorrt")

@@ -32,10 +32,12 @@ class ArtifactUnsupported(Exception):
 
 class Runner(abc.ABC):
     name: str
+    pins_threads = False  # whether ``threads`` sets this runtime's intra-op thread count (benchmarks pin them alike)
 
-    def __init__(self, artifact: Artifact, device: str):
+    def __init__(self, artifact: Artifact, device: str, threads: int | None = None):
         self.artifact = artifact
         self.device = device
+        self.threads = threads  # None: the runtime's default
         self.path: Path = artifact.path
 
     @classmethod

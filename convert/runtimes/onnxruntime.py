@@ -16,6 +16,7 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 class OnnxRuntimeRunner(Runner):
     name = "onnxruntime"
+    pins_threads = True
 
     @classmethod
     def build_unavailable_reason(cls, device: str) -> str | None:
@@ -30,6 +31,8 @@ class OnnxRuntimeRunner(Runner):
 
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
+        if self.threads:
+            options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
         self.session = onnxruntime.InferenceSession(str(self.path), options, providers=[PROVIDERS[self.device]])
         if self.session.get_providers()[0] != PROVIDERS[self.device]:
             raise RuntimeError(f"onnxruntime fell back to {self.session.get_providers()[0]} instead of {PROVIDERS[self.device]}")

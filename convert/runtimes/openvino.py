@@ -10,6 +10,7 @@ from convert.runtimes.base import InputMeta, Runner
 
 class OpenVinoRunner(Runner):
     name = "openvino"
+    pins_threads = True
 
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:
@@ -24,6 +25,8 @@ class OpenVinoRunner(Runner):
 
         core = openvino.Core()
         config = {"INFERENCE_PRECISION_HINT": "f32"} if self.artifact.precision == "fp32" else {}
+        if self.threads:
+            config["INFERENCE_NUM_THREADS"] = self.threads
         self.compiled = core.compile_model(core.read_model(str(self.path / IR_NAME)), "CPU", config)
         self.request = self.compiled.create_infer_request()
 

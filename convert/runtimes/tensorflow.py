@@ -16,11 +16,11 @@ from convert.sources.keras import SERVING_KEY, native_stderr_silenced, tensorflo
 _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
 
 
-def tflite_interpreter(path: Path, allocate: bool = True):
+def tflite_interpreter(path: Path, allocate: bool = True, threads: int | None = None):
     tf = tensorflow()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tf.lite.Interpreter warns that it moves to the ai-edge-litert package
-        interpreter = tf.lite.Interpreter(model_path=str(path))
+        interpreter = tf.lite.Interpreter(model_path=str(path), num_threads=threads)
     if allocate:
         try:
             with native_stderr_silenced():  # the first allocation prints an INFO line about the XNNPACK delegate
@@ -78,6 +78,7 @@ class SavedModelRunner(Runner):
 
 class TfliteRunner(Runner):
     name = "tflite"
+    pins_threads = True
 
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:
@@ -86,7 +87,7 @@ class TfliteRunner(Runner):
         return super().unavailable_reason(device)
 
     def activate(self) -> None:
-        self.interpreter = tflite_interpreter(self.path)
+        self.interpreter = tflite_interpreter(self.path, threads=self.threads)
         self.inputs, self.outputs = signature_details(self.interpreter)
 
     def deactivate(self) -> None:

@@ -12,6 +12,16 @@ from convert.sources.torch import flatten_outputs, to_numpy
 
 
 class _TorchRunner(Runner):
+    pins_threads = True
+    _restore_threads: int | None = None
+
+    def _pin_threads(self) -> None:
+        import torch
+
+        if self.threads:
+            self._restore_threads = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+
     @classmethod
     def build_unavailable_reason(cls, device: str) -> str | None:
         import torch
@@ -32,7 +42,11 @@ class _TorchRunner(Runner):
         return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
 
     def deactivate(self) -> None:
+        import torch
+
         self.module = None
+        if self._restore_threads:
+            torch.set_num_threads(self._restore_threads)
 
 
 class TorchScriptRunner(_TorchRunner):
@@ -41,6 +55,7 @@ class TorchScriptRunner(_TorchRunner):
     def activate(self) -> None:
         import torch
 
+        self._pin_threads()
         self.module = torch.jit.load(str(self.path), map_location=self.device)
         self.module.eval()
 
@@ -51,6 +66,7 @@ class ExportedProgramRunner(_TorchRunner):
     def activate(self) -> None:
         import torch
 
+        self._pin_threads()
         program = torch.export.load(str(self.path))
         self.module = program.module()
         if self.device != "cpu":

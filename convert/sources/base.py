@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,11 @@ class SourceModel(abc.ABC):
         """Record the output names, learned from the first reference run."""
         self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)
         return self
+
+    def pinned_threads(self, threads: int) -> contextlib.AbstractContextManager[bool]:
+        """Run the source with this many intra-op threads where its framework allows it after start-up;
+        the context gives whether it did (TensorFlow and XLA fix their thread pools when they start)."""
+        return contextlib.nullcontext(False)
 
     @property
     def native(self) -> Any:

@@ -7,12 +7,13 @@ unpickler, which doubles as the allowlist scanner: whatever it refuses is not lo
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import json
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,16 @@ class TorchSource(SourceModel):
         with torch.inference_mode():
             outputs = self.module(*to_tensors(self.signature.inputs, feed))
         return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+
+    @contextlib.contextmanager
+    def pinned_threads(self, threads: int) -> Iterator[bool]:
+        torch = _torch()
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            yield True
+        finally:
+            torch.set_num_threads(before)
 
 
 def load_torch_source(request: SourceRequest) -> TorchSource:

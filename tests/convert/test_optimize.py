@@ -3,6 +3,8 @@ optimized artifact validated on CPU against the source; reduced precisions judge
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -42,11 +44,16 @@ def test_every_optimizer_on_a_torch_fixture(torch_optimized):
     optimized = _optimized(report)
     assert list(optimized) == EVERY_OPTIMIZER
     onnx_path = next(a["path"] for a in report["artifacts"] if a["format"] == "onnx" and not a["optimization"])
+    stages = {s["name"]: s for s in report["stages"]}
     for name, artifact in optimized.items():
+        if name.startswith("trt"):  # no CUDA and no TensorRT on this machine: skipped with the reason, never passed
+            assert stages[f"optimize:{name}"]["status"] == "skipped" and "TensorRT" in stages[f"optimize:{name}"]["reason"]
+            assert artifact["checks"] == [] and artifact["path"] is None and artifact["passed"] is False
+            continue
         _assert_validated_on_cpu(artifact)
         assert artifact["derived_from"] == onnx_path and len(artifact["sha256"]) == 64
         assert {c["runtime"] for c in artifact["checks"]} == {"openvino" if name.startswith("openvino") else "onnxruntime"}
-    assert {n: a["precision"] for n, a in optimized.items()} == {
+    assert {n: a["precision"] for n, a in optimized.items() if a["checks"]} == {
         "simplify": "fp32", "fp16": "fp16", "int8": "int8", "int8-dynamic": "int8",
         "openvino": "fp32", "openvino:fp16": "fp16", "openvino:int8": "int8"}
     assert report["calibration"].startswith("generated from the input specs")
@@ -69,14 +76,52 @@ def test_optimizers_on_keras_and_jax_fixtures(framework, args, passes, tmp_path)
         _assert_validated_on_cpu(artifact)
 
 
-def test_a_harsh_budget_makes_an_int8_artifact_fail(torch_files, tmp_path):
-    run = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "int8", "--accuracy", "cosine>=0.9999999",
-                  "--out", str(tmp_path))
+def test_a_harsh_budget_fails_int8_and_only_artifacts_that_passed_are_benchmarked(torch_files, tmp_path):
+    run = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--optimize", "int8", "--accuracy", "cosine>=0.9999999",
+                  "--benchmark", "--threads", "1", "--benchmark-batch", "4", "--out", str(tmp_path))
     assert run.returncode == 1, run.output
-    int8 = _optimized(load_report(tmp_path / "report.json"))["int8"]
-    assert int8["passed"] is False
+    report = load_report(tmp_path / "report.json")
+    int8 = _optimized(report)["int8"]
+    assert int8["passed"] is False and int8["benchmarks"] == []
     failed = [c for c in int8["checks"] if c["status"] == "failed"]
-    assert failed and all("misses the budget cosine>=1" in c["reason"] and "--accuracy cosine>=0.9999999" in c["reason"] for c in failed)
+    assert failed and all("misses the budget cosine>=0.9999999" in c["reason"] and "--accuracy cosine>=0.9999999" in c["reason"] for c in failed)
+
+    (source,) = report["source_benchmark"]
+    assert source["runtime"] == "torch (source)" and source["status"] == "ok"
+    passed = [a for a in report["artifacts"] if a["passed"]]
+    assert [a["format"] for a in passed] == ["onnx", "torchscript"]
+    for record in [source, *(b for a in passed for b in a["benchmarks"])]:
+        assert record["threads"] == 1 and record["device"] == "cpu" and record["runs"] >= 10 and record["warmup"] >= 1
+        assert record["shape"] == "d0=2" and 0 < record["latency_ms_p50"] <= record["latency_ms_p90"] <= record["latency_ms_p99"]
+        assert record["throughput_per_s"] > 0 and record["peak_memory_mb"] is not None
+    ((onnx,), (torchscript,)) = (a["benchmarks"] for a in passed)
+    assert (onnx["runtime"], torchscript["runtime"]) == ("onnxruntime", "torch.jit")
+    # the throughput batch where the artifact takes it; the traced TorchScript fixes the batch at the export size
+    assert (source["throughput_shape"], onnx["throughput_shape"], torchscript["throughput_shape"]) == ("d0=4", "d0=4", "d0=2")
+    assert "Benchmark" in run.stdout
+
+
+def test_auto_publishes_the_fastest_candidate_within_budget_and_ranks_the_rest(torch_files, tmp_path):
+    run = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "auto", "--accuracy", "cosine>=0.999999999",
+                  "--out", str(tmp_path))
+    assert run.returncode == 0, run.output
+    report = load_report(tmp_path / "report.json")
+    auto = report["auto"]
+    candidates = {c["name"]: c for c in auto["candidates"]}
+    assert set(candidates) == {"none", *EVERY_OPTIMIZER}
+    ranked = sorted((c for c in auto["candidates"] if c["rank"]), key=lambda c: c["rank"])
+    assert ranked[0]["status"] == "chosen" and auto["chosen"] == ranked[0]["name"] and ranked[0]["precision"] == "fp32"
+    assert [c["latency_ms_p50"] for c in ranked] == sorted(c["latency_ms_p50"] for c in ranked)
+    assert all(c["status"] == "lost" and c["reason"].startswith("slower: p50") for c in ranked[1:])
+    for name in ("fp16", "int8", "int8-dynamic", "openvino:fp16", "openvino:int8"):  # the budget rejects reduced precision
+        assert candidates[name]["status"] == "failed" and "misses the budget cosine>=0.999999999" in candidates[name]["reason"]
+    for name in ("trt", "trt:fp16", "trt:int8"):  # no CUDA and no TensorRT here
+        assert candidates[name]["status"] == "skipped" and "TensorRT" in candidates[name]["reason"]
+    published = {a["optimization"]: a["path"] for a in report["artifacts"] if a["candidate"]}
+    assert [name for name, path in published.items() if path] == ([auto["chosen"]] if auto["chosen"] != "none" else [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["cnn.onnx", "report.json", *(Path(path).name for path in published.values() if path)])
+    assert "--optimize auto: chose" in run.stdout
 
 
 def test_calibration_data_is_used_and_checked(torch_files, tmp_path):

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from convert.errors import ConvertError
-from convert.specs import parse_dim_sizes, parse_input_spec, parse_input_specs
+from convert.specs import parse_dim_sizes, parse_input_spec, parse_input_specs, parse_shape_ranges
 
 
 def test_parses_symbols_integers_and_domain():
@@ -43,6 +43,14 @@ def test_dim_sizes():
     for bad in ("B", "B=", "B=0", "=3", "B=x"):
         with pytest.raises(ConvertError):
             parse_dim_sizes([bad])
+
+
+def test_shape_ranges():
+    assert parse_shape_ranges(["B=1..8..32,S=16..128..512"]) == {"B": (1, 8, 32), "S": (16, 128, 512)}
+    assert parse_shape_ranges(["B=1..4", "T=3..3..3"]) == {"B": (1, 4, 4), "T": (3, 3, 3)}
+    for bad in ("B=1..8..4", "B=0..1..2", "B=1..x..3", "B", "B=1", "1B=1..2..3", "B=1..2..3..4"):
+        with pytest.raises(ConvertError, match="cannot read the shape range"):
+            parse_shape_ranges([bad])
 
 
 @settings(max_examples=300, deadline=None)

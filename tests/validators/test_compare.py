@@ -97,3 +97,14 @@ def test_merge_takes_the_worst_case_over_samples():
     assert merged[0].samples == 3
     assert merged[0].max_abs_error == pytest.approx(0.5)
     assert merged[0].mismatch_count == 4 and "4 of 12 values" in merged[0].reason
+
+
+def test_top5_agreement_counts_the_reference_class_among_the_artifacts_top_five():
+    expected = np.zeros((4, 10), np.float32)
+    expected[np.arange(4), [0, 1, 2, 3]] = 1.0
+    actual = np.tile(np.linspace(1, 0, 10, dtype=np.float32), (4, 1))  # ranks classes 0..4 first, in every row
+    actual[3] = np.linspace(0, 1, 10)  # row 3 ranks class 3 seventh: outside the top 5
+    policy = TolerancePolicy(accuracy=["top5>=0.8"])
+    result = compare_outputs({"logits": expected}, {"logits": actual}, policy, "int8")[0]
+    assert result.top5_agreement == pytest.approx(0.75) and result.top1_agreement == pytest.approx(0.25)
+    assert result.status == "failed" and "top5 0.75 misses the budget top5>=0.8" in result.reason

@@ -1,0 +1,245 @@
+"""TensorRT engines from the ONNX artifact: FP32 (TF32 off), FP16, and INT8 calibrated on the calibration feeds.
+
+Written against TensorRT 10's Python API (TensorRT 11 removed the FP16/INT8 builder flags and calibrators;
+those passes then report why they are skipped). An engine is built with one optimization profile whose
+dynamic axes span each symbol's ``--shape-range``. Engines are executable code for one GPU and one TensorRT
+version, so the runner loads only engines this process built: their sha256 is kept in
+``ENGINES_BUILT_THIS_RUN``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.devices import absent_reason
+from convert.errors import ConvertError
+from convert.optimizers.base import OptimizeJob, Optimizer
+from convert.specs import InputSpec
+
+ENGINES_BUILT_THIS_RUN: set[str] = set()  # sha256 of every engine this process wrote
+WORKSPACE_BYTES = 4 << 30  # a cap on tactic scratch memory; TensorRT allocates only what it uses
+Shape = tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=1)
+def tensorrt_missing() -> str | None:
+    """Why TensorRT cannot be used from Python here (it or cuda-python is not installed), or None."""
+    try:
+        import tensorrt  # noqa: F401
+
+        from convert.runtimes.tensorrt import cudart
+
+        cudart()
+    except (ImportError, OSError) as exc:  # OSError: a wheel whose shared libraries do not load
+        return f"TensorRT is not installed: pip install 'model-convert[tensorrt]' on a machine with an NVIDIA GPU ({exc})"
+    return None
+
+
+def timing_cache_path() -> Path:
+    """Where tactic timings are kept between runs, so a rebuild of a similar network is faster."""
+    root = os.environ.get("CONVERT_CACHE_DIR")
+    return (Path(root) if root else Path.home() / ".cache" / "model-convert") / "tensorrt-timing.cache"
+
+
+def profile_shapes(network_inputs: list[tuple[str, Shape]], specs: tuple[InputSpec, ...] | list[InputSpec],
+                   shape_ranges: dict[str, tuple[int, int, int]]) -> dict[str, tuple[Shape, Shape, Shape]]:
+    """(min, opt, max) shapes of each network input: an axis the ONNX graph leaves dynamic (-1) takes the
+    range of the symbol the input spec names there; fixed axes stay fixed."""
+    by_name = {spec.name: spec for spec in specs}
+    profile = {}
+    for name, dims in network_inputs:
+        spec = by_name.get(name)
+        low, opt, high = [], [], []
+        for axis, size in enumerate(dims):
+            dim = spec.dims[axis] if spec is not None and axis < len(spec.dims) else None
+            if size < 0 and isinstance(dim, int):
+                size = dim  # the spec fixes an axis the graph left open
+            if size >= 0:
+                sizes = (size, size, size)
+            elif isinstance(dim, str) and dim in shape_ranges:
+                sizes = shape_ranges[dim]
+            else:
+                named = f" (symbol {dim})" if isinstance(dim, str) else ""
+                raise ConvertError(
+                    f"the TensorRT optimization profile needs a size range for axis {axis} of input '{name}', "
+                    f"which is dynamic in the ONNX graph{named}, and none is known",
+                    "Name the axis with a symbol in --input (e.g. \"x:float32[B,3,224,224]\") and give its range "
+                    "with --shape-range SYMBOL=MIN..OPT..MAX.",
+                )
+            for bound, value in zip((low, opt, high), sizes):
+                bound.append(value)
+        profile[name] = (tuple(low), tuple(opt), tuple(high))
+    return profile
+
+
+class TensorRtFp32(Optimizer):
+    format = "tensorrt"
+    name = "trt"
+    suffix = ".engine"
+    precision = "fp32"
+    detail = "FP32, TF32 off"
+    needs: tuple[str, ...] = ()  # TensorRT attributes this precision needs (some are gone in TensorRT 11)
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        reason = tensorrt_missing() or absent_reason("cuda")
+        if reason is None:
+            import tensorrt as trt
+
+            gone = [need for need in cls.needs if not _has(trt, need)]
+            if gone:
+                reason = (f"TensorRT {trt.__version__} has no {', '.join(gone)} (removed in TensorRT 11): "
+                          f"pip install 'tensorrt>=10,<11' for the {cls.name} pass")
+        return reason
+
+    def strategies(self, job: OptimizeJob):
+        return [(f"TensorRT build_serialized_network ({self.detail})", lambda path: self._build(job, path))]
+
+    def configure(self, trt, builder, config, job: OptimizeJob):
+        """Set the precision on the builder config; return a calibrator to free after the build, or None."""
+        config.clear_flag(trt.BuilderFlag.TF32)  # TF32 rounds matmul inputs to 10 bits: not an FP32 engine
+
+    def _build(self, job: OptimizeJob, path: Path) -> Artifact:
+        import tensorrt as trt
+
+        logger = trt.Logger(trt.Logger.WARNING)
+        builder = trt.Builder(logger)
+        network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+        parser = trt.OnnxParser(network, logger)
+        if not parser.parse_from_file(str(job.base.path)):
+            errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+            raise RuntimeError(f"TensorRT's ONNX parser rejected {job.base.path.name}: {errors or 'no detail given'}")
+
+        config = builder.create_builder_config()
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
+        inputs = [network.get_input(i) for i in range(network.num_inputs)]
+        profile = builder.create_optimization_profile()
+        for name, (low, opt, high) in profile_shapes([(t.name, tuple(t.shape)) for t in inputs], job.base.inputs,
+                                                     job.shape_ranges).items():
+            profile.set_shape(name, low, opt, high)
+        config.add_optimization_profile(profile)
+        calibrator = self.configure(trt, builder, config, job)
+        timing_cache = _attach_timing_cache(config)
+        try:
+            serialized = builder.build_serialized_network(network, config)
+        finally:
+            if calibrator is not None:
+                calibrator.free()
+        if serialized is None:
+            raise RuntimeError("TensorRT could not build the engine (its warnings and errors are on stderr)")
+        _save_timing_cache(timing_cache)
+
+        engine = bytes(serialized)
+        path.write_bytes(engine)
+        ENGINES_BUILT_THIS_RUN.add(hashlib.sha256(engine).hexdigest())
+        symbols = {dim for spec in job.base.inputs for dim in spec.symbols}
+        bounds = {symbol: (low, high) for symbol, (low, _, high) in job.shape_ranges.items() if symbol in symbols}
+        return Artifact(format=self.format, path=path, files=[path], dim_bounds=bounds)
+
+
+class TensorRtFp16(TensorRtFp32):
+    name = "trt:fp16"
+    suffix = "_fp16.engine"
+    precision = "fp16"
+    detail = "FP16 flag"
+    needs = ("BuilderFlag.FP16",)
+
+    def configure(self, trt, builder, config, job: OptimizeJob):
+        config.set_flag(trt.BuilderFlag.FP16)
+
+
+class TensorRtInt8(TensorRtFp32):
+    name = "trt:int8"
+    suffix = "_int8.engine"
+    precision = "int8"
+    detail = "INT8 flag with FP16 fallback, IInt8EntropyCalibrator2 on the calibration feeds"
+    needs = ("BuilderFlag.FP16", "BuilderFlag.INT8", "IInt8EntropyCalibrator2")
+
+    def configure(self, trt, builder, config, job: OptimizeJob):
+        if not job.calibration:
+            raise RuntimeError("INT8 calibration needs calibration feeds, and there are none")
+        shapes = {name: array.shape for name, array in job.calibration[0].items()}
+        if any({name: array.shape for name, array in feed.items()} != shapes for feed in job.calibration):
+            raise RuntimeError("TensorRT calibrates at one shape per input, and the calibration feeds differ in shape")
+        config.set_flag(trt.BuilderFlag.FP16)  # layers with no INT8 kernel run in FP16 rather than FP32
+        config.set_flag(trt.BuilderFlag.INT8)
+        profile = builder.create_optimization_profile()  # calibration runs at the calibration feeds' shapes
+        for name, shape in shapes.items():
+            profile.set_shape(name, shape, shape, shape)
+        config.set_calibration_profile(profile)
+        calibrator = _calibrator(trt, job.calibration)
+        config.int8_calibrator = calibrator
+        return calibrator
+
+
+def _calibrator(trt, feeds):
+    """An entropy calibrator that gives TensorRT one calibration feed per batch, copied to the device."""
+    from convert.runtimes.tensorrt import DeviceBuffers
+
+    class Calibrator(trt.IInt8EntropyCalibrator2):
+        def __init__(self):
+            trt.IInt8EntropyCalibrator2.__init__(self)  # the binding's trampoline needs the explicit call
+            self.feeds = iter(feeds)
+            self.buffers = DeviceBuffers()
+            self.cache = None  # kept in memory: a stale cache file could silently skip calibration
+
+        def get_batch_size(self):
+            return 1  # explicit-batch networks take each feed whole, batch axis included
+
+        def get_batch(self, names):
+            feed = next(self.feeds, None)
+            return None if feed is None else [self.buffers.upload(name, feed[name]) for name in names]
+
+        def read_calibration_cache(self):
+            return self.cache
+
+        def write_calibration_cache(self, cache):
+            self.cache = bytes(cache)
+
+        def free(self):
+            self.buffers.free()
+
+    return Calibrator()
+
+
+def _has(trt, dotted: str) -> bool:
+    owner, _, attribute = dotted.rpartition(".")
+    return hasattr(getattr(trt, owner) if owner else trt, attribute)
+
+
+def _attach_timing_cache(config):
+    """Give the build the saved timing cache; a missing, corrupt or foreign one is replaced by an empty one."""
+    try:
+        blob = timing_cache_path().read_bytes()
+    except OSError:
+        blob = b""
+    cache = None
+    if blob:
+        try:
+            cache = config.create_timing_cache(blob)
+        except Exception:  # noqa: BLE001 - whatever the file holds, the build goes on with a fresh cache
+            cache = None
+    if cache is None or not config.set_timing_cache(cache, ignore_mismatch=False):
+        cache = config.create_timing_cache(b"")
+        config.set_timing_cache(cache, ignore_mismatch=False)
+    return cache
+
+
+def _save_timing_cache(cache) -> None:
+    """Write the timing cache atomically; failing to write it only costs time on the next build."""
+    path = timing_cache_path()
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(memoryview(cache.serialize()))
+        os.replace(temporary, path)
+    except OSError:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)

@@ -1,0 +1,175 @@
+"""The TensorRT pass and runner without a GPU: what they report when they cannot run, the rule that only engines
+this process built are loaded, the optimization profile's shapes, and the timing cache's file handling.
+Building and running engines needs TensorRT and a CUDA device, which these machines do not have."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from convert.artifacts import Artifact
+from convert.devices import cuda_gpus
+from convert.errors import ConvertError
+from convert.optimizers import tensorrt as trt_build
+from convert.optimizers.tensorrt import (
+    ENGINES_BUILT_THIS_RUN,
+    TensorRtFp16,
+    TensorRtFp32,
+    TensorRtInt8,
+    profile_shapes,
+    timing_cache_path,
+)
+from convert.runtimes.base import ArtifactUnsupported
+from convert.runtimes.tensorrt import TensorRtRunner
+from convert.specs import parse_input_spec
+from tests.conftest import REPO
+
+HAVE_TENSORRT = importlib.util.find_spec("tensorrt") is not None
+INSTALL = "TensorRT is not installed: pip install 'model-convert[tensorrt]' on a machine with an NVIDIA GPU"
+
+
+@pytest.mark.parametrize("optimizer", [TensorRtFp32, TensorRtFp16, TensorRtInt8])
+def test_the_passes_say_why_they_cannot_run_here(optimizer):
+    reason = optimizer.unavailable_reason()
+    if not HAVE_TENSORRT:
+        assert reason.startswith(INSTALL)
+    elif not cuda_gpus():
+        assert reason == "no CUDA device on this machine"
+    else:
+        pytest.skip("TensorRT and a CUDA device are both here: the passes run")
+
+
+def test_the_runner_never_runs_on_the_cpu_and_says_why_not_on_cuda():
+    assert TensorRtRunner.unavailable_reason("cpu") == "TensorRT runs on NVIDIA GPUs only"
+    reason = TensorRtRunner.unavailable_reason("cuda")
+    if not cuda_gpus():
+        assert reason == "no CUDA device on this machine"
+    elif not HAVE_TENSORRT:
+        assert reason.startswith(INSTALL)
+
+
+def test_the_modules_import_and_report_without_tensorrt():
+    """Even where TensorRT is installed: with it blocked, both modules import and the pass reports the install."""
+    code = (
+        "import sys; sys.modules['tensorrt'] = None; sys.modules['cuda'] = None\n"
+        "import convert.optimizers.tensorrt as o, convert.runtimes.tensorrt as r\n"
+        "print(o.TensorRtFp32.unavailable_reason())\n"
+        "print(r.TensorRtRunner.unavailable_reason('cpu'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    optimizer_reason, runner_reason = done.stdout.splitlines()
+    assert optimizer_reason.startswith(INSTALL)
+    assert runner_reason == "TensorRT runs on NVIDIA GPUs only"
+
+
+def test_the_runner_refuses_an_engine_this_run_did_not_build(tmp_path):
+    engine = tmp_path / "model.engine"
+    engine.write_bytes(b"not an engine this process built")
+    runner = TensorRtRunner(Artifact(format="tensorrt", path=engine), "cuda")
+    with pytest.raises(ArtifactUnsupported, match="not built by this run"):
+        runner.activate()
+
+
+def test_the_runner_goes_past_the_check_for_an_engine_this_run_built(tmp_path, monkeypatch):
+    """The same bytes, once recorded as built here, get to TensorRT (blocked here, so the import fails)."""
+    engine = tmp_path / "model.engine"
+    engine.write_bytes(b"an engine this process built")
+    digest = hashlib.sha256(engine.read_bytes()).hexdigest()
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    ENGINES_BUILT_THIS_RUN.add(digest)
+    try:
+        with pytest.raises(ImportError):
+            TensorRtRunner(Artifact(format="tensorrt", path=engine), "cuda").activate()
+        engine.write_bytes(b"an engine this process built, changed on disk")
+        with pytest.raises(ArtifactUnsupported, match="not built by this run"):
+            TensorRtRunner(Artifact(format="tensorrt", path=engine), "cuda").activate()
+    finally:
+        ENGINES_BUILT_THIS_RUN.discard(digest)
+
+
+def test_the_timing_cache_lives_under_convert_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONVERT_CACHE_DIR", str(tmp_path / "cache"))
+    assert timing_cache_path() == tmp_path / "cache" / "tensorrt-timing.cache"
+    monkeypatch.delenv("CONVERT_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert timing_cache_path() == tmp_path / "home" / ".cache" / "model-convert" / "tensorrt-timing.cache"
+
+
+class _FakeCache:
+    def __init__(self, blob: bytes):
+        self.blob = blob
+
+    def serialize(self) -> bytes:
+        return self.blob + b"+new timings"
+
+
+class _FakeConfig:
+    """The two IBuilderConfig calls the timing cache uses; a blob that is not a cache makes TensorRT return None."""
+
+    def __init__(self):
+        self.attached = None
+
+    def create_timing_cache(self, blob: bytes):
+        return None if blob.startswith(b"garbage") else _FakeCache(blob)
+
+    def set_timing_cache(self, cache, ignore_mismatch: bool) -> bool:
+        self.attached = cache
+        return True
+
+
+@pytest.mark.parametrize("on_disk, attached", [(None, b""), (b"saved timings", b"saved timings"), (b"garbage", b"")])
+def test_the_timing_cache_is_loaded_or_started_afresh_then_saved(tmp_path, monkeypatch, on_disk, attached):
+    monkeypatch.setenv("CONVERT_CACHE_DIR", str(tmp_path))
+    if on_disk is not None:
+        timing_cache_path().write_bytes(on_disk)
+    config = _FakeConfig()
+    cache = trt_build._attach_timing_cache(config)
+    assert config.attached is cache and cache.blob == attached
+    trt_build._save_timing_cache(cache)
+    assert timing_cache_path().read_bytes() == attached + b"+new timings"
+    assert [p.name for p in tmp_path.iterdir()] == ["tensorrt-timing.cache"]  # no temporary file left behind
+
+
+SPECS = [parse_input_spec(text) for text in ("x:float32[B,3,S]", "mask:int64[B,S]", "scale:float32[4]", "y:float32[B,8]")]
+RANGES = {"B": (1, 8, 32), "S": (16, 128, 512)}
+
+
+def test_profile_shapes_give_each_dynamic_axis_its_symbols_range():
+    shapes = profile_shapes([("x", (-1, 3, -1)), ("mask", (-1, -1)), ("scale", (4,)), ("y", (-1, -1))], SPECS, RANGES)
+    assert shapes == {
+        "x": ((1, 3, 16), (8, 3, 128), (32, 3, 512)),
+        "mask": ((1, 16), (8, 128), (32, 512)),
+        "scale": ((4,), (4,), (4,)),  # every dim fixed
+        "y": ((1, 8), (8, 8), (32, 8)),  # the graph left an axis open that the spec fixes
+    }
+
+
+def test_profile_shapes_keep_what_the_graph_fixed():
+    assert profile_shapes([("x", (2, 3, -1))], SPECS, RANGES) == {"x": ((2, 3, 16), (2, 3, 128), (2, 3, 512))}
+
+
+@pytest.mark.parametrize("network_inputs, ranges, names", [
+    ([("x", (-1, 3, -1))], {"B": (1, 8, 32)}, ("axis 2 of input 'x'", "symbol S")),
+    ([("unknown", (-1, 4))], RANGES, ("axis 0 of input 'unknown'",)),
+])
+def test_profile_shapes_refuse_a_dynamic_axis_with_no_range(network_inputs, ranges, names):
+    with pytest.raises(ConvertError) as raised:
+        profile_shapes(network_inputs, SPECS, ranges)
+    for name in names:
+        assert name in raised.value.problem
+    assert "--shape-range" in raised.value.next_step
+
+
+def test_the_passes_are_registered_with_their_files_and_precisions():
+    from convert.registry import REGISTRY
+
+    found = {e.name: e.load() for e in REGISTRY.entries("optimizer", format="tensorrt")}
+    assert {name: (cls.suffix, cls.precision) for name, cls in found.items()} == {
+        "trt": (".engine", "fp32"), "trt:fp16": ("_fp16.engine", "fp16"), "trt:int8": ("_int8.engine", "int8")}
+    assert all(Path(f"m{cls.suffix}").suffix == ".engine" for cls in found.values())
