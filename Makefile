@@ -28,6 +28,7 @@ test: install
 
 bench: install
 	$(PY) -m benchmarks.export_validate
+	$(PY) -m benchmarks.optimize
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

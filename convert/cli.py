@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from convert import __version__
@@ -135,13 +136,13 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
     from convert.reports.console import first_line, print_summary
 
     if quiet:
-        stdout.print(f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {result.report_path}")
+        stdout.print(f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {escape(str(result.report_path))}")
     else:
         print_summary(result.report, stdout, str(result.report_path))
     failed_exports = [s for s in result.report.stages if s.name.startswith(("export:", "optimize:")) and s.status == "failed"]
     for stage in failed_exports:
         stderr.print(f"[bold red]error:[/] the {stage.name.split(':', 1)[1]} export failed with every strategy; the first said: "
-                     f"{first_line(stage.error).rstrip('.')}. The report lists every attempt: {result.report_path}", soft_wrap=True)
+                     f"{escape(first_line(stage.error).rstrip('.'))}. The report lists every attempt: {escape(str(result.report_path))}", soft_wrap=True)
     sys.exit(result.exit_code)
 
 
@@ -158,7 +159,7 @@ def doctor_command():
             table.add_column(column, overflow="fold")
         for row in rows:
             color = "green" if row.status in ("installed", "usable", "present") else "yellow"
-            table.add_row(row.name, row.version, f"[{color}]{row.status}[/]", row.detail)
+            table.add_row(escape(row.name), row.version, f"[{color}]{row.status}[/]", escape(row.detail))
         console.print(table)
 
 
@@ -168,7 +169,7 @@ class _ConsoleProgress:
 
     def finished(self, stage, detail: str = "") -> None:
         mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
-        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s)" + (f" [dim]{stage.reason}[/]" if stage.status == "skipped" else ""), soft_wrap=True)
+        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s)" + (f" [dim]{escape(stage.reason)}[/]" if stage.status == "skipped" else ""), soft_wrap=True)
 
 
 def _guarded(action):
@@ -176,7 +177,7 @@ def _guarded(action):
     try:
         return action()
     except ConvertError as exc:
-        stderr.print(f"[bold red]error:[/] {exc.paragraph()}", soft_wrap=True)
+        stderr.print(f"[bold red]error:[/] {escape(exc.paragraph())}", soft_wrap=True)
         sys.exit(EXIT_USER)
     except KeyboardInterrupt:
         stderr.print("[bold red]interrupted[/]: nothing was left at a final path.")

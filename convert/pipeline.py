@@ -227,7 +227,7 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceModel, ex
     entry = REGISTRY.get("optimizer", name)
     optimizer = entry.load()
     base = artifacts.get(entry.meta["takes"])
-    record = rm.ArtifactRecord(format=entry.meta["format"], optimization=name, candidate=candidates is not None,
+    record = rm.ArtifactRecord(format=entry.meta["format"], optimization=name, candidate=candidates is not None, precision=optimizer.precision,
                                reproduce=_reproduce(request, entry.meta["takes"], out_dir, name))
     report.artifacts.append(record)
     with stages.run(f"{'auto' if candidates is not None else 'optimize'}:{name}") as stage:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from convert.reports.model import Report
@@ -20,10 +21,10 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
     for artifact in report.artifacts:
         name = f"{artifact.format} ({artifact.optimization})" if artifact.optimization else artifact.format
         if not artifact.checks and artifact.optimization in skipped:
-            table.add_row(name, "-", "-", "-", f"[{STYLE['skipped']}]skipped[/]", "-", "-", first_line(skipped[artifact.optimization], 100))
+            table.add_row(name, "-", "-", "-", f"[{STYLE['skipped']}]skipped[/]", "-", "-", cell(skipped[artifact.optimization], 100))
         elif not artifact.checks:
             error = artifact.attempts[0].error if artifact.attempts else "not exported"
-            table.add_row(name, "-", "-", "-", "[bold red]not exported[/]", "-", "-", first_line(error, 100))
+            table.add_row(name, "-", "-", "-", "[bold red]not exported[/]", "-", "-", cell(error, 100))
         for (runtime, device), group in groupby(artifact.checks, key=lambda c: (c.runtime, c.device)):
             checks = list(group)
             statuses = [c.status for c in checks]
@@ -35,13 +36,13 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
             shapes = " ".join(c.shape for c in checks if c.shape != "*") or "-"
             table.add_row(name, runtime, device, shapes, f"[{STYLE[status]}]{status}[/]",
                           f"{max(errors):.1e}" if errors else "-", f"{min(cosines):.6f}" if cosines else "-",
-                          first_line(detail, 100))
+                          cell(detail, 100))
     console.print(table)
     _print_benchmarks(report, console)
     _print_auto(report, console)
     for artifact in report.artifacts:
         if artifact.path:
-            console.print(f"  {artifact.format}: {artifact.path} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy})")
+            console.print(f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy})")
     verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
     console.print(f"Verdict: {verdict} (exit code {report.exit_code})" + (f"; report: {report_path}" if report_path else ""))
 
@@ -57,7 +58,7 @@ def _print_benchmarks(report: Report, console: Console) -> None:
         table.add_column(column, overflow="fold")
     for name, b in rows:
         if b.status != "ok":
-            table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", first_line(b.reason, 60))
+            table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", cell(b.reason, 60))
             continue
         speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
         table.add_row(name, b.runtime, b.device, str(b.threads or "default"), f"{b.latency_ms_p50:.3f}", f"{b.latency_ms_p90:.3f}",
@@ -75,8 +76,13 @@ def _print_auto(report: Report, console: Console) -> None:
         style = "green" if c.status == "chosen" else "yellow" if c.status in ("lost", "skipped") else "bold red"
         table.add_row(str(c.rank or "-"), c.name, c.precision, f"[{style}]{c.status}[/]",
                       f"{c.latency_ms_p50:.3f}" if c.latency_ms_p50 else "-",
-                      f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-", first_line(c.reason, 110))
+                      f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-", cell(c.reason, 110))
     console.print(table)
+
+
+def cell(text: str, limit: int) -> str:
+    """The first line of a message, escaped: messages hold brackets (pip extras) that rich would read as markup."""
+    return escape(first_line(text, limit))
 
 
 def first_line(text: str, limit: int = 160) -> str:

@@ -45,6 +45,7 @@ def test_every_optimizer_on_a_torch_fixture(torch_optimized):
     assert list(optimized) == EVERY_OPTIMIZER
     onnx_path = next(a["path"] for a in report["artifacts"] if a["format"] == "onnx" and not a["optimization"])
     stages = {s["name"]: s for s in report["stages"]}
+    assert "pip install 'model-convert[tensorrt]'" in run.output  # the reason reaches the terminal whole
     for name, artifact in optimized.items():
         if name.startswith("trt"):  # no CUDA and no TensorRT on this machine: skipped with the reason, never passed
             assert stages[f"optimize:{name}"]["status"] == "skipped" and "TensorRT" in stages[f"optimize:{name}"]["reason"]
