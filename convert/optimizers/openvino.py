@@ -47,11 +47,13 @@ class OpenVinoInt8(OpenVinoIR):
     name = "openvino:int8"
     suffix = "_openvino_int8"
     precision = "int8"
-    _detail = " + nncf.quantize"
+    _detail = " + nncf.quantize (model_type TRANSFORMER where the graph has a Softmax)"
 
     def transform(self, model, job: OptimizeJob):
         import nncf
 
         names = [port.get_any_name() for port in model.inputs]
+        # NNCF's transformer scheme (SmoothQuant, attention-aware placement) keeps encoders accurate
+        transformer = any(op.get_type_name() == "Softmax" for op in model.get_ops())
         return nncf.quantize(model, nncf.Dataset(job.calibration, lambda feed: {n: feed[n] for n in names}),
-                             subset_size=len(job.calibration))
+                             subset_size=len(job.calibration), model_type=nncf.ModelType.TRANSFORMER if transformer else None)

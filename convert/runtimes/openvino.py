@@ -24,7 +24,9 @@ class OpenVinoRunner(Runner):
         from convert.optimizers.openvino import IR_NAME
 
         core = openvino.Core()
-        config = {"INFERENCE_PRECISION_HINT": "f32"} if self.artifact.precision == "fp32" else {}
+        config = {"PERFORMANCE_HINT": "LATENCY"}  # one request at a time, as validation and benchmarks run it
+        if self.artifact.precision == "fp32":
+            config["INFERENCE_PRECISION_HINT"] = "f32"
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = self.threads
         self.compiled = core.compile_model(core.read_model(str(self.path / IR_NAME)), "CPU", config)

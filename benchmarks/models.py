@@ -1,0 +1,347 @@
+"""Reference benchmark models (random weights) and CPU measurement helpers.
+
+Plain ``torch.nn`` re-implementations of a BERT-base-sized encoder and a
+ResNet-50-sized CNN (no torchvision / transformers needed), deterministic
+random inputs, a FLOP counter and a measured FP32 GEMM peak, so that exported
+artifacts can be compared against the compute lower bound
+``model_flops / matmul_peak_gflops``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+__all__ = [
+    "BERT_VOCAB",
+    "BERT_SEQ",
+    "INPUT_SPECS",
+    "bert_base_encoder",
+    "resnet50",
+    "build",
+    "example_inputs",
+    "input_specs",
+    "model_flops",
+    "matmul_peak_gflops",
+]
+
+BERT_VOCAB = 30522
+BERT_SEQ = 128
+RESNET_HW = 224
+
+# ``--input`` spec strings for the tool, per model.
+INPUT_SPECS: Dict[str, list] = {
+    "bert": [
+        f"input_ids:int64[B,S]{{0..{BERT_VOCAB - 1}}}",
+        "attention_mask:int64[B,S]{1..1}",
+    ],
+    "resnet50": [f"x:float32[B,3,{RESNET_HW},{RESNET_HW}]"],
+}
+
+
+# --------------------------------------------------------------------------- BERT
+class _SelfAttention(nn.Module):
+    def __init__(self, hidden: int, heads: int, use_sdpa: bool):
+        super().__init__()
+        self.heads = heads
+        self.head_dim = hidden // heads
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.use_sdpa = use_sdpa
+
+    def forward(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.query(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = self.key(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        v = self.value(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        if self.use_sdpa:
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_bias)
+        else:  # explicit HF-style pattern (what ORT's BERT fusion expects)
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+            probs = torch.softmax(scores + mask_bias, dim=-1)
+            ctx = torch.matmul(probs, v)
+        ctx = ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
+        return self.out(ctx)
+
+
+class _EncoderLayer(nn.Module):
+    def __init__(self, hidden: int, heads: int, ffn: int, use_sdpa: bool):
+        super().__init__()
+        self.attn = _SelfAttention(hidden, heads, use_sdpa)
+        self.ln1 = nn.LayerNorm(hidden, eps=1e-12)
+        self.fc1 = nn.Linear(hidden, ffn)
+        self.fc2 = nn.Linear(ffn, hidden)
+        self.ln2 = nn.LayerNorm(hidden, eps=1e-12)
+
+    def forward(self, x: torch.Tensor, mask_bias: torch.Tensor) -> torch.Tensor:
+        x = self.ln1(x + self.attn(x, mask_bias))
+        return self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+class BertEncoder(nn.Module):
+    """Post-LN BERT encoder; returns (last_hidden_state, pooler_output)."""
+
+    def __init__(self, vocab: int = BERT_VOCAB, hidden: int = 768, layers: int = 12,
+                 heads: int = 12, ffn: int = 3072, max_pos: int = 512,
+                 use_sdpa: bool = False):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, hidden)
+        self.position_embeddings = nn.Embedding(max_pos, hidden)
+        self.token_type_embeddings = nn.Embedding(2, hidden)
+        self.emb_ln = nn.LayerNorm(hidden, eps=1e-12)
+        self.layers = nn.ModuleList(
+            _EncoderLayer(hidden, heads, ffn, use_sdpa) for _ in range(layers))
+        self.pooler = nn.Linear(hidden, hidden)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        s = input_ids.shape[1]
+        pos = torch.arange(s, device=input_ids.device).unsqueeze(0)
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(pos)
+             + self.token_type_embeddings.weight[0])
+        x = self.emb_ln(x)
+        # [B,1,1,S] additive mask, HF-style (0 keep / -10000 masked).
+        mask_bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask_bias)
+        pooled = torch.tanh(self.pooler(x[:, 0]))
+        return x, pooled
+
+
+def bert_base_encoder(seed: int = 0, use_sdpa: bool = False) -> nn.Module:
+    """BERT-base-sized encoder (12x768, 12 heads, FFN 3072), random init, eval."""
+    torch.manual_seed(seed)
+    m = BertEncoder(use_sdpa=use_sdpa)
+    for mod in m.modules():  # BERT init: N(0, 0.02), zero bias, unit LN
+        if isinstance(mod, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(mod.weight, std=0.02)
+            if isinstance(mod, nn.Linear):
+                nn.init.zeros_(mod.bias)
+        elif isinstance(mod, nn.LayerNorm):
+            nn.init.ones_(mod.weight)
+            nn.init.zeros_(mod.bias)
+    return m.eval()
+
+
+# ------------------------------------------------------------------------ ResNet
+class _Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        cout = width * self.expansion
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idt = x if self.downsample is None else self.downsample(x)
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + idt)
+
+
+class ResNet(nn.Module):
+    """torchvision-layout ResNet with bottleneck blocks (v1.5: stride on 3x3)."""
+
+    def __init__(self, blocks=(3, 4, 6, 3), num_classes: int = 1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        layers, cin = [], 64
+        for i, n in enumerate(blocks):
+            width = 64 * 2 ** i
+            stage = []
+            for j in range(n):
+                stage.append(_Bottleneck(cin, width, 2 if (j == 0 and i > 0) else 1))
+                cin = width * _Bottleneck.expansion
+            layers.append(nn.Sequential(*stage))
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def resnet50(seed: int = 0, calib_batches: int = 2, calib_batch: int = 8,
+             center_logits: bool = True) -> nn.Module:
+    """ResNet-50-sized CNN ([3,4,6,3], 64..2048), random init, non-degenerate.
+
+    BatchNorm running stats are set from the batch statistics of seeded
+    in-domain inputs (so every layer sees ~unit-scale, input-dependent
+    activations), gamma/beta are randomised, the residual branch is damped and
+    (``center_logits``) the fc bias centres the logits. Without centring,
+    random-weight ResNet logits are ~identical across inputs (cosine between
+    *different* inputs > 0.999), so an INT8 cosine check is vacuous; with it,
+    the input-dependent ~5% of the pooled features is what the cosine sees, so
+    quantisation noise is amplified ~20x (INT8 PTQ gives cosine ~0.93-0.95).
+    """
+    torch.manual_seed(seed)
+    m = ResNet()
+    g = torch.Generator().manual_seed(seed + 1)
+    for mod in m.modules():
+        if isinstance(mod, nn.Conv2d):
+            nn.init.kaiming_normal_(mod.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(mod, nn.BatchNorm2d):
+            mod.momentum = None  # cumulative average over calibration batches
+            mod.reset_running_stats()
+    # Data-dependent BN statistics (identity affine while calibrating).
+    m.train()
+    with torch.no_grad():
+        for i in range(calib_batches):
+            x = example_inputs("resnet50", calib_batch, seed=10_000 + seed + i)["x"]
+            m(torch.from_numpy(x))
+    m.eval()
+    with torch.no_grad():
+        for name, mod in m.named_modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                c = mod.num_features
+                mod.momentum = 0.1
+                gamma = 0.5 if name.endswith("bn3") else 1.0
+                mod.weight.copy_(gamma * (0.75 + 0.5 * torch.rand(c, generator=g)))
+                mod.bias.copy_(0.1 * torch.randn(c, generator=g))
+        feats = []
+        for i in range(calib_batches):
+            x = example_inputs("resnet50", calib_batch, seed=10_000 + seed + i)["x"]
+            m.fc, fc = nn.Identity(), m.fc
+            feats.append(m(torch.from_numpy(x)))
+            m.fc = fc
+        f = torch.cat(feats)
+        nn.init.normal_(m.fc.weight, std=1.0 / math.sqrt(f.shape[1]))
+        m.fc.weight.div_(f.std(0).mean())  # ~unit-scale centred logits
+        if center_logits:
+            m.fc.bias.copy_(-m.fc.weight @ f.mean(0))
+        else:
+            nn.init.zeros_(m.fc.bias)
+    return m
+
+
+def build(name: str, **kw) -> nn.Module:
+    """Model by name: 'bert' or 'resnet50'."""
+    if name == "bert":
+        return bert_base_encoder(**kw)
+    if name == "resnet50":
+        return resnet50(**kw)
+    raise KeyError(name)
+
+
+# ------------------------------------------------------------------------ inputs
+def input_specs(name: str) -> list:
+    """The ``--input`` spec strings for ``name``."""
+    return list(INPUT_SPECS[name])
+
+
+def example_inputs(name: str, batch: int, seed: int = 0,
+                   seq: int = BERT_SEQ) -> Dict[str, np.ndarray]:
+    """Deterministic in-domain random inputs for ``name`` at ``batch``."""
+    rng = np.random.default_rng(seed)
+    if name == "bert":
+        return {
+            "input_ids": rng.integers(0, BERT_VOCAB, size=(batch, seq), dtype=np.int64),
+            "attention_mask": np.ones((batch, seq), dtype=np.int64),
+        }
+    if name == "resnet50":
+        # ImageNet-normalised uniform pixels.
+        img = rng.random((batch, 3, RESNET_HW, RESNET_HW), dtype=np.float32)
+        mean = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]
+        std = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
+        return {"x": ((img - mean) / std).astype(np.float32)}
+    raise KeyError(name)
+
+
+# ------------------------------------------------------------------- FLOPs/peak
+def model_flops(model: nn.Module, inputs: Dict[str, np.ndarray]) -> float:
+    """FLOPs of one forward (FlopCounterMode: 2*MACs for matmul/conv)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    tens = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in inputs.items()}
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        model(**tens)
+    return float(counter.get_total_flops())
+
+
+def _median_time(fn, reps: int) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def matmul_peak_gflops(threads: int = 2, sizes=(1024, 2048, 3072, 4096),
+                       reps: int = 5, use_numpy: bool = True,
+                       details: Optional[dict] = None) -> float:
+    """Measured FP32 GEMM peak (GFLOP/s) at ``threads``: max over sizes/backends.
+
+    Per size, median of ``reps`` timed ``torch.mm`` (and optionally ``numpy``
+    matmul) runs of square float32 matrices. ``details`` (if given) receives
+    ``{(backend, n): gflops}``. torch threads are restored afterwards.
+    """
+    prev = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    best = 0.0
+    try:
+        for n in sizes:
+            a = torch.randn(n, n)
+            b = torch.randn(n, n)
+            c = torch.empty(n, n)
+            with torch.inference_mode():
+                t = _median_time(lambda: torch.mm(a, b, out=c), reps)
+            g = 2.0 * n ** 3 / t / 1e9
+            best = max(best, g)
+            if details is not None:
+                details[("torch", n)] = g
+            if use_numpy:
+                an, bn = a.numpy(), b.numpy()
+                cn = np.empty((n, n), np.float32)
+                with _numpy_threads(threads):
+                    t = _median_time(lambda: np.matmul(an, bn, out=cn), reps)
+                g = 2.0 * n ** 3 / t / 1e9
+                best = max(best, g)
+                if details is not None:
+                    details[("numpy", n)] = g
+    finally:
+        torch.set_num_threads(prev)
+    return best
+
+
+class _numpy_threads:
+    """Limit numpy's BLAS threads if threadpoolctl is available (no-op otherwise)."""
+
+    def __init__(self, n: int):
+        self.n, self.ctx = n, None
+
+    def __enter__(self):
+        try:
+            from threadpoolctl import threadpool_limits
+            self.ctx = threadpool_limits(limits=self.n, user_api="blas")
+            self.ctx.__enter__()
+        except Exception:  # noqa: BLE001 - optional dependency
+            self.ctx = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+        return False
