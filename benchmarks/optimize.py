@@ -27,11 +27,10 @@ DEFAULT_RESULTS = Path(__file__).parent / "results" / "optimize.md"
 MODELS = {"bert": "BERT-base-sized encoder (12 layers, hidden 768, seq 128)", "resnet50": "ResNet-50-sized CNN (224x224)"}
 # validation sizes: the benchmark batches, and one shorter sequence for the encoder
 DIMS = {"bert": ("B=1,8", "S=128,64"), "resnet50": ("B=1,8",)}
-# The encoder keeps the default budgets. A random-weight ResNet's centred logits depend on the input for only a
-# few percent of their norm, which amplifies INT8 rounding: its INT8 artifacts reach cosine 0.92-0.95 against the
-# default 0.98 (a property of random weights, the results file shows each artifact's cosine), so it runs with
-# an explicit, looser budget.
-ACCURACY = {"bert": (), "resnet50": ("cosine>=0.9",)}
+# Both run with the default budgets. A random-weight ResNet's centred logits depend on the input for only a few
+# percent of their norm, which amplifies INT8 rounding: its INT8 artifacts reach cosine 0.92-0.95, under the
+# default 0.98, so they fail validation and are not timed (a property of random weights, not of a runtime).
+ACCURACY: dict[str, tuple[str, ...]] = {"bert": (), "resnet50": ()}
 
 
 def run_model(name: str, folder: Path, peak_gflops: float) -> tuple[list[dict], dict]:
@@ -90,7 +89,7 @@ def render(all_rows: list[dict], autos: dict[str, dict], peak_gflops: float, pea
         auto = autos[model]
         lines += [f"## {title}", "", f"FLOPs per forward: batch 1 {auto['flops'][1] / 1e9:.1f} G, batch {BATCH} "
                   f"{auto['flops'][BATCH] / 1e9:.1f} G.", ""]
-        budget = ", ".join(ACCURACY[model]) or "the defaults (INT8 cosine>=0.98,rel_rms<=0.2,top1>=0.9; FP16 cosine>=0.999,rel_rms<=0.02,top1>=0.99)"
+        budget = ", ".join(ACCURACY[model]) or "the defaults (INT8 cosine>=0.98,rel_rms<=0.2; FP16 cosine>=0.999,rel_rms<=0.02)"
         lines += [f"Accuracy budget of reduced-precision artifacts: {budget}.", ""]
         lines += ["| candidate | runtime | precision | batch | p50 ms | lower bound ms | x bound | vs FP32 | vs eager | min cosine | peak MB |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]

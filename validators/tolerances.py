@@ -5,9 +5,11 @@ Full-precision artifacts are judged element by element: an element passes when
 achieves on CPU for float32 graphs.
 
 Reduced-precision artifacts (fp16, int8) are judged by an accuracy budget of metrics that fit them:
-cosine similarity, relative RMS error and, for classifier-like outputs (last axis of 2 or more), top-1
-agreement; top-5 agreement (last axis over 5) and max abs error are reported and can be budgeted. A user may override tolerances (``--tolerance``) and budgets
-(``--accuracy``) for every output or one, and the report records which applied and where it came from.
+cosine similarity and relative RMS error by default. Top-1 agreement (last axis of 2 or more), top-5
+agreement (last axis over 5) and max abs error are reported, and budgeted only where a user asks: only
+they know which outputs are class scores (the argmax of a hidden state means nothing). A user may override
+tolerances (``--tolerance``) and budgets (``--accuracy``) for every output or one, and the report records
+which applied and where it came from.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ PRECISION_DEFAULTS = {
 
 
 BUDGET_DEFAULTS = {
-    "fp16": {"cosine": (">=", 0.999), "rel_rms": ("<=", 0.02), "top1": (">=", 0.99)},
-    "int8": {"cosine": (">=", 0.98), "rel_rms": ("<=", 0.2), "top1": (">=", 0.9)},
+    "fp16": {"cosine": (">=", 0.999), "rel_rms": ("<=", 0.02)},
+    "int8": {"cosine": (">=", 0.98), "rel_rms": ("<=", 0.2)},
 }
 BUDGET_METRICS = {"cosine": ">=", "rel_rms": "<=", "top1": ">=", "top5": ">=", "max_abs": "<="}
 

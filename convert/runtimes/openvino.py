@@ -1,5 +1,5 @@
-"""OpenVINO runtime on the CPU plugin. An FP32 artifact runs with the f32 inference precision hint: the CPU
-plugin's default on CPUs with bf16 support is bf16, which would validate a different computation."""
+"""OpenVINO runtime on the CPU plugin, always with the f32 inference precision hint: the CPU plugin's default
+on CPUs with bf16 support is bf16, which would validate a different computation than the artifact's."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ class OpenVinoRunner(Runner):
         from convert.optimizers.openvino import IR_NAME
 
         core = openvino.Core()
-        config = {"PERFORMANCE_HINT": "LATENCY"}  # one request at a time, as validation and benchmarks run it
-        if self.artifact.precision == "fp32":
-            config["INFERENCE_PRECISION_HINT"] = "f32"
+        # one request at a time, as validation and benchmarks run it; f32 for every artifact, INT8 included:
+        # the CPU plugin's default on CPUs with bf16 would run a computation the artifact does not describe
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = self.threads
         self.compiled = core.compile_model(core.read_model(str(self.path / IR_NAME)), "CPU", config)
