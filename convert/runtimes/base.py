@@ -33,6 +33,7 @@ class ArtifactUnsupported(Exception):
 class Runner(abc.ABC):
     name: str
     pins_threads = False  # whether ``threads`` sets this runtime's intra-op thread count (benchmarks pin them alike)
+    cpu_only = ""  # set to the reason for runtimes that run on the CPU only
 
     def __init__(self, artifact: Artifact, device: str, threads: int | None = None):
         self.artifact = artifact
@@ -43,6 +44,8 @@ class Runner(abc.ABC):
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:
         """Why this runner cannot run on ``device`` here, or None when it can."""
+        if cls.cpu_only and device != "cpu":
+            return cls.cpu_only
         return absent_reason(device) or cls.build_unavailable_reason(device)
 
     @classmethod

@@ -11,12 +11,7 @@ from convert.runtimes.base import InputMeta, Runner
 class OpenVinoRunner(Runner):
     name = "openvino"
     pins_threads = True
-
-    @classmethod
-    def unavailable_reason(cls, device: str) -> str | None:
-        if device != "cpu":
-            return "OpenVINO's GPU plugin runs on Intel GPUs, not on a CUDA device"
-        return super().unavailable_reason(device)
+    cpu_only = "OpenVINO's GPU plugin runs on Intel GPUs, not on a CUDA device"
 
     def activate(self) -> None:
         import openvino

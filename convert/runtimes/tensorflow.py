@@ -79,12 +79,7 @@ class SavedModelRunner(Runner):
 class TfliteRunner(Runner):
     name = "tflite"
     pins_threads = True
-
-    @classmethod
-    def unavailable_reason(cls, device: str) -> str | None:
-        if device != "cpu":
-            return "the TFLite interpreter runs on the CPU only"
-        return super().unavailable_reason(device)
+    cpu_only = "the TFLite interpreter runs on the CPU only"
 
     def activate(self) -> None:
         self.interpreter = tflite_interpreter(self.path, threads=self.threads)
