@@ -13,6 +13,9 @@ import numpy as np
 from validators.tolerances import Tolerance, TolerancePolicy
 
 TOP_K = 5  # top-k agreement: the reference's top-1 class is among the artifact's top 5
+# Lower edges of the absolute-error histogram: exactly 0, then one bin per decade from 1e-10 up, the last open-ended.
+# Fixed edges let samples, shapes and runs be summed and compared bin by bin.
+ERROR_HISTOGRAM_EDGES = [0.0, *(10.0 ** e for e in range(-10, 2))]
 
 
 @dataclass
@@ -40,6 +43,7 @@ class OutputResult:
     budget: str = ""
     budget_source: str = ""
     samples: int = 1
+    error_histogram: list[int] | None = None  # counts of |actual - expected| per bin of ERROR_HISTOGRAM_EDGES
     bounds: tuple = field(default=(), repr=False)
     exact: bool = field(default=False, repr=False)
     reasons: list[str] = field(default_factory=list, repr=False)
@@ -85,6 +89,8 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
         result.mismatch_count = int((~within).sum())
         finite = np.isfinite(diff)
         result.max_abs_error = float(diff[finite].max()) if finite.any() else float("nan")
+        if not exact:
+            result.error_histogram = error_histogram(diff[finite])
         # Relative error is measured against max(|expected|, atol/rtol) so values near zero do not blow it up.
         floor = tolerance.atol / tolerance.rtol if tolerance.rtol > 0 else max(tolerance.atol, 1e-12)
         rel = diff / np.maximum(np.abs(exp), floor)
@@ -102,6 +108,12 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
     result.reasons = problems
     _finish(result)
     return result
+
+
+def error_histogram(errors: np.ndarray) -> list[int]:
+    """Counts of absolute errors per bin of ERROR_HISTOGRAM_EDGES (the first bin holds exact zeros and errors below 1e-10)."""
+    bins = np.searchsorted(np.asarray(ERROR_HISTOGRAM_EDGES[1:]), errors.ravel(), side="right")
+    return np.bincount(bins, minlength=len(ERROR_HISTOGRAM_EDGES)).astype(int).tolist()
 
 
 def _finish(result: OutputResult) -> None:
@@ -184,6 +196,8 @@ def merge_results(per_sample: list[list[OutputResult]]) -> list[OutputResult]:
             m.top1_agreement = _worst(m.top1_agreement, r.top1_agreement, min)
             m.top5_agreement = _worst(m.top5_agreement, r.top5_agreement, min)
             m.mismatch_count += r.mismatch_count
+            if m.error_histogram is not None and r.error_histogram is not None:
+                m.error_histogram = [a + b for a, b in zip(m.error_histogram, r.error_histogram)]
             m.nan_count += r.nan_count
             m.inf_count += r.inf_count
             m.elements += r.elements

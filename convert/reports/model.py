@@ -11,7 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = "1.1"
+from validators.compare import ERROR_HISTOGRAM_EDGES
+
+SCHEMA_VERSION = "1.2"
 
 
 class OutputMetrics(BaseModel):
@@ -38,6 +40,7 @@ class OutputMetrics(BaseModel):
     budget: str = Field("", description="the accuracy budget that judged a reduced-precision output, e.g. 'cosine>=0.98,rel_rms<=0.2'")
     budget_source: str = ""
     samples: int = 0
+    error_histogram: list[int] | None = Field(None, description="counts of |actual - expected| per bin of the report's error_histogram_edges")
 
 
 class Check(BaseModel):
@@ -143,6 +146,82 @@ class Environment(BaseModel):
     device_names: list[str] = []
 
 
+class GateReason(BaseModel):
+    """One reason a model was rejected."""
+
+    code: Literal["missing_artifact", "failed_check", "skipped_check", "missing_device", "nan_inf", "budget", "regression",
+                  "run_failed"]
+    artifact: str = Field("", description="the artifact key: a target format (onnx) or an optimization (int8, openvino:fp16)")
+    message: str
+
+
+class BudgetResult(BaseModel):
+    """One budget of the policy, judged on one measurement (an output of a check, a benchmark, a file size)."""
+
+    artifact: str
+    kind: Literal["accuracy", "latency", "throughput", "size"]
+    metric: str = Field(description="cosine, rel_rms, top1, top5, max_abs, latency_ms_p50/p90/p99, throughput_per_s or size_mb")
+    limit: str = Field(description="the bound, e.g. '<=5' or '>=0.999'")
+    value: float | None = None
+    output: str = ""
+    runtime: str = ""
+    device: str = ""
+    shape: str = ""
+    status: Literal["passed", "failed", "skipped"]
+    reason: str = ""
+
+
+class BaselineDelta(BaseModel):
+    """One measurement compared with the baseline report: accuracy errors, latency or size of one artifact."""
+
+    artifact: str
+    kind: Literal["accuracy", "latency", "size"]
+    metric: str = Field(description="max_abs_error, rel_rms_error, cosine_distance (1 - cosine), latency_ms_p50 or size_bytes")
+    output: str = ""
+    runtime: str = ""
+    device: str = ""
+    baseline: float | None = None
+    current: float | None = None
+    delta: float | None = Field(None, description="current - baseline")
+    delta_pct: float | None = Field(None, description="100 * delta / baseline")
+    allowed: str = Field("", description="the noise allowance: how much worse current may be, e.g. '+10% +0.05'")
+    status: Literal["ok", "improved", "regressed", "not_compared"]
+    reason: str = ""
+
+
+class BaselineComparison(BaseModel):
+    path: str
+    tool_version: str = ""
+    created_at: str = ""
+    source_sha256: str | None = None
+    same_source: bool = Field(False, description="the baseline was made from a model file with the same sha256")
+    same_environment: bool = Field(False, description="same platform and package versions: latency deltas are comparable")
+    allowance: dict[str, float] = {}
+    deltas: list[BaselineDelta] = []
+
+
+class Verdict(BaseModel):
+    """The gate's decision on a report: promote only when no reason to reject was found (fails closed)."""
+
+    decision: Literal["promote", "reject"]
+    promoted: bool
+    exit_code: int = Field(description="0 promote, 1 reject")
+    policy: str = Field(description="the policy file, or '<dict>' for a policy given from Python")
+    report: str | None = Field(None, description="where the JSON report with this verdict was written")
+    reasons: list[GateReason] = []
+    notes: list[str] = Field([], description="what the policy allowed that would otherwise reject, e.g. an absent device it may skip")
+    required_targets: list[str] = []
+    required_optimizations: list[str] = []
+    required_devices: list[str] = []
+    budgets: list[BudgetResult] = []
+    baseline: BaselineComparison | None = None
+
+    def summary(self) -> str:
+        if self.promoted:
+            return "PROMOTE: every required artifact passed every check and budget"
+        return f"REJECT: {len(self.reasons)} reason{'s' * (len(self.reasons) != 1)}"
+
+
 class Report(BaseModel):
     schema_version: str = SCHEMA_VERSION
     tool_version: str
@@ -160,6 +239,8 @@ class Report(BaseModel):
     artifacts: list[ArtifactRecord] = []
     source_benchmark: list[Benchmark] = Field([], description="the source framework's own run, measured like the artifacts")
     auto: AutoSelection | None = None
+    error_histogram_edges: list[float] = Field(ERROR_HISTOGRAM_EDGES, description="lower edges of every output's error_histogram bins")
+    gate: Verdict | None = Field(None, description="the promotion gate's verdict, when the report was made by 'convert gate'")
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
