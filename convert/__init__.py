@@ -5,13 +5,15 @@
     import convert
     result = convert.convert(module, example_inputs=(x,), to=["onnx", "torch_export"])
     result.passed, result.artifacts["onnx"].path, result.report.to_json()
+
+    verdict = convert.gate("promotion.yaml")   # the promotion gate: verdict.promoted, verdict.reasons
 """
 
 __version__ = "0.1.0"
 
 from convert.errors import ConvertError  # noqa: E402
 
-__all__ = ["convert", "load", "ConvertError", "Report", "__version__"]
+__all__ = ["convert", "load", "gate", "ConvertError", "Report", "Verdict", "__version__"]
 
 
 def __getattr__(name: str):
@@ -20,8 +22,12 @@ def __getattr__(name: str):
         from convert import api
 
         return getattr(api, name)
-    if name == "Report":
-        from convert.reports.model import Report
+    if name == "gate":
+        from convert.promotion import gate
 
-        return Report
+        return gate
+    if name in ("Report", "Verdict"):
+        from convert.reports import model
+
+        return getattr(model, name)
     raise AttributeError(f"module 'convert' has no attribute {name!r}")

@@ -146,6 +146,64 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
     sys.exit(result.exit_code)
 
 
+@main.command("gate")
+@click.argument("policy", type=click.Path(path_type=Path))
+@click.option("--baseline", type=click.Path(path_type=Path), default=None,
+              help="The report.json of the last promoted model to compare with (overrides the policy's baseline.report).")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Output folder for the artifacts and report.json (overrides the policy's out).")
+@click.option("--junit", type=click.Path(path_type=Path), default=None, help="Write the report as JUnit XML here.")
+@click.option("--markdown", type=click.Path(path_type=Path), default=None,
+              help="Write the report as Markdown here (appended when it is $GITHUB_STEP_SUMMARY).")
+@click.option("--html", type=click.Path(path_type=Path), default=None, help="Write the report as a self-contained HTML page here.")
+@click.option("--mlflow", "log_mlflow", is_flag=True,
+              help="Log the verdict, metrics, report and artifacts as a run to the MLflow tracking URI in effect.")
+@click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the decision, its reasons and errors.")
+def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force, quiet):
+    """Run the conversion a promotion POLICY (YAML) describes and judge the model against it.
+
+    \b
+    Exit codes: 0 promote; 1 rejected (every reason is printed and in the report);
+    2 bad policy, baseline or input; 3 internal error.
+    """
+    from convert.promotion import gate
+    from convert.reports.console import print_summary, print_verdict
+    from convert.reports.model import Report
+
+    verdict = _guarded(lambda: gate(policy, baseline=baseline, out=out, force=force, html=html, markdown=markdown, junit=junit,
+                                    mlflow=log_mlflow, progress=None if quiet else _ConsoleProgress(),
+                                    command=shlex.join(["convert", *sys.argv[1:]])))
+    stdout = Console(highlight=False)
+    if not quiet:
+        print_summary(Report.from_json(Path(verdict.report).read_text()), stdout, verdict=False)
+    print_verdict(verdict, stdout, tables=not quiet)
+    sys.exit(verdict.exit_code)
+
+
+@main.command("report")
+@click.argument("report_json", type=click.Path(path_type=Path))
+@click.option("--html", type=click.Path(path_type=Path), default=None, help="Write a self-contained HTML page here.")
+@click.option("--markdown", type=click.Path(path_type=Path), default=None,
+              help="Write Markdown here (appended when it is $GITHUB_STEP_SUMMARY).")
+@click.option("--junit", type=click.Path(path_type=Path), default=None, help="Write JUnit XML here.")
+def report_command(report_json, html, markdown, junit):
+    """Render a JSON report (from convert or convert gate) as HTML, Markdown or JUnit XML; with none of them, print it."""
+    from convert.promotion import load_report
+    from convert.reports.console import print_summary, print_verdict
+    from convert.reports.render import render_files
+
+    report = _guarded(lambda: load_report(report_json, "report"))
+    stdout = Console(highlight=False)
+    if html is None and markdown is None and junit is None:
+        print_summary(report, stdout, str(report_json), verdict=report.gate is None)
+        if report.gate is not None:
+            print_verdict(report.gate, stdout)
+        return
+    for path in _guarded(lambda: render_files(report, html=html, markdown=markdown, junit=junit)):
+        stdout.print(f"wrote {escape(str(path))}")
+
+
 @main.command("doctor")
 def doctor_command():
     """Show which frameworks, runtimes and devices are usable here, with versions."""

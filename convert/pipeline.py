@@ -407,7 +407,8 @@ def validate_artifact(artifact: Artifact, cases: list[_Case], policy: ToleranceP
         for device in ALL_DEVICES:
             reason = runner_class.unavailable_reason(device)
             if reason:
-                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped", reason=reason))
+                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped", reason=reason,
+                                       device_unsupported=bool(runner_class.cpu_only) and device != "cpu"))
                 continue
             runner = runner_class(artifact, device)
             try:

@@ -77,7 +77,7 @@ class TolerancePolicy:
 
     def __init__(self, overrides: list[str] | tuple[str, ...] = (), accuracy: list[str] | tuple[str, ...] = ()):
         self._tolerances = _Overrides(overrides, _parse_override, "--tolerance")
-        self._budgets = _Overrides(accuracy, _parse_budget, "--accuracy")
+        self._budgets = _Overrides(accuracy, parse_budget, "--accuracy")
 
     def for_output(self, name: str, precision: str = "fp32") -> Tolerance:
         base = default_tolerance(precision)
@@ -93,7 +93,7 @@ class TolerancePolicy:
         return [name for name in [*self._tolerances.per_output, *self._budgets.per_output] if name not in outputs]
 
 
-def _parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
+def parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
     """``cosine>=0.995,top1>=0.98`` for every output, or ``logits:rel_rms<=0.05`` for one."""
     output, body = None, text
     if ":" in text:

@@ -8,12 +8,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from convert.reports.model import Report
+from convert.reports.model import Report, Verdict
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 
 
-def print_summary(report: Report, console: Console, report_path: str | None = None) -> None:
+def print_summary(report: Report, console: Console, report_path: str | None = None, verdict: bool = True) -> None:
     table = Table(title="Validation against the source model")
     for column in ("artifact", "runtime", "device", "shapes", "status", "max abs err", "min cosine", "detail"):
         table.add_column(column, overflow="fold")
@@ -43,8 +43,42 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
     for artifact in report.artifacts:
         if artifact.path:
             console.print(f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy})")
-    verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
-    console.print(f"Verdict: {verdict} (exit code {report.exit_code})" + (f"; report: {report_path}" if report_path else ""))
+    if verdict:
+        status = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
+        console.print(f"Verdict: {status} (exit code {report.exit_code})" + (f"; report: {escape(report_path)}" if report_path else ""))
+
+
+def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> None:
+    """The gate's budgets and baseline deltas (with ``tables``), then the decision and every reason."""
+    if tables and verdict.budgets:
+        table = Table(title="Budgets")
+        for column in ("artifact", "metric", "output", "runtime", "device", "limit", "value", "status"):
+            table.add_column(column, overflow="fold")
+        for b in verdict.budgets:
+            table.add_row(b.artifact, b.metric, b.output or "-", b.runtime or "-", b.device or "-", b.limit,
+                          "-" if b.value is None else f"{b.value:.4g}", f"[{STYLE[b.status]}]{b.status}[/]")
+        console.print(table)
+    if tables and verdict.baseline is not None:
+        table = Table(title=f"Against the baseline {escape(verdict.baseline.path)}"
+                            + ("" if verdict.baseline.same_environment else " (measured in another environment)"))
+        for column in ("artifact", "metric", "output", "runtime", "device", "baseline", "now", "delta", "allowed", "status"):
+            table.add_column(column, overflow="fold")
+        styles = {"ok": "green", "improved": "green", "regressed": "bold red", "not_compared": "yellow"}
+        for d in verdict.baseline.deltas:
+            table.add_row(d.artifact, d.metric, d.output or "-", d.runtime or "-", d.device or "-", _num(d.baseline), _num(d.current),
+                          "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%", d.allowed, f"[{styles[d.status]}]{d.status}[/]")
+        console.print(table)
+    for note in verdict.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    decision = "[bold green]PROMOTE[/]" if verdict.promoted else "[bold red]REJECT[/]"
+    console.print(f"Gate: {decision} (exit code {verdict.exit_code})" + (f"; report: {escape(verdict.report)}" if verdict.report else ""))
+    for reason in verdict.reasons:
+        console.print(f"  [red]✗[/] {escape(f'[{reason.code}]')} " + (f"{escape(reason.artifact)}: " if reason.artifact else "") + escape(reason.message),
+                      soft_wrap=True)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def _print_benchmarks(report: Report, console: Console) -> None:

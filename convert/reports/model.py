@@ -29,8 +29,8 @@ class OutputMetrics(BaseModel):
     max_rel_error: float | None = Field(None, description="max |a-e| / max(|e|, atol/rtol): sound near zero")
     mismatch_count: int = 0
     cosine_similarity: float | None = None
-    rel_rms_error: float | None = Field(None, description="||a-e|| / ||e||, for fp16 / int8 artifacts")
-    top1_agreement: float | None = Field(None, description="fraction of rows whose argmax agrees (last axis), for fp16 / int8 artifacts")
+    rel_rms_error: float | None = Field(None, description="||a-e|| / ||e|| (float outputs)")
+    top1_agreement: float | None = Field(None, description="fraction of rows whose argmax agrees (last axis of 2 or more)")
     top5_agreement: float | None = Field(None, description="fraction of rows whose reference argmax is in the artifact's top 5 (last axis over 5)")
     nan_count: int = 0
     inf_count: int = 0
@@ -51,6 +51,7 @@ class Check(BaseModel):
     samples: int = 0
     status: Literal["passed", "failed", "skipped"]
     reason: str = ""
+    device_unsupported: bool = Field(False, description="skipped because the runtime never runs on this device (e.g. TFLite on CUDA)")
     seconds: float = 0.0
     outputs: list[OutputMetrics] = []
 
@@ -215,6 +216,7 @@ class Verdict(BaseModel):
     required_devices: list[str] = []
     budgets: list[BudgetResult] = []
     baseline: BaselineComparison | None = None
+    mlflow_run_id: str | None = Field(None, description="the MLflow run the report was logged to (--mlflow)")
 
     def summary(self) -> str:
         if self.promoted:
