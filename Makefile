@@ -4,12 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-EXTRAS := torch,tensorflow,jax,openvino,optimize,dev
+EXTRAS := torch,tensorflow,jax,openvino,optimize,mlflow,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 DEMO := out/demo
 
-.PHONY: install demo test bench clean
+.PHONY: install chromium demo test bench clean
 
 install: $(STAMP)
 
@@ -19,11 +19,15 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $@
 
+# Debian's Chromium renders the HTML report in the screenshot test (apt needs root, as in CI).
+chromium:
+	command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
 demo: install
 	$(PY) -m fixtures.build_torch $(DEMO)/model cnn
 	$(PY) -m convert $(DEMO)/model/cnn.pt2 --to onnx,torchscript,torch_export --out $(DEMO)/artifacts --force
 
-test: install
+test: install chromium
 	$(PY) -m pytest -q
 
 bench: install

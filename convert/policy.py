@@ -78,7 +78,7 @@ class Allowance(_Strict):
 
 
 class Baseline(_Strict):
-    report: str = Field(description="the JSON report of the last promoted model")
+    report: str | None = Field(None, description="the JSON report of the last promoted model (or pass --baseline)")
     allowance: Allowance = Allowance()
 
 
@@ -264,6 +264,6 @@ def _resolved(policy: Policy, folder: Path) -> Policy:
         "validation": policy.validation.model_copy(update={"calibration_data": absolute(policy.validation.calibration_data)}),
         "out": absolute(policy.out),
     }
-    if policy.baseline is not None:
+    if policy.baseline is not None and policy.baseline.report is not None:
         update["baseline"] = policy.baseline.model_copy(update={"report": absolute(policy.baseline.report)})
     return policy.model_copy(update=update)

@@ -40,7 +40,8 @@ def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None
     ``markdown`` and ``junit`` are paths to render the report to; ``mlflow`` logs it as a run. Raises
     ``ConvertError`` for a bad policy, baseline or model (exit code 2 on the command line)."""
     policy_model, name = load_policy(policy)
-    baseline_path = Path(baseline) if baseline is not None else Path(policy_model.baseline.report) if policy_model.baseline else None
+    configured = policy_model.baseline.report if policy_model.baseline else None
+    baseline_path = Path(baseline) if baseline is not None else Path(configured) if configured else None
     allowance = policy_model.baseline.allowance if policy_model.baseline else Allowance()
     # read before the run: a bad baseline must not cost a conversion
     baseline_report = load_report(baseline_path) if baseline_path is not None else None
@@ -200,9 +201,9 @@ def _device_reasons(key: str, record: rm.ArtifactRecord, devices: list[str], not
             if check.status == "skipped":
                 reasons.append(rm.GateReason(code="skipped_check", artifact=key, message=(
                     f"required check skipped: {check.runtime} on {device} at {check.shape}: {check.reason}")))
-        if not any(c.status == "passed" for c in runnable):
+        if not any(c.status in ("passed", "failed") for c in runnable):  # a failed check is a reason of its own
             reasons.append(rm.GateReason(code="skipped_check", artifact=key,
-                                         message=f"no check passed on required device {device}"))
+                                         message=f"no check ran on required device {device}"))
     return reasons
 
 
@@ -345,6 +346,10 @@ def _accuracy_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord
 
 
 def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord, allowance: Allowance) -> Iterator[rm.BaselineDelta]:
+    """p50 against p50 on the same runtime and device.
+
+    Within a run the median of thousands of timings is steady; between runs the machine's load and clock drift
+    dominate, which no within-run spread measures: hence a fixed allowance the policy sets for its runners."""
     previous = {(b.runtime, b.device): b.latency_ms_p50 for b in before.benchmarks if b.latency_ms_p50 is not None}
     for bench in now.benchmarks:
         base = previous.get((bench.runtime, bench.device))
@@ -364,7 +369,7 @@ def _delta(key: str, kind: str, metric: str, output: str, runtime: str, device: 
     delta = now - before
     regressed = now > before * (1 + relative) + absolute
     status = "regressed" if regressed else "improved" if now < before else "ok"
-    allowed = f"+{relative * 100:g}%" + (f" +{absolute:g}" if absolute else "")
+    allowed = f"+{relative * 100:g}%" + (f" +{absolute:.3g}" if absolute else "")
     return rm.BaselineDelta(artifact=key, kind=kind, metric=metric, output=output, runtime=runtime, device=device, baseline=before,
                             current=now, delta=delta, delta_pct=100.0 * delta / before if before else None, allowed=allowed,
                             status=status)

@@ -1,0 +1,246 @@
+"""The JSON report as JUnit XML, so that a CI test view lists every check and, for a gated report, why it was rejected.
+
+``<testsuites name="convert">`` holds ``<testsuite name="validation">``: one testcase per check of every artifact
+(classname ``convert.<artifact key>``, name ``<runtime> on <device> at <shape>``), plus one per artifact that was not
+built or not validated, so that none is silently absent, and one ``<error>`` per other failed stage or an interrupted run.
+With a gate verdict, ``<testsuite name="gate">`` follows: one testcase per budget, per baseline delta and per rejection
+reason that those do not already show.
+
+A candidate of ``--optimize auto`` that was not chosen is listed, its testcase names end in "(auto candidate, not
+chosen)", and its failures are written as ``<skipped>``: they do not fail the run, so the failure count agrees with it.
+
+The output validates against the Jenkins xunit-plugin junit-10.xsd (vendored as tests/data/junit-10.xsd), which gives
+``<testsuites>`` no ``skipped`` attribute: the skipped counts are on each ``<testsuite>``.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from convert.reports.console import first_line
+from convert.reports.model import ArtifactRecord, BaselineDelta, BudgetResult, Check, GateReason, Report, Stage, Verdict
+from convert.safety import atomic_write_text
+
+MESSAGE_LIMIT = 300
+NOT_CHOSEN = " (auto candidate, not chosen)"
+# XML 1.0 cannot hold these characters even escaped, and tool messages can carry them (ANSI colour codes)
+NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def render_junit(report: Report) -> str:
+    suites = [_validation_suite(report)]
+    if report.gate is not None:
+        suites.append(_gate_suite(report.gate, report.created_at))
+    root = ET.Element("testsuites", name="convert")
+    for count in ("tests", "failures", "errors"):
+        root.set(count, str(sum(int(suite.get(count)) for suite in suites)))
+    root.set("time", _seconds(sum(float(suite.get("time")) for suite in suites)))
+    root.extend(suites)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_junit(report: Report, path: str | Path) -> None:
+    atomic_write_text(Path(path), render_junit(report))
+
+
+def _validation_suite(report: Report) -> ET.Element:
+    stages = {stage.name: stage for stage in report.stages}
+    shown: set[str] = set()  # stages whose outcome an artifact's testcase already shows
+    chosen = report.auto.chosen if report.auto else None
+    cases = []
+    for artifact in report.artifacts:
+        key = artifact.optimization or artifact.format
+        not_chosen = artifact.candidate and key != chosen
+        build_name = f"{'auto' if artifact.candidate else 'optimize'}:{key}" if artifact.optimization else f"export:{key}"
+        shown.update((build_name, f"validate:{key}"))
+        if artifact.checks:
+            cases += [_check_case(f"convert.{key}", check, not_chosen) for check in artifact.checks]
+        else:
+            cases.append(_unvalidated_case(f"convert.{key}", artifact, stages.get(build_name), stages.get(f"validate:{key}"),
+                                           not_chosen))
+    for stage in report.stages:
+        if stage.status == "failed" and stage.name not in shown:
+            cases.append(_outcome(_testcase("convert.run", stage.name, stage.seconds), "error", stage.error or "failed",
+                                  "StageFailed", stage.error))
+    if report.interrupted:
+        cases.append(_outcome(_testcase("convert.run", "run"), "error", report.error or "the run was interrupted", "Interrupted"))
+    verdict = report.gate.decision if report.gate else "passed" if report.passed else "failed"
+    properties = {
+        "tool_version": report.tool_version, "schema_version": report.schema_version, "verdict": verdict,
+        "exit_code": "" if report.exit_code is None else str(report.exit_code), "command": report.command,
+        "source_path": report.source.path or "", "source_sha256": report.source.sha256 or "",
+        "source_framework": report.source.framework or "",
+    }
+    return _suite("validation", cases, properties, report.created_at)
+
+
+def _check_case(classname: str, check: Check, not_chosen: bool) -> ET.Element:
+    case = _testcase(classname, f"{check.runtime} on {check.device} at {check.shape}" + NOT_CHOSEN * not_chosen, check.seconds)
+    if check.status == "skipped":
+        return _outcome(case, "skipped", check.reason or "skipped")
+    details = _check_details(check)
+    if check.status == "failed":
+        return _failed(case, not_chosen, check.reason or "failed", "ValidationFailed", details)
+    ET.SubElement(case, "system-out").text = _xml(details)
+    return case
+
+
+def _unvalidated_case(classname: str, artifact: ArtifactRecord, build: Stage | None, validate: Stage | None,
+                      not_chosen: bool) -> ET.Element:
+    """The one testcase of an artifact without checks: why it was not built, or why it was not validated."""
+    suffix = NOT_CHOSEN * not_chosen
+    if build is not None and build.status == "skipped":
+        return _outcome(_testcase(classname, build.name + suffix, build.seconds), "skipped", build.reason or "skipped")
+    if build is not None and build.status == "failed":
+        attempts = "\n".join(f"- {a.strategy}: {a.status} in {a.seconds:.3f}s" + (f": {a.error}" if a.error else "")
+                             for a in artifact.attempts)
+        text = build.error + (f"\n\nattempts:\n{attempts}" if attempts else "")
+        kind = "ExportFailed" if build.name.startswith("export:") else "OptimizeFailed"
+        return _failed(_testcase(classname, build.name + suffix, build.seconds), not_chosen, build.error or "failed", kind, text)
+    key = artifact.optimization or artifact.format
+    if validate is not None and validate.status == "failed":
+        case = _testcase(classname, validate.name + suffix, validate.seconds)
+        return _outcome(case, "error", validate.error or "failed", "StageFailed", validate.error)
+    return _failed(_testcase(classname, f"validate:{key}{suffix}"), not_chosen, "no check was run on this artifact",
+                   "NotValidated")
+
+
+def _check_details(check: Check) -> str:
+    """The check's inputs and every output's metrics, one block per output."""
+    shapes = "; ".join(f"{name}={shape}" for name, shape in check.input_shapes.items()) or "-"
+    lines = [f"input shapes: {shapes}; samples: {check.samples}"]
+    if check.status == "failed" and not any(output.status == "failed" for output in check.outputs):
+        lines.append(f"reason: {check.reason}")  # it failed before or beside its outputs (loading, missing outputs)
+    for output in check.outputs:
+        lines.append(f"output {output.name!r}: {output.status}" + (f": {output.reason}" if output.reason else ""))
+        lines.append(f"  max_abs_error {_number(output.max_abs_error)}, max_rel_error {_number(output.max_rel_error)}, "
+                     f"cosine {_cosine(output.cosine_similarity)}, rel_rms {_number(output.rel_rms_error)}, "
+                     f"top1 {_number(output.top1_agreement)}, top5 {_number(output.top5_agreement)}")
+        lines.append(f"  nan {output.nan_count}, inf {output.inf_count}, mismatches {output.mismatch_count} of "
+                     f"{output.elements}, shape {output.shape} (expected {output.expected_shape}), "
+                     f"dtype {output.dtype} (expected {output.expected_dtype})")
+        if output.atol is not None or output.rtol is not None:
+            lines.append(f"  tolerance atol={_number(output.atol)} rtol={_number(output.rtol)} ({output.tolerance_source or '-'})")
+        if output.budget:
+            lines.append(f"  budget {output.budget} ({output.budget_source or '-'})")
+    return "\n".join(lines)
+
+
+def _gate_suite(verdict: Verdict, timestamp: str) -> ET.Element:
+    deltas = verdict.baseline.deltas if verdict.baseline else []
+    cases = [_budget_case(budget) for budget in verdict.budgets] + [_delta_case(delta) for delta in deltas]
+    # a budget reason is already shown when every budget of its artifact that missed is a failed testcase (a skipped
+    # budget rejects too, but shows as skipped); a regression reason when its artifact has a regressed delta
+    over_budget = {budget.artifact for budget in verdict.budgets if budget.status == "failed"}
+    over_budget -= {budget.artifact for budget in verdict.budgets if budget.status == "skipped"}
+    regressed = {delta.artifact for delta in deltas if delta.status == "regressed"}
+    cases += [_reason_case(reason) for reason in verdict.reasons
+              if not (reason.code == "budget" and reason.artifact in over_budget)
+              and not (reason.code == "regression" and reason.artifact in regressed)]
+    properties = {
+        "decision": verdict.decision, "policy": verdict.policy, "report": verdict.report or "",
+        "required_targets": ",".join(verdict.required_targets),
+        "required_optimizations": ",".join(verdict.required_optimizations),
+        "required_devices": ",".join(verdict.required_devices),
+        "baseline": verdict.baseline.path if verdict.baseline else "",
+    }
+    suite = _suite("gate", cases, properties, timestamp)
+    if verdict.notes:
+        ET.SubElement(suite, "system-out").text = _xml("\n".join(f"note: {note}" for note in verdict.notes))
+    return suite
+
+
+def _budget_case(budget: BudgetResult) -> ET.Element:
+    case = _testcase("gate.budget", f"{budget.artifact} {budget.metric}{budget.limit}{_where(budget)}")
+    measured = f"{budget.metric} = {_number(budget.value)}, allowed {budget.limit}" + (f": {budget.reason}" if budget.reason else "")
+    if budget.status == "failed":
+        return _outcome(case, "failure", measured, "BudgetExceeded", measured)
+    if budget.status == "skipped":
+        return _outcome(case, "skipped", budget.reason or "not measured")
+    ET.SubElement(case, "system-out").text = _xml(measured)
+    return case
+
+
+def _delta_case(delta: BaselineDelta) -> ET.Element:
+    case = _testcase("gate.baseline", f"{delta.artifact} {delta.metric}{_where(delta)}")
+    if delta.status == "not_compared":
+        return _outcome(case, "skipped", delta.reason or "not compared")
+    percent = f", {delta.delta_pct:+.1f}%" if delta.delta_pct is not None else ""
+    change = (f"{delta.metric} {_number(delta.baseline)} -> {_number(delta.current)} ({_signed(delta.delta)}{percent}), "
+              f"allowed {delta.allowed or '-'}: {delta.status}" + (f": {delta.reason}" if delta.reason else ""))
+    if delta.status == "regressed":
+        return _outcome(case, "failure", change, "Regression", change)
+    ET.SubElement(case, "system-out").text = _xml(change)
+    return case
+
+
+def _reason_case(reason: GateReason) -> ET.Element:
+    case = _testcase(f"gate.{reason.code}", first_line(reason.message, MESSAGE_LIMIT) or reason.code)
+    return _outcome(case, "failure", reason.message, reason.code, reason.message)
+
+
+def _where(measured: BudgetResult | BaselineDelta) -> str:
+    """Which output, runtime, device and shape a gate measurement is of, e.g. " (output 'y', onnxruntime on cpu at B=1)"."""
+    place = " on ".join(filter(None, (measured.runtime, measured.device)))
+    shape = getattr(measured, "shape", "")
+    place += f" at {shape}" if shape else ""
+    parts = [f"output {measured.output!r}" if measured.output else "", place]
+    return f" ({', '.join(filter(None, parts))})" if any(parts) else ""
+
+
+def _suite(name: str, cases: list[ET.Element], properties: dict[str, str], timestamp: str) -> ET.Element:
+    suite = ET.Element("testsuite", {
+        "name": name, "tests": str(len(cases)),
+        "failures": str(sum(case.find("failure") is not None for case in cases)),
+        "errors": str(sum(case.find("error") is not None for case in cases)),
+        "skipped": str(sum(case.find("skipped") is not None for case in cases)),
+        "time": _seconds(sum(float(case.get("time")) for case in cases)), "timestamp": timestamp,
+    })
+    listed = ET.SubElement(suite, "properties")
+    for key, value in properties.items():
+        ET.SubElement(listed, "property", name=key, value=_xml(value))
+    suite.extend(cases)
+    return suite
+
+
+def _testcase(classname: str, name: str, seconds: float = 0.0) -> ET.Element:
+    return ET.Element("testcase", classname=_xml(classname), name=_xml(name), time=_seconds(seconds))
+
+
+def _failed(case: ET.Element, not_chosen: bool, message: str, kind: str, text: str = "") -> ET.Element:
+    """A failure, or for an auto candidate that was not chosen (which does not fail the run) a skip that says why."""
+    if not_chosen:
+        return _outcome(case, "skipped", f"auto candidate, not chosen: {first_line(message, MESSAGE_LIMIT)}", kind, text)
+    return _outcome(case, "failure", message, kind, text)
+
+
+def _outcome(case: ET.Element, tag: str, message: str, kind: str = "", text: str = "") -> ET.Element:
+    outcome = ET.SubElement(case, tag, message=_xml(first_line(message, MESSAGE_LIMIT)))
+    if kind:
+        outcome.set("type", kind)
+    if text:
+        outcome.text = _xml(text)
+    return case
+
+
+def _xml(text: str) -> str:
+    return NOT_XML.sub("\ufffd", text)
+
+
+def _seconds(seconds: float) -> str:
+    return f"{max(seconds, 0.0):.3f}"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.6g}"
+
+
+def _cosine(value: float | None) -> str:
+    return "-" if value is None else f"{value:.8f}"  # 6 significant digits would print 0.99999996 as 1

@@ -1,0 +1,229 @@
+"""The JSON report as GitHub-flavoured Markdown, compact enough for a GitHub Actions step summary (1 MiB at most).
+
+A heading with the verdict (the gate's when the report has one), why as bullets (and the gate's notes), then tables: one
+row per artifact × runtime × device × shape (failed and skipped first, at most MAX_ROWS), the benchmarks, the gate's
+budgets and baseline deltas, and an environment line. Cell text is kept to one line and escaped: messages hold ``|``,
+which would split a cell, and ``<``, ``*``, ``_``, which GitHub would read as HTML or emphasis.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from convert.reports.model import ArtifactRecord, BaselineDelta, Benchmark, BudgetResult, Check, OutputMetrics, Report, Stage, Verdict
+from convert.safety import atomic_write_text
+
+MAX_ROWS = 200
+MAX_BULLETS = 50
+CELL_LIMIT = 160
+BULLET_LIMIT = 300
+STATUS = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭️ skipped", "ok": "✅ ok", "improved": "✅ improved",
+          "regressed": "❌ regressed", "not_compared": "⏭️ not compared"}
+SEVERITY = {"failed": 0, "regressed": 0, "skipped": 1, "not_compared": 1}  # the rest (passed, ok, improved) sort last
+MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]<>|&~])")
+
+
+def render_markdown(report: Report) -> str:
+    sections = [_heading(report), _bullets(report), _checks(report), _benchmarks(report)]
+    if report.gate is not None:
+        sections += [_budgets(report.gate), _deltas(report.gate)]
+    sections.append(_environment(report))
+    return "\n\n".join(section for section in sections if section) + "\n"
+
+
+def write_markdown(report: Report, path: str | Path, append: bool = False) -> None:
+    """Write the summary; ``append`` adds it after what is there, as every step of a job appends to $GITHUB_STEP_SUMMARY."""
+    path, text = Path(path), render_markdown(report)
+    if not append:
+        atomic_write_text(path, text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    separator = "\n" if path.exists() and path.stat().st_size else ""
+    with path.open("a", encoding="utf-8") as stream:
+        stream.write(separator + text)
+
+
+def _heading(report: Report) -> str:
+    if report.gate is not None:
+        verdict, summary = ("✅ PROMOTE" if report.gate.promoted else "❌ REJECT"), report.gate.summary()
+    else:
+        verdict = "✅ PASSED" if report.passed else "❌ FAILED"
+        summary = f"exit code {report.exit_code}" + (", interrupted" if report.interrupted else "")
+    source = Path(report.source.path).name if report.source.path else report.source.description or "model"
+    return f"## {verdict}: {_cell(source)}\n\n{_cell(summary)}"
+
+
+def _bullets(report: Report) -> str:
+    """Why: the gate's reasons and notes, or without a gate what failed the run."""
+    if report.gate is not None:
+        reasons = [f"`{r.code}`" + (f" {_cell(r.artifact)}" if r.artifact else "") + f": {_cell(r.message, BULLET_LIMIT)}"
+                   for r in report.gate.reasons]
+        notes = [_cell(note, BULLET_LIMIT) for note in report.gate.notes]
+        return "\n\n".join(filter(None, (_bullet_list("Reasons", reasons), _bullet_list("Notes", notes))))
+    failures = [f"{_cell(s.name)} failed: {_cell(s.error, BULLET_LIMIT)}" for s in report.stages
+                if s.status == "failed" and not s.name.startswith("auto:")]  # a candidate not built does not fail the run
+    for artifact in report.artifacts:
+        failed = [c for c in artifact.checks if c.status == "failed"]
+        if failed and not _not_chosen(report, artifact):
+            first = failed[0]
+            failures.append(f"{_cell(_key(artifact))}: {len(failed)} of {len(artifact.checks)} checks failed, first "
+                            f"{_cell(_place(first))}: {_cell(first.reason, BULLET_LIMIT)}")
+    if report.interrupted:
+        failures.append(_cell(report.error or "the run was interrupted", BULLET_LIMIT))
+    return _bullet_list("Failures", failures)
+
+
+def _bullet_list(title: str, items: list[str]) -> str:
+    if not items:
+        return ""
+    shown = [f"- {item}" for item in items[:MAX_BULLETS]]
+    if len(items) > MAX_BULLETS:
+        shown.append(f"- … {len(items) - MAX_BULLETS} more in the JSON report")
+    return f"**{title}**\n\n" + "\n".join(shown)
+
+
+def _checks(report: Report) -> str:
+    stages = {stage.name: stage for stage in report.stages}
+    rows: list[tuple[str, list[str]]] = []  # (status, cells)
+    for artifact in report.artifacts:
+        label = _key(artifact) + (" (auto candidate, not chosen)" if _not_chosen(report, artifact) else "")
+        if not artifact.checks:
+            rows.append(_unvalidated_row(label, stages.get(_build_stage(artifact))))
+        for check in artifact.checks:
+            worst = _worst_output(check)
+            rows.append((check.status, [_cell(label), _cell(check.runtime), _cell(check.device), _cell(check.shape),
+                                        STATUS[check.status], _cell(worst.name) if worst else "",
+                                        _number(worst.max_abs_error, ".2e") if worst else "",
+                                        _number(worst.cosine_similarity, ".6f") if worst else "", _cell(check.reason)]))
+    if not rows:
+        return ""
+    header = ["artifact", "runtime", "device", "shape", "status", "worst output", "max abs error", "cosine", "reason"]
+    counts = ", ".join(f"{sum(status == s for status, _ in rows)} {s}" for s in ("passed", "failed", "skipped"))
+    return f"### Validation ({counts})\n\n" + _capped_table(header, rows, "rows")
+
+
+def _unvalidated_row(label: str, build: Stage | None) -> tuple[str, list[str]]:
+    """The row of an artifact without checks: not built, skipped (a pass that cannot run here), or not validated."""
+    if build is not None and build.status == "skipped":
+        status, shown, reason = "skipped", STATUS["skipped"], build.reason
+    elif build is not None and build.status == "failed":
+        status, shown, reason = "failed", "❌ not built", build.error
+    else:
+        status, shown, reason = "failed", "❌ not validated", "no check was run on this artifact"
+    return status, [_cell(label), "", "", "", shown, "", "", "", _cell(reason)]
+
+
+def _worst_output(check: Check) -> OutputMetrics | None:
+    """The output to show for a check: a failed one before a passed one, then the one with NaN/Inf or the largest error."""
+    def badness(output: OutputMetrics) -> tuple:
+        error = output.max_abs_error if output.max_abs_error is not None and not math.isnan(output.max_abs_error) else 0.0
+        return output.status == "failed", output.nan_count + output.inf_count > 0, error
+    return max(check.outputs, key=badness, default=None)
+
+
+def _benchmarks(report: Report) -> str:
+    rows = [("source", b) for b in report.source_benchmark] + [(_key(a), b) for a in report.artifacts for b in a.benchmarks]
+    if not rows:
+        return ""
+    source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
+    header = ["artifact", "runtime", "device", "p50 ms", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB", "note"]
+    return "### Benchmarks\n\n" + _table(header, [_benchmark_cells(name, b, source_p50) for name, b in rows])
+
+
+def _benchmark_cells(name: str, benchmark: Benchmark, source_p50: float | None) -> list[str]:
+    cells = [_cell(name), _cell(benchmark.runtime), _cell(benchmark.device)]
+    if benchmark.status != "ok":
+        return cells + [""] * 6 + [_cell(f"{benchmark.status}: {benchmark.reason}")]
+    p50 = benchmark.latency_ms_p50
+    speedup = f"{source_p50 / p50:.2f}x" if source_p50 and p50 else ""
+    throughput = _number(benchmark.throughput_per_s, ".4g")
+    if benchmark.throughput_per_s is not None and benchmark.throughput_shape:
+        throughput += f" at {_cell(benchmark.throughput_shape)}"
+    return cells + [_number(p50, ".4g"), _number(benchmark.latency_ms_p90, ".4g"), _number(benchmark.latency_ms_p99, ".4g"),
+                    speedup, throughput, _number(benchmark.peak_memory_mb, ".4g"), ""]
+
+
+def _budgets(verdict: Verdict) -> str:
+    if not verdict.budgets:
+        return ""
+    header = ["artifact", "metric", "limit", "value", "where", "status", "reason"]
+    rows = [(b.status, [_cell(b.artifact), _cell(b.metric), _cell(b.limit), _number(b.value, ".6g"), _cell(_where(b)),
+                        STATUS[b.status], _cell(b.reason)]) for b in verdict.budgets]
+    return "### Budgets\n\n" + _capped_table(header, rows, "budgets")
+
+
+def _deltas(verdict: Verdict) -> str:
+    baseline = verdict.baseline
+    if baseline is None or not baseline.deltas:
+        return ""
+    header = ["artifact", "metric", "where", "baseline", "current", "delta", "delta %", "allowed", "status", "reason"]
+    rows = [(d.status, [_cell(d.artifact), _cell(d.metric), _cell(_where(d)), _number(d.baseline, ".6g"),
+                        _number(d.current, ".6g"), _number(d.delta, "+.6g"), _number(d.delta_pct, "+.1f"),
+                        _cell(d.allowed), STATUS[d.status], _cell(d.reason)]) for d in baseline.deltas]
+    same = ", ".join(f"{'same' if flag else 'different'} {what}" for what, flag in
+                     (("source", baseline.same_source), ("environment", baseline.same_environment)))
+    return f"### Baseline deltas (against {_cell(baseline.path)}: {same})\n\n" + _capped_table(header, rows, "deltas")
+
+
+def _environment(report: Report) -> str:
+    environment = report.environment
+    devices = ", ".join(environment.devices) + (f" ({', '.join(environment.device_names)})" if environment.device_names else "")
+    return _cell(f"Environment: convert {report.tool_version} (report schema {report.schema_version}), {report.created_at}, "
+                 f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}", BULLET_LIMIT)
+
+
+def _capped_table(header: list[str], rows: list[tuple[str, list[str]]], what: str) -> str:
+    """A table of the MAX_ROWS most severe rows (failed, then skipped, then the rest, each in report order)."""
+    ordered = sorted(rows, key=lambda row: SEVERITY.get(row[0], 2))
+    table = _table(header, [cells for _, cells in ordered[:MAX_ROWS]])
+    hidden = ordered[MAX_ROWS:]
+    if not hidden:
+        return table
+    statuses = ", ".join(f"{sum(s == status for s, _ in hidden)} {status}" for status in dict.fromkeys(s for s, _ in hidden))
+    return table + f"\n\n… {len(hidden)} more {what} ({_cell(statuses)}) are in the JSON report."
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
+def _where(measured: BudgetResult | BaselineDelta) -> str:
+    """Which output, runtime, device and shape a gate measurement is of."""
+    place = " on ".join(filter(None, (measured.runtime, measured.device)))
+    shape = getattr(measured, "shape", "")
+    place += f" at {shape}" if shape else ""
+    return ", ".join(filter(None, (f"output '{measured.output}'" if measured.output else "", place)))
+
+
+def _key(artifact: ArtifactRecord) -> str:
+    return artifact.optimization or artifact.format
+
+
+def _not_chosen(report: Report, artifact: ArtifactRecord) -> bool:
+    """A candidate of --optimize auto that was not chosen: its failures do not fail the run."""
+    return artifact.candidate and _key(artifact) != (report.auto.chosen if report.auto else None)
+
+
+def _build_stage(artifact: ArtifactRecord) -> str:
+    if artifact.optimization:
+        return f"{'auto' if artifact.candidate else 'optimize'}:{artifact.optimization}"
+    return f"export:{artifact.format}"
+
+
+def _place(check: Check) -> str:
+    return f"{check.runtime} on {check.device} at {check.shape}"
+
+
+def _cell(text: str, limit: int = CELL_LIMIT) -> str:
+    """One line of at most ``limit`` characters, escaped for a table cell (cut before escaping, so no escape is cut)."""
+    line = " ".join(str(text).split())
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return MARKDOWN_PUNCTUATION.sub(r"\\\1", line)
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)

@@ -1,0 +1,222 @@
+"""convert gate: each reason to reject, alone, rejects with exit code 1 and is named in the report; a clean model
+is promoted with exit code 0; a bad policy or baseline exits 2 naming the problem (and the line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from convert.devices import present_devices
+from tests.conftest import load_report, run_cli
+
+CNN = {"path": "fixtures.torch_models:build_cnn", "inputs": ["x:float32[B,3,32,32]"]}
+NO_CUDA = pytest.mark.skipif("cuda" in present_devices(), reason="needs a machine without CUDA")
+
+
+def write_policy(folder: Path, **policy) -> Path:
+    path = folder / "promotion.yaml"
+    path.write_text(yaml.safe_dump({"model": CNN, "require": {"targets": ["onnx"]}, "out": "out", **policy}, sort_keys=False))
+    return path
+
+
+def gate(policy: Path, *args: str):
+    """Run `convert gate` and return the run and the verdict written into its report (None when none was written)."""
+    run = run_cli("gate", str(policy), *args)
+    report = policy.parent / "out" / "report.json"
+    return run, load_report(report)["gate"] if report.exists() else None
+
+
+def codes(verdict: dict) -> list[str]:
+    return [reason["code"] for reason in verdict["reasons"]]
+
+
+@pytest.fixture(scope="module")
+def promoted(tmp_path_factory):
+    """A clean model with loose budgets, every rendering and a required device the machine may lack."""
+    folder = tmp_path_factory.mktemp("promoted")
+    policy = write_policy(folder, require={"targets": ["onnx"], "optimizations": ["fp16"], "devices": ["cpu", "cuda"],
+                                           "may_skip_devices": ["cuda"]},
+                          budgets={"onnx": {"accuracy": "max_abs<=1e-3,cosine>=0.9999", "latency_ms_p50": {"cpu": 1000},
+                                            "size_mb": 10},
+                                   "fp16": {"accuracy": {"output": "cosine>=0.999"}, "throughput_per_s": 1}})
+    run, verdict = gate(policy, "--junit", str(folder / "junit.xml"), "--markdown", str(folder / "summary.md"),
+                        "--html", str(folder / "report.html"))
+    return folder, run, verdict
+
+
+def test_a_clean_model_is_promoted_with_every_budget_judged(promoted):
+    folder, run, verdict = promoted
+    assert run.returncode == 0, run.output
+    assert verdict["decision"] == "promote" and verdict["promoted"] and verdict["reasons"] == []
+    assert "Gate: PROMOTE (exit code 0)" in run.stdout
+    judged = {(b["artifact"], b["metric"]) for b in verdict["budgets"]}
+    assert judged == {("onnx", "max_abs"), ("onnx", "cosine"), ("onnx", "latency_ms_p50"), ("onnx", "size_mb"),
+                      ("fp16", "cosine"), ("fp16", "throughput_per_s")}
+    assert all(b["status"] == "passed" and b["value"] is not None for b in verdict["budgets"])
+    for name in ("junit.xml", "summary.md", "report.html"):
+        assert (folder / name).stat().st_size > 0
+
+
+@NO_CUDA
+def test_a_required_device_the_policy_may_skip_is_a_note_not_a_reason(promoted):
+    _, run, verdict = promoted
+    assert any("cuda is absent" in note for note in verdict["notes"]) and "cuda is absent" in run.stdout
+
+
+@NO_CUDA
+def test_an_absent_required_device_rejects(tmp_path):
+    run, verdict = gate(write_policy(tmp_path, require={"targets": ["onnx"], "devices": ["cpu", "cuda"]}))
+    assert run.returncode == 1, run.output
+    assert codes(verdict) == ["missing_device"] and "required device cuda is absent" in verdict["reasons"][0]["message"]
+
+
+def test_a_failed_check_rejects(tmp_path):
+    run, verdict = gate(write_policy(tmp_path, model={"path": "fixtures.torch_models:build_off_in_onnx", "inputs": ["x:float32[B,8]"]}))
+    assert run.returncode == 1, run.output
+    assert set(codes(verdict)) == {"failed_check"}
+    assert any("output 'scores'" in r["message"] and r["artifact"] == "onnx" for r in verdict["reasons"])
+
+
+def test_nan_in_an_output_rejects_with_its_own_reason(tmp_path):
+    run, verdict = gate(write_policy(tmp_path, model={"path": "fixtures.torch_models:build_nan_in_onnx", "inputs": ["x:float32[B,8]"]}))
+    assert run.returncode == 1, run.output
+    nan = [r for r in verdict["reasons"] if r["code"] == "nan_inf"]
+    assert nan and all("NaN" in r["message"] and r["artifact"] == "onnx" for r in nan)
+
+
+@pytest.mark.skipif("cuda" in present_devices(), reason="TensorRT may be buildable on a CUDA machine")
+def test_a_required_artifact_that_could_not_be_built_rejects(tmp_path):
+    run, verdict = gate(write_policy(tmp_path, require={"targets": ["onnx"], "optimizations": ["trt"]}))
+    assert run.returncode == 1, run.output
+    assert codes(verdict) == ["missing_artifact"]
+    assert verdict["reasons"][0]["artifact"] == "trt" and "TensorRT" in verdict["reasons"][0]["message"]
+
+
+def test_a_required_check_skipped_rejects(tmp_path, torch_files):
+    """TorchScript traced from a torch.export program fixes its batch: the check at batch 4 is skipped, and a skipped
+    required check rejects."""
+    run, verdict = gate(write_policy(tmp_path, model={"path": str(torch_files / "cnn.pt2")}, require={"targets": ["torchscript"]},
+                                     validation={"dims": ["d0=2,4"]}))
+    assert run.returncode == 1, run.output
+    assert codes(verdict) == ["skipped_check"]
+    assert "at d0=4" in verdict["reasons"][0]["message"] and "fixes axis 0" in verdict["reasons"][0]["message"]
+
+
+@pytest.mark.parametrize("budget, metric", [
+    ({"accuracy": "max_abs<=1e-12"}, "max_abs"),
+    ({"latency_ms_p50": 1e-6}, "latency_ms_p50"),
+    ({"throughput_per_s": 1e12}, "throughput_per_s"),
+    ({"size_mb": 1e-6}, "size_mb"),
+])
+def test_an_exceeded_budget_rejects(tmp_path, budget, metric):
+    run, verdict = gate(write_policy(tmp_path, budgets={"onnx": budget}))
+    assert run.returncode == 1, run.output
+    assert set(codes(verdict)) == {"budget"}
+    assert all(metric in r["message"] and "misses the budget" in r["message"] for r in verdict["reasons"])
+    assert {b["status"] for b in verdict["budgets"]} == {"failed"}
+
+
+def test_a_budget_on_a_measurement_that_was_not_taken_rejects(tmp_path):
+    """Fails closed: a latency budget on a runtime that did not run is 'skipped', and rejects."""
+    run, verdict = gate(write_policy(tmp_path, budgets={"onnx": {"runtime": "tensorrt", "latency_ms_p50": 1000}}))
+    assert run.returncode == 1, run.output
+    assert codes(verdict) == ["budget"] and "not measured" in verdict["reasons"][0]["message"]
+
+
+@pytest.mark.parametrize("kind", ["accuracy", "latency", "size"])
+def test_a_regression_against_the_baseline_rejects(tmp_path, promoted, kind):
+    """The baseline is the promoted run's own report, edited to stand for a model that was better in one respect."""
+    baseline = load_report(promoted[0] / "out" / "report.json")
+    onnx = next(a for a in baseline["artifacts"] if a["format"] == "onnx" and not a["optimization"])
+    if kind == "accuracy":
+        for check in onnx["checks"]:
+            for output in check["outputs"]:
+                output["max_abs_error"] = output["max_abs_error"] / 1000 if output["max_abs_error"] else output["max_abs_error"]
+    elif kind == "latency":
+        for bench in onnx["benchmarks"]:
+            bench["latency_ms_p50"] /= 100
+    else:
+        onnx["size_bytes"] = onnx["size_bytes"] // 2
+    (tmp_path / "last-promoted.json").write_text(json.dumps(baseline))
+    # latency may be 10x slower (noise must not reject the other two kinds), but not 100x
+    policy = write_policy(tmp_path, baseline={"allowance": {"accuracy": 0.5, "accuracy_abs": 1e-9, "latency": 10.0, "latency_ms": 0.001}})
+    run, verdict = gate(policy, "--baseline", str(tmp_path / "last-promoted.json"))
+    assert run.returncode == 1, run.output
+    regressed = [d for d in verdict["baseline"]["deltas"] if d["status"] == "regressed"]
+    assert regressed and {d["kind"] for d in regressed} == {kind}
+    assert {r["code"] for r in verdict["reasons"]} == {"regression"}
+    assert all(f"{kind} regressed against the baseline" in r["message"] for r in verdict["reasons"])
+    sized = next(d for d in verdict["baseline"]["deltas"] if d["metric"] == "size_bytes")
+    assert sized["baseline"] == onnx["size_bytes"] and sized["allowed"] == "+1%"
+
+
+def test_the_same_model_against_its_own_report_shows_the_deltas(tmp_path, promoted):
+    policy = write_policy(tmp_path, require={"targets": ["onnx"], "optimizations": ["fp16"]},
+                          baseline={"allowance": {"latency": 10.0}})
+    run, verdict = gate(policy, "--baseline", str(promoted[0] / "out" / "report.json"))
+    assert run.returncode == 0, run.output
+    comparison = verdict["baseline"]
+    assert comparison["same_environment"] and not comparison["same_source"]  # a factory has no file to hash
+    kinds = {(d["artifact"], d["kind"]) for d in comparison["deltas"]}
+    assert {("onnx", "accuracy"), ("onnx", "latency"), ("onnx", "size"), ("fp16", "accuracy"), ("fp16", "size")} <= kinds
+    accuracy = [d for d in comparison["deltas"] if d["kind"] == "accuracy"]
+    assert all(d["delta"] == 0 and d["status"] == "ok" for d in accuracy)  # same model, same seeds: the same errors
+    assert "Against the baseline" in run.stdout
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("model: {path: m.pt2, weigths: w.safetensors}\nrequire: {targets: [onnx]}\n",
+     "line 1: model.weigths: unknown key (allowed: path, framework, weights"),
+    ("model: {path: m.pt2}\nrequire:\n  targets: [onnx]\nvalidation:\n  samples: three\n",
+     "line 5: validation.samples: input should be a valid integer"),
+    ("model: {path: m.pt2}\nrequire:\n  targets: [onnx, tflitee]\n", "line 3: require.targets: unknown format 'tflitee'"),
+    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    latency_ms_p50: -1\n",
+     "line 5: budgets.onnx.latency_ms_p50: input should be greater than 0"),
+    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  int8: {size_mb: 1}\n",
+     "line 4: budgets.int8: 'int8' is not a required target or optimization"),
+    ("model: {path: m.pt2\nrequire: [\n", "line 2: not valid YAML"),
+    ("- just\n- a list\n", "a policy is a mapping of keys"),
+    ("require: {targets: [onnx]}\n", "line 1: model: missing, and it is required"),
+])
+def test_a_bad_policy_exits_2_naming_the_line(tmp_path, text, expected):
+    policy = tmp_path / "promotion.yaml"
+    policy.write_text(text)
+    run = run_cli("gate", str(policy))
+    assert run.returncode == 2, run.output
+    assert expected in " ".join(run.stderr.split()) and "Traceback" not in run.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "does not exist"), ("{not json", "is not JSON"), ('{"schema_version": "0.9"}', "is not a convert report of schema 1.x"),
+])
+def test_a_bad_baseline_exits_2_before_any_work(tmp_path, content, expected):
+    baseline = tmp_path / "last-promoted.json"
+    if content is not None:
+        baseline.write_text(content)
+    run = run_cli("gate", str(write_policy(tmp_path)), "--baseline", str(baseline))
+    assert run.returncode == 2, run.output
+    assert expected in " ".join(run.stderr.split()) and "Traceback" not in run.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_budget_naming_an_output_the_model_lacks_exits_2(tmp_path):
+    run, _ = gate(write_policy(tmp_path, budgets={"onnx": {"accuracy": {"logits": "cosine>=0.9"}}}))
+    assert run.returncode == 2, run.output
+    assert "names the output 'logits', which the model does not have" in " ".join(run.stderr.split())
+
+
+def test_convert_gate_from_python_returns_the_verdict_the_report_holds(tmp_path):
+    import convert
+
+    policy = {"model": {"path": "fixtures.torch_models:build_off_in_onnx", "inputs": ["x:float32[B,8]"]},
+              "require": {"targets": ["onnx"]}, "budgets": {"onnx": {"size_mb": 10}}}
+    verdict = convert.gate(policy, out=tmp_path / "out")
+    assert isinstance(verdict, convert.Verdict)
+    assert not verdict.promoted and verdict.exit_code == 1 and verdict.policy == "<dict>"
+    assert {r.code for r in verdict.reasons} == {"failed_check"}
+    written = convert.Report.from_json(Path(verdict.report).read_text()).gate
+    assert written == verdict
