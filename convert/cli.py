@@ -41,8 +41,8 @@ class _DefaultGroup(click.Group):
 @click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="convert")
 def main() -> None:
-    """Export a PyTorch, Keras or JAX model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, and validate every
-    artifact numerically against the source model, on every device present.
+    """Export a PyTorch, Keras or JAX model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, optimize it, and
+    validate every artifact numerically against the source model, on every device present; gate its promotion in CI.
 
     \b
       convert model.pt2 --to onnx,torchscript,torch_export --out out/
@@ -56,9 +56,11 @@ def main() -> None:
       convert model.keras --to onnx --optimize auto --accuracy "cosine>=0.995"
       convert model.pt2 --to onnx --optimize trt:fp16 --shape-range "B=1..8..32"
       convert model.pt2 --to onnx,torchscript --benchmark --threads 2
+      convert gate promotion.yaml --baseline reports/last-promoted.json --junit out/junit.xml --markdown "$GITHUB_STEP_SUMMARY"
+      convert report out/report.json --html out/report.html
       convert doctor
 
-    Run 'convert export --help' for every option of the default command.
+    Run 'convert export --help' for every option of the default command, 'convert gate --help' for the promotion gate.
     Exit codes: 0 all checks passed, 1 a validation failed, 2 bad input or options, 3 internal error.
     """
 
