@@ -9,11 +9,15 @@ import pytest
 import xmlschema
 
 from convert.reports.junit import render_junit, write_junit
-from convert.reports.model import (ArtifactRecord, Attempt, AutoSelection, BaselineComparison, BaselineDelta, BudgetResult,
-                                   GateReason, Report, Stage, Verdict)
+from convert.reports.model import (
+    ArtifactRecord,
+    Attempt,
+    AutoSelection,
+    Stage,
+)
+from tests.convert.reports.conftest import TRICKY, load, with_hand_made_verdict
 
 SCHEMA = Path(__file__).resolve().parents[2] / "data" / "junit-10.xsd"
-TRICKY = "p50 | 7.1 ms < 9 ms & rising"  # a message with what XML and Markdown must escape
 
 
 @pytest.fixture(scope="module")
@@ -21,41 +25,6 @@ def schema() -> xmlschema.XMLSchema:
     return xmlschema.XMLSchema(SCHEMA)
 
 
-def _load(path: Path) -> Report:
-    return Report.from_json(path.read_text())
-
-
-def _with_reject_verdict(report: Report) -> Report:
-    """A copy with a rejecting gate verdict: budgets, a regressed baseline delta and reasons no budget or delta shows as failed."""
-    verdict = Verdict(
-        decision="reject", promoted=False, exit_code=1, policy="gate.yaml",
-        reasons=[
-            GateReason(code="budget", artifact="fp16", message="fp16: cosine 0.97 on 'output' is below 0.999"),
-            GateReason(code="regression", artifact="onnx", message=f"onnx: latency_ms_p50 regressed: {TRICKY}"),
-            GateReason(code="missing_device", artifact="onnx", message=f"onnx was not checked on cuda: {TRICKY}"),
-            GateReason(code="missing_artifact", artifact="int8", message="int8 is required but was not built"),
-            GateReason(code="budget", artifact="onnx", message="latency_ms_p50<=5 on onnxruntime (cuda): not measured"),
-        ],
-        notes=["openvino may be absent: the policy allows it"],
-        required_targets=["onnx", "torchscript"], required_devices=["cpu", "cuda"],
-        budgets=[
-            BudgetResult(artifact="onnx", kind="accuracy", metric="cosine", limit=">=0.999", value=0.99999, output="output",
-                         runtime="onnxruntime", device="cpu", shape="d0=2", status="passed"),
-            BudgetResult(artifact="fp16", kind="accuracy", metric="cosine", limit=">=0.999", value=0.97, output="output",
-                         runtime="onnxruntime", device="cpu", shape="d0=2", status="failed", reason=TRICKY),
-            BudgetResult(artifact="onnx", kind="latency", metric="latency_ms_p50", limit="<=5", runtime="onnxruntime",
-                         device="cuda", status="skipped", reason="not measured: no CUDA device"),
-        ],
-        baseline=BaselineComparison(path="baseline/report.json", same_source=True, deltas=[
-            BaselineDelta(artifact="onnx", kind="latency", metric="latency_ms_p50", runtime="onnxruntime", device="cpu",
-                          baseline=0.05, current=0.07, delta=0.02, delta_pct=40.0, allowed="+10% +0.005",
-                          status="regressed", reason=TRICKY),
-            BaselineDelta(artifact="onnx", kind="size", metric="size_bytes", baseline=1000, current=1000, delta=0,
-                          delta_pct=0, allowed="+1%", status="ok"),
-            BaselineDelta(artifact="fp16", kind="accuracy", metric="max_abs_error", output="output",
-                          status="not_compared", reason="the baseline has no fp16 artifact"),
-        ]))
-    return report.model_copy(update={"gate": verdict})
 
 
 def _suites(xml: str) -> dict[str, ET.Element]:
@@ -78,7 +47,7 @@ def _assert_counts_match(root: ET.Element) -> None:
 
 
 def test_one_testcase_per_check_and_the_xml_validates(exported_report, schema):
-    report = _load(exported_report)
+    report = load(exported_report)
     xml = render_junit(report)
     schema.validate(xml)
     root = ET.fromstring(xml)
@@ -98,7 +67,7 @@ def test_one_testcase_per_check_and_the_xml_validates(exported_report, schema):
 
 
 def test_skipped_checks_carry_their_reason_and_passed_ones_their_metrics(exported_report):
-    report = _load(exported_report)
+    report = load(exported_report)
     cases = _suites(render_junit(report))["validation"].findall("testcase")
     checks = [c for a in report.artifacts for c in a.checks]
     for case, check in zip(cases, checks, strict=True):
@@ -113,7 +82,7 @@ def test_skipped_checks_carry_their_reason_and_passed_ones_their_metrics(exporte
 
 
 def test_a_failed_check_carries_the_metrics_of_every_output(failed_report, schema):
-    report = _load(failed_report)
+    report = load(failed_report)
     xml = render_junit(report)
     schema.validate(xml)
     _assert_counts_match(ET.fromstring(xml))
@@ -138,7 +107,7 @@ def test_a_failed_check_carries_the_metrics_of_every_output(failed_report, schem
 
 
 def test_the_gate_suite_shows_why_the_model_was_rejected(exported_report, schema):
-    xml = render_junit(_with_reject_verdict(_load(exported_report)))
+    xml = render_junit(with_hand_made_verdict(load(exported_report)))
     schema.validate(xml)
     root = ET.fromstring(xml)
     _assert_counts_match(root)
@@ -167,7 +136,7 @@ def test_the_gate_suite_shows_why_the_model_was_rejected(exported_report, schema
 
 
 def test_artifacts_that_were_not_built_are_not_silently_absent(exported_report, schema):
-    report = _load(exported_report)
+    report = load(exported_report)
     ansi_error = "\x1b[31mtflite converter crashed\x1b[0m: op <Gelu> & friends unsupported\ntraceback follows"
     unchosen = report.artifacts[2].model_copy(update={"optimization": "int8", "candidate": True, "checks": [
         check.model_copy(update={"status": "failed", "reason": "output 'output': cosine 0.9 < 0.98"})
@@ -201,14 +170,14 @@ def test_artifacts_that_were_not_built_are_not_silently_absent(exported_report, 
 
 
 def test_write_junit_writes_what_render_junit_returns(failed_report, tmp_path):
-    report = _load(failed_report)
+    report = load(failed_report)
     path = tmp_path / "junit" / "convert.xml"
     write_junit(report, path)
     assert path.read_text(encoding="utf-8") == render_junit(report)
 
 
 def test_a_real_gate_rejection_validates_and_fails_for_each_reason(rejected_gate_report, schema):
-    report = _load(rejected_gate_report)
+    report = load(rejected_gate_report)
     xml = render_junit(report)
     schema.validate(xml)
     root = ET.fromstring(xml)

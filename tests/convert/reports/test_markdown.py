@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from html.parser import HTMLParser
-from pathlib import Path
 
 from markdown_it import MarkdownIt
 
 from convert.reports.markdown import MAX_ROWS, render_markdown, write_markdown
-from convert.reports.model import BaselineComparison, BaselineDelta, BudgetResult, GateReason, Report, Verdict
+from tests.convert.reports.conftest import TRICKY, load, with_hand_made_verdict
 
 CHECK_HEADER = ["artifact", "runtime", "device", "shape", "status", "worst output", "max abs error", "cosine", "reason"]
 BENCHMARK_HEADER = ["artifact", "runtime", "device", "p50 ms", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB", "note"]
-TRICKY = "p50 | 7.1 ms < 9 ms & rising"  # a message with what XML and Markdown must escape
 
 
 class _Rendered(HTMLParser):
@@ -52,45 +50,10 @@ def _rendered(markdown: str) -> _Rendered:
     return _Rendered(MarkdownIt("commonmark").enable("table").render(markdown))
 
 
-def _load(path: Path) -> Report:
-    return Report.from_json(path.read_text())
-
-
-def _with_reject_verdict(report: Report) -> Report:
-    """A copy with a rejecting gate verdict: budgets, a regressed baseline delta and reasons no budget or delta shows as failed."""
-    verdict = Verdict(
-        decision="reject", promoted=False, exit_code=1, policy="gate.yaml",
-        reasons=[
-            GateReason(code="budget", artifact="fp16", message="fp16: cosine 0.97 on 'output' is below 0.999"),
-            GateReason(code="regression", artifact="onnx", message=f"onnx: latency_ms_p50 regressed: {TRICKY}"),
-            GateReason(code="missing_device", artifact="onnx", message=f"onnx was not checked on cuda: {TRICKY}"),
-            GateReason(code="missing_artifact", artifact="int8", message="int8 is required but was not built"),
-            GateReason(code="budget", artifact="onnx", message="latency_ms_p50<=5 on onnxruntime (cuda): not measured"),
-        ],
-        notes=["openvino may be absent: the policy allows it"],
-        required_targets=["onnx", "torchscript"], required_devices=["cpu", "cuda"],
-        budgets=[
-            BudgetResult(artifact="onnx", kind="accuracy", metric="cosine", limit=">=0.999", value=0.99999, output="output",
-                         runtime="onnxruntime", device="cpu", shape="d0=2", status="passed"),
-            BudgetResult(artifact="fp16", kind="accuracy", metric="cosine", limit=">=0.999", value=0.97, output="output",
-                         runtime="onnxruntime", device="cpu", shape="d0=2", status="failed", reason=TRICKY),
-            BudgetResult(artifact="onnx", kind="latency", metric="latency_ms_p50", limit="<=5", runtime="onnxruntime",
-                         device="cuda", status="skipped", reason="not measured: no CUDA device"),
-        ],
-        baseline=BaselineComparison(path="baseline/report.json", same_source=True, deltas=[
-            BaselineDelta(artifact="onnx", kind="latency", metric="latency_ms_p50", runtime="onnxruntime", device="cpu",
-                          baseline=0.05, current=0.07, delta=0.02, delta_pct=40.0, allowed="+10% +0.005",
-                          status="regressed", reason=TRICKY),
-            BaselineDelta(artifact="onnx", kind="size", metric="size_bytes", baseline=1000, current=1000, delta=0,
-                          delta_pct=0, allowed="+1%", status="ok"),
-            BaselineDelta(artifact="fp16", kind="accuracy", metric="max_abs_error", output="output",
-                          status="not_compared", reason="the baseline has no fp16 artifact"),
-        ]))
-    return report.model_copy(update={"gate": verdict})
 
 
 def test_a_passing_report_renders_its_checks_and_benchmarks_as_tables(exported_report):
-    report = _load(exported_report)
+    report = load(exported_report)
     rendered = _rendered(render_markdown(report))
     assert rendered.headings[0] == "✅ PASSED: cnn.pt2" and not rendered.items
     checks, benchmarks = rendered.tables
@@ -109,7 +72,7 @@ def test_a_passing_report_renders_its_checks_and_benchmarks_as_tables(exported_r
 
 
 def test_a_failed_report_lists_what_failed_first(failed_report):
-    report = _load(failed_report)
+    report = load(failed_report)
     rendered = _rendered(render_markdown(report))
     assert rendered.headings[0] == "❌ FAILED: OffInOnnxExport"
     onnx = next(a for a in report.artifacts if a.format == "onnx")
@@ -122,7 +85,7 @@ def test_a_failed_report_lists_what_failed_first(failed_report):
 
 
 def test_the_gate_verdict_adds_reasons_budgets_and_baseline_deltas(exported_report):
-    markdown = render_markdown(_with_reject_verdict(_load(exported_report)))
+    markdown = render_markdown(with_hand_made_verdict(load(exported_report)))
     rendered = _rendered(markdown)
     assert rendered.headings[0] == "❌ REJECT: cnn.pt2"
     assert rendered.headings[-2:] == ["Budgets", "Baseline deltas (against baseline/report.json: same source, different environment)"]
@@ -142,7 +105,7 @@ def test_the_gate_verdict_adds_reasons_budgets_and_baseline_deltas(exported_repo
 
 
 def test_pipes_and_newlines_in_messages_keep_the_columns_and_long_ones_are_cut(exported_report):
-    report = _load(exported_report)
+    report = load(exported_report)
     message = "first | second\nthird <b>not bold</b> *nor this* " + "x" * 400
     torchscript = report.artifacts[1]
     checks = [check.model_copy(update={"reason": message}) for check in torchscript.checks]
@@ -156,7 +119,7 @@ def test_pipes_and_newlines_in_messages_keep_the_columns_and_long_ones_are_cut(e
 
 
 def test_the_check_rows_are_capped_with_failures_first(failed_report):
-    report = _load(failed_report)
+    report = load(failed_report)
     onnx, exported = report.artifacts
     many = exported.model_copy(update={"checks": exported.checks * 100})
     report = report.model_copy(update={"artifacts": [many, onnx]})  # the failures come last in the report
@@ -171,7 +134,7 @@ def test_the_check_rows_are_capped_with_failures_first(failed_report):
 
 
 def test_write_markdown_appends_like_a_step_summary_or_replaces(exported_report, failed_report, tmp_path):
-    passed, failed = _load(exported_report), _load(failed_report)
+    passed, failed = load(exported_report), load(failed_report)
     summary = tmp_path / "step_summary.md"
     summary.write_text("# Earlier step\n", encoding="utf-8")
     write_markdown(passed, summary, append=True)
@@ -184,7 +147,7 @@ def test_write_markdown_appends_like_a_step_summary_or_replaces(exported_report,
 
 
 def test_a_real_gate_rejection_renders_its_reasons_budgets_and_deltas(rejected_gate_report):
-    report = _load(rejected_gate_report)
+    report = load(rejected_gate_report)
     rendered = _rendered(render_markdown(report))
     assert rendered.headings[0].startswith("❌ REJECT")
     assert len(rendered.items) >= len(report.gate.reasons)
