@@ -35,3 +35,4 @@ def test_a_bad_report_file_exits_2(tmp_path, content, expected):
     assert done.returncode == 2, done.output
     assert expected in " ".join(done.stderr.split()) and "Traceback" not in done.output
     assert not (tmp_path / "report.html").exists()
+
