@@ -177,9 +177,13 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
                                     mlflow=log_mlflow, progress=None if quiet else _ConsoleProgress(),
                                     command=shlex.join(["convert", *sys.argv[1:]])))
     stdout = Console(highlight=False)
-    if not quiet:
-        print_summary(Report.from_json(Path(verdict.report).read_text()), stdout, verdict=False)
-    print_verdict(verdict, stdout, tables=not quiet)
+
+    def show() -> None:
+        if not quiet:
+            print_summary(Report.from_json(Path(verdict.report).read_text()), stdout, verdict=False)
+        print_verdict(verdict, stdout, tables=not quiet)
+
+    _guarded(show)  # a failure to print must not exit 1, which means 'rejected'
     sys.exit(verdict.exit_code)
 
 

@@ -21,7 +21,8 @@ def log_run(report: Report, report_path: Path, renderings: list[Path]) -> str:
     verdict = report.gate
     source = Path(report.source.path or "model").name
     try:
-        with mlflow.start_run(run_name=f"convert {source}") as run:
+        # inside a pipeline's own run, the gate's run is a child of it (MLflow refuses a second active run)
+        with mlflow.start_run(run_name=f"convert {source}", nested=mlflow.active_run() is not None) as run:
             tags = {"convert.tool_version": report.tool_version, "convert.schema_version": report.schema_version,
                     "convert.passed": str(report.passed).lower(), "convert.source_sha256": report.source.sha256 or ""}
             if verdict is not None:
@@ -42,8 +43,8 @@ def log_run(report: Report, report_path: Path, renderings: list[Path]) -> str:
                         for name in artifact.files or [Path(artifact.path).name]:
                             mlflow.log_artifact(str(Path(artifact.path).parent / name), artifact_path=folder)
             return run.info.run_id
-    except mlflow.exceptions.MlflowException as exc:
-        raise ConvertError(f"MLflow refused the run at {mlflow.get_tracking_uri()}: {str(exc).splitlines()[0]}",
+    except (mlflow.exceptions.MlflowException, OSError) as exc:
+        raise ConvertError(f"MLflow refused the run at {mlflow.get_tracking_uri()}: {(str(exc).splitlines() or [type(exc).__name__])[0]}",
                            "Check MLFLOW_TRACKING_URI (and, for a file store with MLflow 3.7 or later, MLFLOW_ALLOW_FILE_STORE=true); "
                            "the report and artifacts were written locally all the same.") from None
 

@@ -408,7 +408,7 @@ def validate_artifact(artifact: Artifact, cases: list[_Case], policy: ToleranceP
             reason = runner_class.unavailable_reason(device)
             if reason:
                 checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped", reason=reason,
-                                       device_unsupported=bool(runner_class.cpu_only) and device != "cpu"))
+                                       device_unsupported=runner_class.never_runs_on(device)))
                 continue
             runner = runner_class(artifact, device)
             try:

@@ -12,17 +12,28 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from convert.errors import ConvertError
 
 Device = Literal["cpu", "cuda"]
-Positive = Annotated[float, Field(gt=0)]
-PerDevice = Positive | dict[Device, Positive] | None  # one bound for every device, or one per device
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# one bound for every device, or one per device
+PerDevice = Positive | Annotated[dict[Device, Positive], Field(min_length=1)] | None
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "yes" is no bool and "5" no number (a policy says what it means); an int is still a float
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _parsed(parse, texts):
+    """Run a command-line option's parser on policy values: its ConvertError becomes a schema error with a line."""
+    try:
+        parse(tuple(texts))
+    except ConvertError as exc:
+        raise ValueError(exc.paragraph()) from None
+    return texts
 
 
 class ModelSpec(_Strict):
@@ -33,6 +44,13 @@ class ModelSpec(_Strict):
     inputs: list[str] = []
     example_inputs: str | None = None
     trust_code: bool = False
+
+    @field_validator("inputs")
+    @classmethod
+    def _inputs(cls, texts: list[str]) -> list[str]:
+        from convert.specs import parse_input_specs
+
+        return _parsed(parse_input_specs, texts)
 
 
 class Requirements(_Strict):
@@ -45,12 +63,22 @@ class Requirements(_Strict):
 class Validation(_Strict):
     dims: list[str] = []
     shape_ranges: list[str] = []
-    samples: int = Field(3, ge=1)
-    seed: int = 0
+    samples: int = Field(3, ge=1, le=10_000)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     tolerances: list[str] = Field([], description="fp32 tolerance overrides, as --tolerance")
     accuracy: list[str] = Field([], description="accuracy budgets that judge fp16 / int8 checks, as --accuracy")
-    opset: int | None = None
+    opset: int | None = Field(None, ge=1, le=100)
     calibration_data: str | None = None
+
+    @field_validator("dims", "shape_ranges", "tolerances", "accuracy")
+    @classmethod
+    def _options(cls, texts: list[str], info) -> list[str]:
+        from convert.specs import parse_dim_sizes, parse_shape_ranges
+        from validators.tolerances import TolerancePolicy
+
+        parse = {"dims": parse_dim_sizes, "shape_ranges": parse_shape_ranges, "tolerances": TolerancePolicy,
+                 "accuracy": lambda texts: TolerancePolicy((), texts)}[info.field_name]
+        return _parsed(parse, texts)
 
 
 class ArtifactBudget(_Strict):
@@ -61,7 +89,22 @@ class ArtifactBudget(_Strict):
     latency_ms_p90: PerDevice = None
     latency_ms_p99: PerDevice = None
     throughput_per_s: PerDevice = Field(None, description="a minimum")
-    size_mb: float | None = Field(None, gt=0, description="a maximum, in 10^6 bytes")
+    size_mb: float | None = Field(None, gt=0, allow_inf_nan=False, description="a maximum, in 10^6 bytes")
+
+    @field_validator("accuracy")
+    @classmethod
+    def _accuracy(cls, accuracy: str | dict[str, str] | None) -> str | dict[str, str] | None:
+        from validators.tolerances import parse_budget
+
+        for output, text in ({"*": accuracy} if isinstance(accuracy, str) else accuracy or {}).items():
+            try:
+                named, _ = parse_budget(text)
+            except ConvertError as exc:
+                raise ValueError(exc.paragraph()) from None
+            if named is not None:
+                raise ValueError(f"'{text}' names an output in the text; write {{{named}: '{text.rpartition(':')[2]}'}}"
+                                 + (" instead" if output == "*" else " as its own key"))
+        return accuracy
 
     def timed(self) -> bool:
         return any(v is not None for v in (self.latency_ms_p50, self.latency_ms_p90, self.latency_ms_p99, self.throughput_per_s))
@@ -70,11 +113,11 @@ class ArtifactBudget(_Strict):
 class Allowance(_Strict):
     """How much worse than the baseline counts as noise, not a regression."""
 
-    accuracy: float = Field(0.25, ge=0, description="relative growth of an error (max abs, rel RMS, 1 - cosine)")
-    accuracy_abs: float = Field(1e-6, ge=0, description="absolute growth of an error on top of the relative one")
-    latency: float = Field(0.10, ge=0, description="relative growth of p50 latency")
-    latency_ms: float = Field(0.02, ge=0, description="absolute growth of p50 latency on top of the relative one")
-    size: float = Field(0.01, ge=0, description="relative growth of the artifact's size")
+    accuracy: float = Field(0.25, ge=0, allow_inf_nan=False, description="relative growth of an error (max abs, rel RMS, 1 - cosine)")
+    accuracy_abs: float = Field(1e-6, ge=0, allow_inf_nan=False, description="absolute growth of an error on top of the relative one")
+    latency: float = Field(0.10, ge=0, allow_inf_nan=False, description="relative growth of p50 latency")
+    latency_ms: float = Field(0.02, ge=0, allow_inf_nan=False, description="absolute growth of p50 latency on top of the relative one")
+    size: float = Field(0.01, ge=0, allow_inf_nan=False, description="relative growth of the artifact's size")
 
 
 class Baseline(_Strict):
@@ -83,8 +126,8 @@ class Baseline(_Strict):
 
 
 class BenchmarkOptions(_Strict):
-    threads: int | None = Field(None, ge=1)
-    batch: int = Field(8, ge=1)
+    threads: int | None = Field(None, ge=1, le=4096)
+    batch: int = Field(8, ge=1, le=1_000_000)
 
 
 class Policy(_Strict):
@@ -116,18 +159,24 @@ def load_policy(source: str | os.PathLike | dict) -> tuple[Policy, str]:
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        lines = _lines(node, name)
         data = yaml.safe_load(text)
     except UnicodeDecodeError:
         raise ConvertError(f"the policy {name} is not UTF-8 text", "Save it as a UTF-8 YAML file.") from None
+    except OSError as exc:
+        raise ConvertError(f"cannot read the policy {name}: {exc.strerror or exc}", "Check that the file is readable.") from None
+    except RecursionError:
+        raise ConvertError(f"{name} nests too deeply (or an alias refers to itself)", "Write the policy as plain mappings and lists.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConvertError(f"{name}{where}: not valid YAML: {problem}", "Fix the YAML syntax there.") from None
     if not isinstance(data, dict):
-        raise ConvertError(f"{name}: a policy is a mapping of keys (model, require, budgets, ...), not {type(data).__name__}",
+        what = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConvertError(f"{name}: a policy is a mapping of keys (model, require, budgets, ...); this one is {what}",
                            "Start from the example policy in the README's 'Promotion gate' section.")
-    policy = _validated(data, _lines(node), name)
+    policy = _validated(data, lines, name)
     return _resolved(policy, path.resolve().parent), name
 
 
@@ -137,7 +186,7 @@ def _validated(data: dict, lines: dict[tuple, int], name: str) -> Policy:
     except ValidationError as exc:
         raise ConvertError(f"{name} is not a valid policy: {'; '.join(_problems(exc, data, lines))}",
                            "Fix those keys; the README's 'Promotion gate' section lists every key.") from None
-    problems = _cross_checks(policy, lines)
+    problems = [problem for _, problem in sorted(_cross_checks(policy, lines), key=lambda item: item[0])]
     if problems:
         raise ConvertError(f"{name} is not a valid policy: {'; '.join(problems)}",
                            "Fix those keys; the README's 'Promotion gate' section lists every key.")
@@ -167,7 +216,10 @@ def _describe(error: dict, path: tuple, lines: dict[tuple, int]) -> str:
         return f"{_at(lines, path)}{dotted}: unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
     if error["type"] == "missing":
         return f"{_at(lines, path[:-1])}{dotted}: missing, and it is required"
-    return f"{_at(lines, path)}{dotted}: {error['msg'][0].lower()}{error['msg'][1:]} (got {error.get('input')!r})"
+    if error["type"] == "value_error":  # our own parsers' messages, which quote the value already
+        return f"{_at(lines, path)}{dotted}: {error['msg'].removeprefix('Value error, ')}"
+    got = repr(error.get("input"))
+    return f"{_at(lines, path)}{dotted}: {error['msg'][0].lower()}{error['msg'][1:]} (got {got if len(got) <= 80 else got[:77] + '...'})"
 
 
 def _data_path(loc: tuple, data: Any, names_key: bool) -> tuple:
@@ -185,38 +237,51 @@ def _allowed_keys(path: tuple) -> list[str]:
     """The keys the schema allows in the mapping at ``path``."""
     model: Any = Policy
     for part in path:
+        model = _member(model)
         if isinstance(model, type) and issubclass(model, BaseModel):
             model = model.model_fields[part].annotation if part in model.model_fields else None
         elif get_origin(model) in (dict, list):
             model = get_args(model)[-1]
-        members = [m for m in get_args(model) if isinstance(m, type) and issubclass(m, BaseModel)] if get_origin(model) else []
-        model = members[0] if members else model
+    model = _member(model)
     return list(model.model_fields) if isinstance(model, type) and issubclass(model, BaseModel) else []
 
 
-def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[str]:
+def _member(annotation: Any) -> Any:
+    """The structured member of an optional or union annotation (``Baseline | None`` → ``Baseline``)."""
+    if get_origin(annotation) in (dict, list) or not get_args(annotation) or get_origin(annotation) is Literal:
+        return annotation
+    members = [m for m in get_args(annotation) if isinstance(m, type) and issubclass(m, BaseModel) or get_origin(m) in (dict, list)]
+    return members[0] if members else annotation
+
+
+def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, str]]:
     """What the schema alone cannot say: names that must exist in the registry or elsewhere in the policy."""
     from convert.registry import REGISTRY
 
     formats = REGISTRY.target_formats()
     passes = [e.name for e in REGISTRY.entries("optimizer")]
+    runtimes = [e.name for e in REGISTRY.entries("runtime")]
     problems = []
+
+    def problem(path: tuple, text: str) -> None:
+        problems.append((_line(lines, path) or 0, f"{_at(lines, path)}{'.'.join(map(str, path))}: {text}"))
+
     for index, target in enumerate(policy.require.targets):
         if target not in formats:
-            problems.append(f"{_at(lines, ('require', 'targets', index))}require.targets: unknown format '{target}' "
-                            f"(known: {', '.join(formats)})")
+            problem(("require", "targets", index), f"unknown format '{target}' (known: {', '.join(formats)})")
     for index, name in enumerate(policy.require.optimizations):
         if name not in passes:
-            problems.append(f"{_at(lines, ('require', 'optimizations', index))}require.optimizations: unknown pass '{name}' "
-                            f"(known: {', '.join(passes)})")
-    for key in policy.budgets:
+            problem(("require", "optimizations", index), f"unknown pass '{name}' (known: {', '.join(passes)})")
+        elif (takes := REGISTRY.get("optimizer", name).meta["takes"]) not in policy.require.targets:
+            problem(("require", "optimizations", index), f"the pass '{name}' starts from the {takes} artifact: add {takes} to require.targets")
+    for key, budget in policy.budgets.items():
         if key not in policy.required_keys():
-            problems.append(f"{_at(lines, ('budgets', key))}budgets.{key}: '{key}' is not a required target or optimization "
-                            f"(required: {', '.join(policy.required_keys())})")
+            problem(("budgets", key), f"'{key}' is not a required target or optimization (required: {', '.join(policy.required_keys())})")
+        if budget.runtime is not None and budget.runtime not in runtimes:
+            problem(("budgets", key, "runtime"), f"unknown runtime '{budget.runtime}' (known: {', '.join(runtimes)})")
     for index, device in enumerate(policy.require.may_skip_devices):
         if device not in policy.require.devices:
-            problems.append(f"{_at(lines, ('require', 'may_skip_devices', index))}require.may_skip_devices: '{device}' "
-                            f"is not in require.devices")
+            problem(("require", "may_skip_devices", index), f"'{device}' is not in require.devices")
     return problems
 
 
@@ -230,21 +295,38 @@ def _at(lines: dict[tuple, int], path: tuple) -> str:
     return f"line {line}: " if line is not None else ""
 
 
-def _lines(node: yaml.Node | None, path: tuple = ()) -> dict[tuple, int]:
-    """The 1-based line of every key and list item of the YAML document."""
+def _lines(node: yaml.Node | None, name: str, path: tuple = (), seen: set[int] | None = None) -> dict[tuple, int]:
+    """The 1-based line of every key and list item of the YAML document, by the keys as YAML reads them (``5:`` is 5).
+
+    A key given twice in one mapping is an error here: YAML would keep the last one and drop the first silently.
+    An alias is not walked again, so a self-referring or exponential one costs nothing."""
     found: dict[tuple, int] = {}
-    if node is None:
+    seen = set() if seen is None else seen
+    if node is None or id(node) in seen:
         return found
+    seen.add(id(node))
     found[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = path + (key.value,)
-            found.update(_lines(value, child))
-            found[child] = key.start_mark.line + 1
+        first: dict = {}
+        for key_node, value in node.value:
+            key = _key(key_node)
+            if key in first:
+                raise ConvertError(f"{name} line {key_node.start_mark.line + 1}: the key '{key}' is given twice in one mapping "
+                                   f"(first on line {first[key]})", "Keep one of them: YAML would silently use the last.")
+            first[key] = key_node.start_mark.line + 1
+            found.update(_lines(value, name, path + (key,), seen))
+            found[path + (key,)] = key_node.start_mark.line + 1
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            found.update(_lines(item, path + (index,)))
+            found.update(_lines(item, name, path + (index,), seen))
     return found
+
+
+def _key(node: yaml.Node) -> Any:
+    """A mapping key as the YAML loader builds it (a scalar; a complex key stays its text)."""
+    if isinstance(node, yaml.ScalarNode):
+        return yaml.SafeLoader("").construct_object(node)
+    return node.start_mark.line
 
 
 def _resolved(policy: Policy, folder: Path) -> Policy:

@@ -9,6 +9,7 @@ against the baseline report beyond its noise allowance.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,6 +121,7 @@ def judge(report: rm.Report, policy: Policy, policy_name: str = "<dict>", baseli
     notes: list[str] = []
     records = {artifact_key(r): r for r in report.artifacts if not r.candidate or r.path}
     present = set(report.environment.devices)
+    skippable = {d for d in policy.require.may_skip_devices if d not in present}
     devices = []
     for device in policy.require.devices:
         if device in present:
@@ -140,7 +142,8 @@ def judge(report: rm.Report, policy: Policy, policy_name: str = "<dict>", baseli
         reasons += _device_reasons(key, record, devices, notes)
     for key, record in records.items():
         reasons += _check_reasons(key, record)
-    budgets = [result for key, budget in policy.budgets.items() for result in _budget_results(key, records.get(key), budget)]
+    budgets = [result for key, budget in policy.budgets.items()
+               for result in _budget_results(key, records.get(key), budget, skippable, notes)]
     for result in budgets:
         if result.status != "passed":
             where = " ".join(p for p in (result.output and f"output '{result.output}'", result.runtime and f"on {result.runtime}",
@@ -204,6 +207,8 @@ def _device_reasons(key: str, record: rm.ArtifactRecord, devices: list[str], not
         if not any(c.status in ("passed", "failed") for c in runnable):  # a failed check is a reason of its own
             reasons.append(rm.GateReason(code="skipped_check", artifact=key,
                                          message=f"no check ran on required device {device}"))
+    if not any(c.status in ("passed", "failed") for c in record.checks):  # whatever devices the policy names
+        reasons.append(rm.GateReason(code="skipped_check", artifact=key, message="no check of this artifact ran on any device"))
     return reasons
 
 
@@ -220,7 +225,9 @@ def _check_reasons(key: str, record: rm.ArtifactRecord) -> list[rm.GateReason]:
     return reasons
 
 
-def _budget_results(key: str, record: rm.ArtifactRecord | None, budget: ArtifactBudget) -> list[rm.BudgetResult]:
+def _budget_results(key: str, record: rm.ArtifactRecord | None, budget: ArtifactBudget, skippable: set[str],
+                    notes: list[str]) -> list[rm.BudgetResult]:
+    """Every bound of one artifact's budget; a bound on a device the policy may skip, and that is absent, is a note."""
     results: list[rm.BudgetResult] = []
     if budget.accuracy is not None:
         results += _accuracy_results(key, record, budget.accuracy)
@@ -231,6 +238,9 @@ def _budget_results(key: str, record: rm.ArtifactRecord | None, budget: Artifact
         limits = limits if isinstance(limits, dict) else {"*": limits}
         op = ">=" if metric == "throughput_per_s" else "<="
         for device, limit in limits.items():
+            if device in skippable:
+                notes.append(f"{key}: {metric}{op}{limit:g} on {device} not judged: {device} is absent and the policy may skip it")
+                continue
             results += _timed_results(key, record, budget.runtime, metric, op, device, limit)
     if budget.size_mb is not None:
         limit = f"<={budget.size_mb:g}"
@@ -260,7 +270,7 @@ def _accuracy_results(key: str, record: rm.ArtifactRecord | None, accuracy: str 
                     if (output_name not in ("*", output.name)) or value is None:
                         continue
                     slot = (output.name, check.runtime, check.device)
-                    if slot not in worst or (value < worst[slot][0] if larger_better else value > worst[slot][0]):
+                    if slot not in worst or _worse(value, worst[slot][0], larger_better):
                         worst[slot] = (value, check.shape)
             if not worst:
                 results.append(rm.BudgetResult(
@@ -271,6 +281,13 @@ def _accuracy_results(key: str, record: rm.ArtifactRecord | None, accuracy: str 
                 results.append(rm.BudgetResult(artifact=key, kind="accuracy", metric=metric, limit=limit, value=value, output=output,
                                                runtime=runtime, device=device, shape=shape, status="passed" if ok else "failed"))
     return results
+
+
+def _worse(value: float, than: float, larger_better: bool) -> bool:
+    """NaN is worse than any number, so that it is what a budget is judged on."""
+    if math.isnan(than) or math.isnan(value):
+        return not math.isnan(than)
+    return value < than if larger_better else value > than
 
 
 def _timed_results(key: str, record: rm.ArtifactRecord | None, runtime: str | None, metric: str, op: str, device: str,
@@ -332,7 +349,8 @@ def _worst_errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], 
                                   ("cosine_distance", None if output.cosine_similarity is None else 1.0 - output.cosine_similarity)):
                 if value is not None:
                     slot = (metric, output.name, check.runtime, check.device)
-                    worst[slot] = max(worst.get(slot, value), value)
+                    if slot not in worst or _worse(value, worst[slot], larger_better=False):
+                        worst[slot] = value
     return worst
 
 
@@ -367,7 +385,7 @@ def _delta(key: str, kind: str, metric: str, output: str, runtime: str, device: 
            relative: float, absolute: float) -> rm.BaselineDelta:
     """Larger is worse for every metric compared; ``now`` regressed when above before * (1 + relative) + absolute."""
     delta = now - before
-    regressed = now > before * (1 + relative) + absolute
+    regressed = not math.isfinite(now) or now > before * (1 + relative) + absolute
     status = "regressed" if regressed else "improved" if now < before else "ok"
     allowed = f"+{relative * 100:g}%" + (f" +{absolute:.3g}" if absolute else "")
     return rm.BaselineDelta(artifact=key, kind=kind, metric=metric, output=output, runtime=runtime, device=device, baseline=before,

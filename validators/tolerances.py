@@ -103,13 +103,23 @@ def parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
     for item in body.split(","):
         match = re.fullmatch(r"\s*([a-z_0-9]+)\s*(>=|<=)\s*([0-9.eE+-]+)\s*", item)
         metric, op = (match.group(1), match.group(2)) if match else ("", "")
-        if not match or BUDGET_METRICS.get(metric) != op:
+        bound = _number(match.group(3)) if match else None
+        if bound is None or BUDGET_METRICS.get(metric) != op:
             raise ConvertError(
                 f"cannot read the accuracy budget {text!r}",
                 "Write it as cosine>=0.995,rel_rms<=0.05,top1>=0.98,top5>=0.99,max_abs<=0.1 for every output, or OUTPUT:cosine>=0.99 "
                 "for one (cosine, top1, top5: >=; rel_rms, max_abs: <=).")
-        bounds[metric] = (op, float(match.group(3)))
+        bounds[metric] = (op, bound)
     return output, bounds
+
+
+def _number(text: str) -> float | None:
+    """A finite number, or None ('1e', '1.2.3', 'nan' and 'inf' are no bounds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
 
 
 def _parse_override(text: str) -> tuple[str | None, dict[str, float]]:

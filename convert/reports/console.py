@@ -55,7 +55,7 @@ def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> No
         for column in ("artifact", "metric", "output", "runtime", "device", "limit", "value", "status"):
             table.add_column(column, overflow="fold")
         for b in verdict.budgets:
-            table.add_row(b.artifact, b.metric, b.output or "-", b.runtime or "-", b.device or "-", b.limit,
+            table.add_row(escape(b.artifact), b.metric, escape(b.output) or "-", b.runtime or "-", b.device or "-", b.limit,
                           "-" if b.value is None else f"{b.value:.4g}", f"[{STYLE[b.status]}]{b.status}[/]")
         console.print(table)
     if tables and verdict.baseline is not None:
@@ -65,7 +65,7 @@ def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> No
             table.add_column(column, overflow="fold")
         styles = {"ok": "green", "improved": "green", "regressed": "bold red", "not_compared": "yellow"}
         for d in verdict.baseline.deltas:
-            table.add_row(d.artifact, d.metric, d.output or "-", d.runtime or "-", d.device or "-", _num(d.baseline), _num(d.current),
+            table.add_row(escape(d.artifact), d.metric, escape(d.output) or "-", d.runtime or "-", d.device or "-", _num(d.baseline), _num(d.current),
                           "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%", d.allowed, f"[{styles[d.status]}]{d.status}[/]")
         console.print(table)
     for note in verdict.notes:

@@ -51,7 +51,7 @@ class Check(BaseModel):
     samples: int = 0
     status: Literal["passed", "failed", "skipped"]
     reason: str = ""
-    device_unsupported: bool = Field(False, description="skipped because the runtime never runs on this device (e.g. TFLite on CUDA)")
+    device_unsupported: bool = Field(False, description="skipped because the runtime never runs on this kind of device (TFLite on CUDA, TensorRT on CPU)")
     seconds: float = 0.0
     outputs: list[OutputMetrics] = []
 

@@ -34,6 +34,7 @@ class Runner(abc.ABC):
     name: str
     pins_threads = False  # whether ``threads`` sets this runtime's intra-op thread count (benchmarks pin them alike)
     cpu_only = ""  # set to the reason for runtimes that run on the CPU only
+    gpu_only = ""  # set to the reason for runtimes that run on GPUs only
 
     def __init__(self, artifact: Artifact, device: str, threads: int | None = None):
         self.artifact = artifact
@@ -44,9 +45,14 @@ class Runner(abc.ABC):
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:
         """Why this runner cannot run on ``device`` here, or None when it can."""
-        if cls.cpu_only and device != "cpu":
-            return cls.cpu_only
+        if cls.never_runs_on(device):
+            return cls.cpu_only or cls.gpu_only
         return absent_reason(device) or cls.build_unavailable_reason(device)
+
+    @classmethod
+    def never_runs_on(cls, device: str) -> bool:
+        """Whether the runtime cannot run on this kind of device anywhere (not a missing check, but no check to make)."""
+        return bool(cls.cpu_only) and device != "cpu" or bool(cls.gpu_only) and device == "cpu"
 
     @classmethod
     def build_unavailable_reason(cls, device: str) -> str | None:

@@ -72,12 +72,11 @@ class DeviceBuffers:
 
 class TensorRtRunner(Runner):
     name = "tensorrt"
+    gpu_only = "TensorRT runs on NVIDIA GPUs only"
     runtime = engine = context = stream = buffers = None
 
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:
-        if device == "cpu":
-            return "TensorRT runs on NVIDIA GPUs only"
         return super().unavailable_reason(device) or tensorrt_missing()
 
     def activate(self) -> None:

@@ -172,7 +172,17 @@ def test_the_same_model_against_its_own_report_shows_the_deltas(tmp_path, promot
      "line 1: model.weigths: unknown key (allowed: path, framework, weights"),
     ("model: {path: m.pt2}\nrequire:\n  targets: [onnx]\nvalidation:\n  samples: three\n",
      "line 5: validation.samples: input should be a valid integer"),
-    ("model: {path: m.pt2}\nrequire:\n  targets: [onnx, tflitee]\n", "line 3: require.targets: unknown format 'tflitee'"),
+    ("model: {path: m.pt2}\nrequire:\n  targets: [onnx, tflitee]\n", "line 3: require.targets.1: unknown format 'tflitee'"),
+    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx: {size_mb: 1}\n  onnx: {latency_ms_p50: 5}\n",
+     "line 5: the key 'onnx' is given twice in one mapping (first on line 4)"),
+    ("model: {path: m.pt2, trust_code: 'yes'}\nrequire: {targets: [onnx]}\n", "line 1: model.trust_code: input should be a valid boolean"),
+    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    accuracy: 'cosine>=1e'\n",
+     "line 5: budgets.onnx.accuracy: cannot read the accuracy budget 'cosine>=1e'"),
+    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx: {size_mb: .nan}\n",
+     "line 4: budgets.onnx.size_mb: input should be a finite number"),
+    ("model: {path: m.pt2}\nrequire: {targets: [torchscript], optimizations: [fp16]}\n",
+     "line 2: require.optimizations.0: the pass 'fp16' starts from the onnx artifact"),
+    ("model: &a [*a]\nrequire: {targets: [onnx]}\n", "line 1: model: input should be a valid dictionary"),
     ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    latency_ms_p50: -1\n",
      "line 5: budgets.onnx.latency_ms_p50: input should be greater than 0"),
     ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  int8: {size_mb: 1}\n",
@@ -220,3 +230,37 @@ def test_convert_gate_from_python_returns_the_verdict_the_report_holds(tmp_path)
     assert {r.code for r in verdict.reasons} == {"failed_check"}
     written = convert.Report.from_json(Path(verdict.report).read_text()).gate
     assert written == verdict
+
+
+def _judged(report: dict, **policy):
+    """judge() on a real report edited by the test, under a policy given as a dict."""
+    from convert.policy import load_policy
+    from convert.promotion import judge
+    from convert.reports.model import Report
+
+    return judge(Report.model_validate(report), load_policy({"model": CNN, "require": {"targets": ["onnx"]}, **policy})[0])
+
+
+def test_an_artifact_none_of_whose_checks_ran_is_rejected_whatever_devices_the_policy_names(promoted):
+    report = load_report(promoted[0] / "out" / "report.json")
+    for check in report["artifacts"][0]["checks"]:
+        check["status"], check["outputs"] = "skipped", []
+    verdict = _judged(report, require={"targets": ["onnx"], "devices": ["cuda"], "may_skip_devices": ["cuda"]})
+    assert not verdict.promoted
+    assert [r.message for r in verdict.reasons] == ["no check of this artifact ran on any device"]
+
+
+def test_a_nan_metric_is_judged_as_the_worst_value(promoted):
+    report = load_report(promoted[0] / "out" / "report.json")
+    report["artifacts"][0]["checks"][-2]["outputs"][0]["cosine_similarity"] = float("nan")  # after finite ones
+    verdict = _judged(report, budgets={"onnx": {"accuracy": "cosine>=0.9"}})
+    assert not verdict.promoted and "cosine nan" in verdict.reasons[0].message
+
+
+def test_a_budget_on_a_device_the_policy_may_skip_is_a_note_where_it_is_absent(promoted):
+    report = load_report(promoted[0] / "out" / "report.json")
+    report["environment"]["devices"] = ["cpu"]
+    verdict = _judged(report, require={"targets": ["onnx"], "devices": ["cpu", "cuda"], "may_skip_devices": ["cuda"]},
+                      budgets={"onnx": {"latency_ms_p50": {"cpu": 1000, "cuda": 1}}})
+    assert verdict.promoted, verdict.reasons
+    assert any("on cuda not judged" in note for note in verdict.notes)
