@@ -17,7 +17,7 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +34,7 @@ from convert.exporters.base import ExportJob
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.reports.console import first_line
-from convert.safety import Staging, atomic_write_text, sha256_files, size_of
+from convert.safety import Staging, atomic_write_text, refuse_existing, sha256_files, size_of
 from convert.sources.base import SourceModel
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
 from convert.sources.resolve import resolve_source
@@ -71,6 +71,7 @@ class ConvertRequest:
     force: bool = False
     report_json: Path | None = None
     command: str = ""
+    judge: Callable[[rm.Report, Path], rm.Verdict] | None = None  # the gate's verdict, written into the report
 
 
 @dataclass
@@ -152,10 +153,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     report_path = Path(request.report_json) if request.report_json else out_dir / "report.json"
     finals = {t: out_dir / f"{stem}{REGISTRY.entries('exporter', format=t)[0].load().suffix}" for t in targets}
     finals.update({o: out_dir / f"{stem}{REGISTRY.get('optimizer', o).load().suffix}" for o in optimizations})
-    existing = [str(p) for p in [*finals.values(), report_path] if p.exists()]
-    if existing and not request.force:
-        raise ConvertError(f"the output already exists: {', '.join(existing)}",
-                           "Pass --force to replace it, or choose another folder with --out.")
+    refuse_existing([*finals.values(), report_path], request.force)  # again under the output lock, before writing
 
     stages = _Stages(progress)
     report = rm.Report(tool_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -180,7 +178,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             REGISTRY.get("optimizer", o).meta.get("calibrated") for o in optimizations) else []
 
         ranges = _profile_ranges(source, cases, shape_ranges)
-        staging = Staging(out_dir)
+        staging = Staging(out_dir, [*finals.values(), report_path], request.force)
         export_feed = cases[0].feeds[0]
         for target in targets:
             record = rm.ArtifactRecord(format=target, reproduce=_reproduce(request, target, out_dir))
@@ -200,6 +198,10 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             _benchmark(source, report, artifacts, candidates, plan, settings, stages)
         if auto:
             _choose(report, candidates, staging, out_dir, artifacts, stages.records)
+        _finish(report, stages)
+        if request.judge is not None:
+            report.gate = request.judge(report, report_path)
+        atomic_write_text(report_path, report.to_json())  # still under the output folder's lock
     except KeyboardInterrupt:
         report.interrupted = True
         report.error = "the run was interrupted"
@@ -210,8 +212,6 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     finally:
         if staging is not None:
             staging.cleanup()
-    _finish(report, stages)
-    atomic_write_text(report_path, report.to_json())
     return ConversionResult(report=report, artifacts=artifacts, report_path=report_path)
 
 

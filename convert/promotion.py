@@ -51,11 +51,15 @@ def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None
         require("mlflow", "mlflow", "--mlflow")
     request = _request(policy_model, Path(out) if out is not None else Path(policy_model.out), force, command,
                        benchmark=policy_model.timed() or _has_benchmarks(baseline_report))
+
+    def verdict_of(report: rm.Report, report_path: Path) -> rm.Verdict:
+        verdict = judge(report, policy_model, name, baseline_report, baseline_path, allowance)
+        verdict.report = str(report_path)
+        return verdict
+
+    request.judge = verdict_of
     result = run(request, progress)
-    verdict = judge(result.report, policy_model, name, baseline_report, baseline_path, allowance)
-    verdict.report = str(result.report_path)
-    result.report.gate = verdict
-    atomic_write_text(result.report_path, result.report.to_json())
+    verdict = result.report.gate
     renderings = render_files(result.report, html=_path(html), markdown=_path(markdown), junit=_path(junit))
     if mlflow:
         from convert.mlflow_log import log_run

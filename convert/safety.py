@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 import zipfile
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from convert.errors import ConvertError
 
 STAGING_PREFIX = ".convert-staging-"
+LOCK_NAME = ".convert.lock"
 
 
 def sha256_file(path: Path) -> str:
@@ -52,18 +54,47 @@ def size_of(paths: list[Path]) -> int:
 
 
 class Staging:
-    """A private folder inside the output folder; ``publish`` renames finished files to their final paths."""
+    """A private folder inside the output folder; ``publish`` renames finished files to their final paths.
 
-    def __init__(self, out_dir: Path):
+    It holds an exclusive lock on the output folder until ``cleanup``: two runs on one folder cannot mix their files,
+    the second is refused. ``finals`` that exist once the lock is held are refused too (unless ``force``), as another
+    run may have published them since this one started."""
+
+    def __init__(self, out_dir: Path, finals: list[Path] = (), force: bool = False):
+        import fcntl
+
         self.out_dir = out_dir
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
+            self._lock = open(out_dir / LOCK_NAME, "a+")
         except OSError as exc:
             raise ConvertError(
                 f"cannot write to the output folder {out_dir}: {exc.strerror or exc}",
                 "Choose a writable folder with --out.",
             ) from exc
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # a lock on a file another run has just unlinked guards nothing: it must still be the file at the path
+            held = os.fstat(self._lock.fileno()).st_ino == os.stat(out_dir / LOCK_NAME).st_ino
+        except OSError:
+            held = False
+        if not held:
+            self._lock.close()
+            raise ConvertError(f"another convert run is writing to {out_dir}",
+                               "Wait for it to finish, or choose another folder with --out.")
+        try:
+            refuse_existing(finals, force)
+        except ConvertError:
+            self._release()
+            raise
+        for stale in out_dir.glob(f"{STAGING_PREFIX}*"):  # left by a run that was killed: no live run holds the lock
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            self.path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
+        except OSError as exc:
+            self._release()
+            raise ConvertError(f"cannot write to the output folder {out_dir}: {exc.strerror or exc}",
+                               "Choose a writable folder with --out.") from exc
 
     def publish(self, staged: list[Path]) -> list[Path]:
         """Move staged files into the output folder; each rename is atomic (same file system)."""
@@ -81,6 +112,18 @@ class Staging:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        self._release()
+
+    def _release(self) -> None:
+        (self.out_dir / LOCK_NAME).unlink(missing_ok=True)  # unlinked while still held: no other run can slip in between
+        self._lock.close()
+
+
+def refuse_existing(finals: list[Path], force: bool) -> None:
+    existing = [str(p) for p in finals if p.exists()]
+    if existing and not force:
+        raise ConvertError(f"the output already exists: {', '.join(existing)}",
+                           "Pass --force to replace it, or choose another folder with --out.")
 
 
 def atomic_write_text(final: Path, text: str) -> None:
@@ -100,11 +143,30 @@ def atomic_write_text(final: Path, text: str) -> None:
 
 
 def zip_members(path: Path) -> list[str]:
+    """The member names of a zip archive, refused when one points outside the archive's folder (an absolute path, a
+    '..' part, a symlink): a loader that extracts it would write or read there."""
     try:
         with zipfile.ZipFile(path) as archive:
-            return archive.namelist()
+            infos = archive.infolist()
     except (zipfile.BadZipFile, OSError) as exc:
         raise ConvertError(f"{path} looks like a zip archive but cannot be read ({exc})", "The file may be truncated or corrupt: export it again.") from exc
+    for info in infos:
+        parts = info.filename.replace("\\", "/").split("/")
+        is_link = stat.S_ISLNK(info.external_attr >> 16)
+        if info.filename.startswith(("/", "\\")) or ".." in parts or (len(parts[0]) == 2 and parts[0][1] == ":") or is_link:
+            raise ConvertError(f"{path} has an archive member that points outside it: {info.filename!r}"
+                               + (" (a symlink)" if is_link else ""),
+                               "Refused: a model archive never needs that. Re-export the model from its framework.")
+    return [info.filename for info in infos]
+
+
+def check_contained(folder: Path) -> None:
+    """Refuse a model folder with a symlink that leads outside it (a loader would read whatever it points at)."""
+    root = folder.resolve()
+    for path in folder.rglob("*"):
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            raise ConvertError(f"{folder} has a symlink that leads outside it: {path.relative_to(folder)} -> {os.readlink(path)}",
+                               "Refused: copy the files it needs into the folder instead.")
 
 
 def detect_format(path: Path) -> str:

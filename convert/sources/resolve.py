@@ -7,7 +7,7 @@ from pathlib import Path
 
 from convert.errors import ConvertError
 from convert.registry import REGISTRY
-from convert.safety import detect_format
+from convert.safety import check_contained, detect_format
 from convert.sources.base import SourceModel
 from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, import_reference, is_factory_reference
 
@@ -31,6 +31,8 @@ def resolve_source(request: SourceRequest) -> SourceModel:
         text = os.fspath(model)
         if Path(text).exists():
             request.model, request.kind = Path(text), "path"
+            if request.model.is_dir():
+                check_contained(request.model)
         elif is_factory_reference(text):
             target = import_reference(text)
             implied = framework or (PARAMS_FRAMEWORK if request.params is not None else None)
