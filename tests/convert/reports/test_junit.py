@@ -13,6 +13,7 @@ from convert.reports.model import (
     ArtifactRecord,
     Attempt,
     AutoSelection,
+    Report,
     Stage,
 )
 from tests.convert.reports.conftest import TRICKY, load, with_hand_made_verdict
@@ -46,12 +47,18 @@ def _assert_counts_match(root: ET.Element) -> None:
         assert int(root.get(total)) == sum(int(suite.get(total)) for suite in root.findall("testsuite"))
 
 
-def test_one_testcase_per_check_and_the_xml_validates(exported_report, schema):
-    report = load(exported_report)
+def _valid_junit(report: Report, schema: xmlschema.XMLSchema) -> tuple[str, ET.Element]:
+    """The report's JUnit XML, validated against junit-10.xsd, with counts that match its test cases."""
     xml = render_junit(report)
     schema.validate(xml)
     root = ET.fromstring(xml)
     _assert_counts_match(root)
+    return xml, root
+
+
+def test_one_testcase_per_check_and_the_xml_validates(exported_report, schema):
+    report = load(exported_report)
+    xml, root = _valid_junit(report, schema)
     suites = _suites(xml)
     assert list(suites) == ["validation"]
     cases = suites["validation"].findall("testcase")
@@ -83,9 +90,7 @@ def test_skipped_checks_carry_their_reason_and_passed_ones_their_metrics(exporte
 
 def test_a_failed_check_carries_the_metrics_of_every_output(failed_report, schema):
     report = load(failed_report)
-    xml = render_junit(report)
-    schema.validate(xml)
-    _assert_counts_match(ET.fromstring(xml))
+    xml, _ = _valid_junit(report, schema)
     suite = _suites(xml)["validation"]
     onnx = next(a for a in report.artifacts if a.format == "onnx")
     failed_checks = [c for c in onnx.checks if c.status == "failed"]
@@ -107,10 +112,7 @@ def test_a_failed_check_carries_the_metrics_of_every_output(failed_report, schem
 
 
 def test_the_gate_suite_shows_why_the_model_was_rejected(exported_report, schema):
-    xml = render_junit(with_hand_made_verdict(load(exported_report)))
-    schema.validate(xml)
-    root = ET.fromstring(xml)
-    _assert_counts_match(root)
+    xml, root = _valid_junit(with_hand_made_verdict(load(exported_report)), schema)
     gate = _suites(xml)["gate"]
     cases = gate.findall("testcase")
     # 3 budgets, 3 deltas, and the reasons that neither shows as a failure: the skipped budget rejects too
@@ -149,9 +151,7 @@ def test_artifacts_that_were_not_built_are_not_silently_absent(exported_report, 
                    Stage(name="optimize:openvino:int8", status="skipped", reason="openvino is not installed"),
                    Stage(name="auto:int8", status="ok"), Stage(name="benchmark:tflite", status="failed", error="RuntimeError: boom")],
         "auto": AutoSelection(chosen=None)})
-    xml = render_junit(broken)
-    schema.validate(xml)  # the ANSI escape, which XML 1.0 cannot hold, was replaced
-    _assert_counts_match(ET.fromstring(xml))
+    xml, _ = _valid_junit(broken, schema)  # valid: the ANSI escape, which XML 1.0 cannot hold, was replaced
     suite = _suites(xml)["validation"]
     checks = sum(len(a.checks) for a in broken.artifacts)
     assert len(suite.findall("testcase")) == checks + 3  # + the failed export, the skipped pass, the failed benchmark stage
@@ -178,10 +178,7 @@ def test_write_junit_writes_what_render_junit_returns(failed_report, tmp_path):
 
 def test_a_real_gate_rejection_validates_and_fails_for_each_reason(rejected_gate_report, schema):
     report = load(rejected_gate_report)
-    xml = render_junit(report)
-    schema.validate(xml)
-    root = ET.fromstring(xml)
-    _assert_counts_match(root)
+    xml, root = _valid_junit(report, schema)
     validation = _suites(xml)["validation"].findall("testcase")
     assert len(validation) == sum(max(len(a.checks), 1) for a in report.artifacts)
     gate = _suites(xml)["gate"]
