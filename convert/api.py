@@ -12,6 +12,7 @@ from convert.sources.base import SourceModel
 from convert.sources.request import SourceRequest
 from convert.sources.resolve import resolve_source
 from convert.specs import parse_input_specs
+from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 
 def convert(
@@ -38,6 +39,8 @@ def convert(
     seed: int = 0,
     trust_code: bool = False,
     force: bool = False,
+    stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT,
+    isolate: bool = True,
 ) -> ConversionResult:
     """Export ``model`` to every format in ``to`` and validate each artifact against it.
 
@@ -49,7 +52,9 @@ def convert(
     ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. ``optimize`` names passes on the ONNX artifact
     (``"int8"``, ``"openvino:fp16"``..., or ``"auto"`` for the fastest within budget), judged by ``accuracy``
     budgets; ``benchmark`` measures the source and every artifact that passed. Without ``out`` the artifacts go to a
-    new temporary folder. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
+    new temporary folder. A model given by path or ``module:callable`` is loaded, exported, validated and benchmarked in
+    a worker process (``isolate``): a crash there fails that stage only, and a stage running past ``stage_timeout``
+    seconds (None: no limit) is stopped and failed; a model given as a Python object stays in this process. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
     exception: check ``result.passed``.
     """
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
@@ -59,7 +64,7 @@ def convert(
         tolerances=tuple(tolerance), samples=samples, seed=seed, trust_code=trust_code, force=force,
         optimize=_names(optimize), calibration_data=Path(calibration_data) if calibration_data else None,
         accuracy=tuple(accuracy), shape_ranges=tuple(shape_ranges), benchmark=benchmark, threads=threads,
-        benchmark_batch=benchmark_batch,
+        benchmark_batch=benchmark_batch, stage_timeout=stage_timeout, isolate=isolate,
     )
     return run(request)
 

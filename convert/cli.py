@@ -113,12 +113,17 @@ def _formats_help() -> str:
               help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts, "
                    "SavedModel folders, legacy .h5, .keras naming code outside Keras).")
 @click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
+@click.option("--stage-timeout", type=float, default=3600, show_default=True, metavar="SECONDS",
+              help="Stop a stage (loading, an export, a validation, a benchmark) that runs longer, and fail it; the run goes on.")
+@click.option("--no-isolation", is_flag=True,
+              help="Run the framework work in this process instead of a worker process: no crash isolation and no stage "
+                   "timeout (for debuggers and profilers).")
 @click.option("--report-json", type=click.Path(path_type=Path), default=None,
               help="Where to write the JSON report (default: OUT/report.json).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
 def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, optimize, calibration_data, accuracy,
                    shape_ranges, benchmark, threads, benchmark_batch, opset, tolerances, samples,
-                   seed, trust_code, force, report_json, quiet):
+                   seed, trust_code, force, stage_timeout, no_isolation, report_json, quiet):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
     MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder,
@@ -131,7 +136,8 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
         example_inputs=example_inputs, dims=dims, optimize=tuple(optimize.split(",")) if optimize else (),
         calibration_data=calibration_data, accuracy=accuracy, shape_ranges=shape_ranges, benchmark=benchmark, threads=threads,
         benchmark_batch=benchmark_batch, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
-        trust_code=trust_code, force=force, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
+        trust_code=trust_code, force=force, stage_timeout=stage_timeout, isolate=not no_isolation, report_json=report_json,
+        command=shlex.join(["convert", *sys.argv[1:]]),
     )
     stdout = Console(highlight=False)
     result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
@@ -141,9 +147,19 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
         stdout.print(f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {escape(str(result.report_path))}")
     else:
         print_summary(result.report, stdout, str(result.report_path))
+    for artifact in result.report.artifacts:
+        if artifact.checks and not artifact.passed and not artifact.candidate:
+            stderr.print(f"[bold red]error:[/] {escape(_failed_validation(artifact, str(result.report_path)))}", soft_wrap=True)
     failed_exports = [s for s in result.report.stages if s.name.startswith(("export:", "optimize:")) and s.status == "failed"]
     for stage in failed_exports:
-        stderr.print(f"[bold red]error:[/] the {stage.name.split(':', 1)[1]} export failed with every strategy; the first said: "
+        target = stage.name.split(":", 1)[1]
+        if stage.signal or stage.timed_out:
+            stderr.print(f"[bold red]error:[/] the {target} export {'timed out' if stage.timed_out else 'crashed'}: "
+                         f"{escape(first_line(stage.error).rstrip('.'))}; the run went on with the other targets. "
+                         f"{'Raise --stage-timeout if it needs longer' if stage.timed_out else 'Try another --opset, or run it with --no-isolation in a debugger'}"
+                         f"; the report has the details: {escape(str(result.report_path))}", soft_wrap=True)
+            continue
+        stderr.print(f"[bold red]error:[/] the {target} export failed with every strategy; the first said: "
                      f"{escape(first_line(stage.error).rstrip('.'))}. The report lists every attempt: {escape(str(result.report_path))}", soft_wrap=True)
     sys.exit(result.exit_code)
 
@@ -234,6 +250,18 @@ class _ConsoleProgress:
     def finished(self, stage, detail: str = "") -> None:
         mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
         stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s)" + (f" [dim]{escape(stage.reason)}[/]" if stage.status == "skipped" else ""), soft_wrap=True)
+
+
+def _failed_validation(artifact, report_path: str) -> str:
+    """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
+    from convert.reports.console import first_line
+
+    key = artifact.optimization or artifact.format
+    check = next((c for c in artifact.checks if c.status == "failed"), None)
+    problem = (f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason).rstrip('.')}"
+               if check else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}")
+    return (f"{problem}. It is kept at {artifact.path} for inspection, not at a final path. If the difference is expected, "
+            f"loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the conversion is wrong. Every check is in {report_path}")
 
 
 def _guarded(action):

@@ -4,7 +4,9 @@ load source ─► reference outputs ─► export (each target) ─► validate
             ─► optimize (each --optimize pass, from the validated artifact it takes) ─► validate
             ─► benchmark (source and every artifact that passed) ─► report
 
-Artifacts are exported and validated in a staging folder and renamed into place only when complete.
+Artifacts are exported and validated in a staging folder and renamed into place only when complete. The framework
+work of every stage runs in a worker process (convert/worker.py): a crash or a stage timeout fails that stage, and
+the run goes on with the others.
 ``--optimize auto`` builds every pass this machine can run as a candidate, validates and benchmarks them, and
 publishes only the fastest one that passed.
 """
@@ -27,19 +29,19 @@ import numpy as np
 
 from convert import __version__
 from convert.artifacts import Artifact
-from convert.benchmark import BenchmarkPlan, BenchmarkSettings, benchmark_artifact, benchmark_source, plan_benchmark
-from convert.devices import ALL_DEVICES, cuda_gpus, present_devices
+from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_benchmark
+from convert.devices import ALL_DEVICES, absent_reason, cuda_gpus, present_devices
 from convert.errors import ConvertError, require
 from convert.exporters.base import ExportJob
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.reports.console import first_line
-from convert.safety import Staging, atomic_write_text, refuse_existing, sha256_files, size_of
-from convert.sources.base import SourceModel
+from convert.safety import FAILED_FOLDER, Staging, atomic_write_text, no_space_error, refuse_existing, sha256_files, size_of
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
-from convert.sources.resolve import resolve_source
 from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
-from validators import ShapeCase, TolerancePolicy, compare_outputs, generate_feed, merge_results, plan_shape_cases
+from convert.worker import DEFAULT_STAGE_TIMEOUT, SourceSummary, StageCrashed
+from convert.worker import start as start_worker
+from validators import ShapeCase, TolerancePolicy, generate_feed, plan_shape_cases
 
 PACKAGES = ("numpy", "torch", "onnx", "onnxruntime", "onnxscript", "safetensors", "tensorflow", "keras",
             "tf2onnx", "jax", "jaxlib", "flax", "jax2onnx", "equinox", "openvino", "nncf", "onnxslim", "tensorrt")
@@ -69,6 +71,8 @@ class ConvertRequest:
     seed: int = 0
     trust_code: bool = False
     force: bool = False
+    stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT  # seconds per stage in the worker process; None: no limit
+    isolate: bool = True  # False: the framework work runs in this process (for debuggers and profilers)
     report_json: Path | None = None
     command: str = ""
     judge: Callable[[rm.Report, Path], rm.Verdict] | None = None  # the gate's verdict, written into the report
@@ -144,6 +148,9 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         raise ConvertError("--samples must be at least 1", "Use 3 or more samples per shape.")
     if request.threads is not None and request.threads < 1 or request.benchmark_batch < 1:
         raise ConvertError("--threads and --benchmark-batch must be at least 1", "Leave them out for every core and a batch of 8.")
+    if request.stage_timeout is not None and not request.stage_timeout > 0:
+        raise ConvertError(f"the stage timeout must be a positive number of seconds, not {request.stage_timeout}",
+                           f"Leave it out for {DEFAULT_STAGE_TIMEOUT:g} s.")
     settings = BenchmarkSettings(**{k: v for k, v in (("threads", request.threads), ("batch", request.benchmark_batch)) if v})
     example = request.example_inputs
     if isinstance(example, (str, os.PathLike)):
@@ -153,6 +160,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     report_path = Path(request.report_json) if request.report_json else out_dir / "report.json"
     finals = {t: out_dir / f"{stem}{REGISTRY.entries('exporter', format=t)[0].load().suffix}" for t in targets}
     finals.update({o: out_dir / f"{stem}{REGISTRY.get('optimizer', o).load().suffix}" for o in optimizations})
+    finals.update({f"{key} (failed)": out_dir / FAILED_FOLDER / path.name for key, path in finals.items()})
     refuse_existing([*finals.values(), report_path], request.force)  # again under the output lock, before writing
 
     stages = _Stages(progress)
@@ -160,17 +168,19 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
                        command=request.command, environment=_environment(), options=_options(request, targets))
     artifacts: dict[str, Artifact] = {}
     staging: Staging | None = None
+    source_request = SourceRequest(model=request.model, framework=request.framework,
+                                   weights=Path(request.weights) if request.weights else None, params=request.params,
+                                   inputs=specs, example_inputs=example, trust_code=request.trust_code)
+    worker = start_worker(source_request, request.stage_timeout, request.isolate)
+    report.isolation = worker.isolation
     try:
-        with stages.run("load"):
-            source = resolve_source(SourceRequest(
-                model=request.model, framework=request.framework,
-                weights=Path(request.weights) if request.weights else None, params=request.params,
-                inputs=specs, example_inputs=example, trust_code=request.trust_code))
+        with stages.run("load") as stage:
+            source = _setup_job(worker, stage, "load", source_request)
         report.source = _source_record(source)
         exporters = {t: _exporter_for(t, source.info.framework) for t in targets}
 
-        with stages.run("reference"):
-            cases = _reference(source, dim_sizes, request, policy)
+        with stages.run("reference") as stage:
+            cases = _reference(source, worker, stage, dim_sizes, request, policy)
         report.source.outputs = list(source.signature.outputs)
         report.source.inputs = [str(s) for s in source.signature.inputs]
         # checked before anything is written: bad calibration data must not leave exported artifacts behind
@@ -184,41 +194,82 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             record = rm.ArtifactRecord(format=target, reproduce=_reproduce(request, target, out_dir))
             report.artifacts.append(record)
             with stages.run(f"export:{target}") as stage:
-                job = ExportJob(source=source, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
-                                dim_ranges=getattr(source, "dim_ranges", {}))
-                artifact = _recorded(exporters[target].export(job), record, stage)
+                job = ExportJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
+                                dim_ranges=source.dim_ranges)
+                artifact = _recorded(_export_job(worker, stage, "export", exporters[target], job), record, stage)
             if artifact is not None:
-                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages)
+                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker)
         candidates: dict[str, Artifact] = {}
         for name in optimizations:
             _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request,
-                      report, stages, ranges, candidates if auto else None)
+                      report, stages, ranges, candidates if auto else None, worker)
         if request.benchmark or auto:
             plan = plan_benchmark(source.signature, cases[0].shape.sizes, export_feed, settings, request.seed)
-            _benchmark(source, report, artifacts, candidates, plan, settings, stages)
+            _benchmark(worker, report, artifacts, candidates, plan, settings, stages)
         if auto:
             _choose(report, candidates, staging, out_dir, artifacts, stages.records)
         _finish(report, stages)
         if request.judge is not None:
             report.gate = request.judge(report, report_path)
-        atomic_write_text(report_path, report.to_json())  # still under the output folder's lock
+        _write_report(report_path, report)  # still under the output folder's lock
     except KeyboardInterrupt:
         report.interrupted = True
         report.error = "the run was interrupted"
         _finish(report, stages)
         if staging is not None:
-            atomic_write_text(report_path, report.to_json())
+            _write_report(report_path, report)
         raise
     finally:
+        worker.close()
         if staging is not None:
             staging.cleanup()
     return ConversionResult(report=report, artifacts=artifacts, report_path=report_path)
 
 
-def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceModel, export_feed, calibration, cases,
+def _setup_job(worker, stage: rm.Stage, method: str, *args):
+    """A job the worker must have done before any other (loading the source): a crash here is the model's fault."""
+    try:
+        return worker.call(method, *args, setup=True)
+    except StageCrashed as exc:
+        _crashed(stage, exc)
+        raise ConvertError(f"loading the model did not finish: {exc}",
+                           "The file may be corrupt or truncated, or need other versions of its framework's native "
+                           "libraries: load it in a Python shell with the same packages to see the crash.") from None
+
+
+def _export_job(worker, stage: rm.Stage, method: str, name: str, job):
+    """An export or optimization in the worker; a crash or timeout becomes a failed attempt of a failed stage."""
+    from convert.exporters.base import Attempt, ExportOutcome
+
+    started = time.perf_counter()
+    try:
+        return worker.call(method, name, job)
+    except StageCrashed as exc:
+        return ExportOutcome(None, [Attempt(name, "failed", time.perf_counter() - started, _crashed(stage, exc))])
+
+
+def _crashed(stage: rm.Stage, exc: StageCrashed) -> str:
+    """Mark the stage failed by a worker crash or timeout; the message."""
+    stage.status, stage.signal, stage.timed_out = "failed", exc.signal, exc.timed_out
+    stage.error = f"the {stage.name} stage did not finish: {exc}"
+    return stage.error
+
+
+def _write_report(path: Path, report: rm.Report) -> None:
+    try:
+        atomic_write_text(path, report.to_json())
+    except OSError as exc:
+        full = no_space_error(exc, path.parent)
+        if full is not None:
+            raise full from exc
+        raise ConvertError(f"cannot write the report {path}: {exc.strerror or exc}",
+                           "Choose a writable path with --report-json or --out.") from exc
+
+
+def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, export_feed, calibration, cases,
               policy: TolerancePolicy, staging: Staging, out_dir: Path, stem: str, request: ConvertRequest,
               report: rm.Report, stages: _Stages, ranges: dict[str, tuple[int, int, int]],
-              candidates: dict[str, Artifact] | None) -> None:
+              candidates: dict[str, Artifact] | None, worker) -> None:
     """One --optimize pass from the validated artifact it takes; the result is validated like any artifact.
 
     With ``candidates`` (--optimize auto) the validated artifact stays staged there until one is chosen."""
@@ -241,15 +292,15 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceModel, ex
             stage.status, stage.reason = "skipped", reason
             return
         record.derived_from = str(base.path)
-        job = OptimizeJob(source=source, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
+        job = OptimizeJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
                           base=base, calibration=calibration, shape_ranges=ranges)
-        artifact = _recorded(optimizer().export(job), record, stage)
+        artifact = _recorded(_export_job(worker, stage, "optimize", name, job), record, stage)
     if artifact is None:
         return
     if candidates is None:
-        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages)
+        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker)
     else:
-        _validate(name, artifact, record, cases, policy, stages)
+        _validate(name, artifact, record, cases, policy, stages, worker)
         candidates[name] = artifact
     if calibration and entry.meta.get("calibrated"):
         report.calibration = getattr(calibration, "origin", "")
@@ -261,7 +312,7 @@ def _importable(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-def _profile_ranges(source: SourceModel, cases: list[_Case], given: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
+def _profile_ranges(source: SourceSummary, cases: list[_Case], given: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
     """(min, opt, max) per symbolic dim, for passes that fix them in advance (TensorRT profiles): --shape-range,
     else the smallest and largest validated sizes with the export size as opt."""
     ranges = {}
@@ -271,21 +322,29 @@ def _profile_ranges(source: SourceModel, cases: list[_Case], given: dict[str, tu
     return ranges
 
 
-def _benchmark(source: SourceModel, report: rm.Report, artifacts: dict[str, Artifact], candidates: dict[str, Artifact],
+def _benchmark(worker, report: rm.Report, artifacts: dict[str, Artifact], candidates: dict[str, Artifact],
                plan: BenchmarkPlan, settings: BenchmarkSettings, stages: _Stages) -> None:
     """The source's own run, then every artifact that passed, on every device where it passed."""
-    with stages.run("benchmark:source"):
-        report.source_benchmark = [benchmark_source(source, plan, settings)]
+    with stages.run("benchmark:source") as stage:
+        report.source_benchmark = [_benchmark_job(worker, stage, f"{report.source.framework} (source)", "cpu",
+                                                      "benchmark_source", plan, settings)]
     by_key = {**artifacts, **candidates}
     for record in report.artifacts:
         key = record.optimization or record.format
         artifact = by_key.get(key)
         if artifact is None or not record.passed:
             continue
-        with stages.run(f"benchmark:{key}"):
+        with stages.run(f"benchmark:{key}") as stage:
             for runtime, device in dict.fromkeys((c.runtime, c.device) for c in record.checks if c.status == "passed"):
-                runner_class = REGISTRY.get("runtime", runtime).load()
-                record.benchmarks.append(benchmark_artifact(runner_class, artifact, device, plan, settings))
+                record.benchmarks.append(_benchmark_job(worker, stage, runtime, device, "benchmark_artifact", runtime,
+                                                        artifact, device, plan, settings))
+
+
+def _benchmark_job(worker, stage: rm.Stage, runtime: str, device: str, method: str, *args) -> rm.Benchmark:
+    try:
+        return worker.call(method, *args)
+    except StageCrashed as exc:
+        return rm.Benchmark(runtime=runtime, device=device, status="failed", reason=_crashed(stage, exc))
 
 
 def _choose(report: rm.Report, candidates: dict[str, Artifact], staging: Staging, out_dir: Path,
@@ -349,15 +408,16 @@ def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact |
 
 
 def _validate_and_publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
-                          staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages) -> None:
+                          staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages, worker) -> None:
     """Validate a staged artifact, then move it into place and record where it went."""
-    _validate(key, artifact, record, cases, policy, stages)
+    _validate(key, artifact, record, cases, policy, stages, worker)
     _publish(key, artifact, record, staging, out_dir, artifacts)
 
 
-def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy, stages: _Stages) -> None:
-    with stages.run(f"validate:{key}"):
-        record.checks = validate_artifact(artifact, cases, policy)
+def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy, stages: _Stages,
+              worker) -> None:
+    with stages.run(f"validate:{key}") as stage:
+        record.checks = validate_artifact(worker, stage, artifact, cases, policy)
     artifact.sha256 = sha256_files(artifact.files)
     artifact.size_bytes = size_of(artifact.files)
     record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
@@ -366,8 +426,11 @@ def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, po
 
 def _publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, staging: Staging, out_dir: Path,
              artifacts: dict[str, Artifact]) -> None:
-    staging.publish(artifact.files)
-    artifact = artifact.relocated(out_dir)
+    """Move a validated artifact to its final path; one that failed validation goes to the failed folder instead."""
+    failed = out_dir / FAILED_FOLDER
+    folder, other = (out_dir, failed) if record.passed else (failed, out_dir)
+    staging.publish(artifact.files, folder, other)
+    artifact = artifact.relocated(folder)
     artifacts[key] = artifact
     record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
 
@@ -381,7 +444,7 @@ class CalibrationFeeds(list):
 CALIBRATION_SAMPLES = 16
 
 
-def _calibration_feeds(source: SourceModel, cases, request: ConvertRequest) -> CalibrationFeeds:
+def _calibration_feeds(source: SourceSummary, cases, request: ConvertRequest) -> CalibrationFeeds:
     """Feeds for calibrated quantization: the user's --calibration-data, or generated from the specs at the export shape."""
     from convert.sources.request import load_calibration_data
 
@@ -397,103 +460,58 @@ def _calibration_feeds(source: SourceModel, cases, request: ConvertRequest) -> C
     return feeds
 
 
-def validate_artifact(artifact: Artifact, cases: list[_Case], policy: TolerancePolicy) -> list[rm.Check]:
-    """Every runtime that can run the artifact × every device × every shape case."""
-    from convert.runtimes.base import ArtifactUnsupported, FeedMismatch
-
+def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_Case], policy: TolerancePolicy) -> list[rm.Check]:
+    """Every runtime that can run the artifact × every device × every shape case; a runtime that crashes the
+    worker fails its checks on that device, and the others still run."""
     checks: list[rm.Check] = []
     for entry in REGISTRY.entries("runtime", formats=artifact.format):
         runner_class = entry.load()
         for device in ALL_DEVICES:
-            reason = runner_class.unavailable_reason(device)
-            if reason:
-                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped", reason=reason,
+            if runner_class.never_runs_on(device) or absent_reason(device):  # known here, without a job
+                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped",
+                                       reason=runner_class.unavailable_reason(device),
                                        device_unsupported=runner_class.never_runs_on(device)))
                 continue
-            runner = runner_class(artifact, device)
             try:
-                runner.activate()
-            except ArtifactUnsupported as exc:
-                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped", reason=str(exc)))
-                continue
-            except Exception as exc:
-                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed",
-                                       reason=f"cannot load the artifact: {type(exc).__name__}: {exc}"))
-                continue
-            try:
-                for case in cases:
-                    check = rm.Check(runtime=entry.name, device=device, shape=case.shape.describe(), status="passed",
-                                     input_shapes={n: list(a.shape) for n, a in case.feeds[0].items()})
-                    started = time.perf_counter()
-                    fixed = artifact.fixed_dims_mismatch({n: a.shape for n, a in case.feeds[0].items()}) if case.feeds else ""
-                    if case.source_error:
-                        check.status, check.reason = "skipped", f"the source model itself fails at this shape: {case.source_error}"
-                    elif fixed:
-                        check.status, check.reason = "skipped", f"not run at this shape: {fixed}"
-                    else:
-                        per_sample = []
-                        for feed, reference in zip(case.feeds, case.references):
-                            try:
-                                actual = runner.infer(feed)
-                            except FeedMismatch as exc:
-                                check.status, check.reason = "failed", f"the artifact does not take these inputs: {exc}"
-                                break
-                            except Exception as exc:
-                                check.status, check.reason = "failed", f"the runtime failed: {type(exc).__name__}: {first_line(str(exc))}"
-                                break
-                            per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
-                        check.samples = len(per_sample)
-                        if check.status == "passed":
-                            check.outputs = [rm.OutputMetrics(**{k: v for k, v in r.__dict__.items() if k in rm.OutputMetrics.model_fields})
-                                             for r in merge_results(per_sample)]
-                            failing = [o for o in check.outputs if o.status == "failed"]
-                            if failing:
-                                check.status = "failed"
-                                check.reason = "; ".join(f"output '{o.name}': {o.reason}" for o in failing)
-                    check.seconds = round(time.perf_counter() - started, 3)
-                    checks.append(check)
-            finally:
-                runner.deactivate()
+                checks += worker.call("validate", artifact, entry.name, device, cases, policy)
+            except StageCrashed as exc:
+                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed", reason=_crashed(stage, exc)))
     if not checks:
         checks.append(rm.Check(runtime="-", device="-", shape="*", status="skipped",
                                reason=f"no runtime is registered for {artifact.format}"))
     return checks
 
 
-def _reference(source: SourceModel, dim_sizes, request: ConvertRequest, policy: TolerancePolicy) -> list[_Case]:
+def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, request: ConvertRequest,
+               policy: TolerancePolicy) -> list[_Case]:
     """Inputs for every shape case and the source's own outputs for them, computed once."""
     signature = source.signature
     unknown = [s for s in dim_sizes if s not in signature.symbols]
     if unknown:
         raise ConvertError(f"--dim or --shape-range names the symbol {unknown[0]}, which no input uses",
                            f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.")
-    shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, getattr(source, "dim_ranges", None))
+    shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, source.dim_ranges or None)
     cases = []
     for index, shape in enumerate(shapes):
         case = _Case(shape)
-        for sample in range(request.samples):
-            if index == 0 and sample == 0 and source.example_feed is not None:
-                feed = source.example_feed
-            else:
-                feed = generate_feed(signature.inputs, shape.sizes, sample, request.seed)
-            try:
-                outputs = source.run(feed)
-            except ConvertError:
-                raise
-            except Exception as exc:
-                if index == 0:
-                    raise ConvertError(
-                        f"the source model fails on inputs generated from its specs ({', '.join(map(str, signature.inputs))}): "
-                        f"{type(exc).__name__}: {first_line(str(exc))}",
-                        "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).") from exc
-                case.source_error = f"{type(exc).__name__}: {first_line(str(exc))}"
-                break
-            case.feeds.append(feed)
-            case.references.append(outputs)
+        feeds = [source.example_feed if index == 0 and sample == 0 and source.example_feed is not None
+                 else generate_feed(signature.inputs, shape.sizes, sample, request.seed) for sample in range(request.samples)]
+        try:
+            case.references, error = worker.call("reference", feeds)
+        except StageCrashed as exc:
+            raise ConvertError(f"{_crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
+                               "Run the model on such inputs in a Python shell to see the crash; check the --input specs.") from None
+        case.feeds = feeds[:len(case.references)]
+        if error and index == 0:
+            raise ConvertError(
+                f"the source model fails on inputs generated from its specs ({', '.join(map(str, signature.inputs))}): {error}",
+                "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).")
+        case.source_error = error
         cases.append(case)
     outputs = tuple(cases[0].references[0])
     if not outputs:
         raise ConvertError("the model returns no tensors", "Return at least one tensor from the model.")
+    worker.call("set_outputs", outputs, setup=True)
     source.with_outputs(outputs)
     unknown_outputs = policy.unknown_outputs(outputs)
     if unknown_outputs:
@@ -537,14 +555,15 @@ def _check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
     return chosen, False
 
 
-def _exporter_for(target: str, framework: str):
+def _exporter_for(target: str, framework: str) -> str:
+    """The name of the exporter from this framework to the target."""
     entries = REGISTRY.entries("exporter", format=target, source=framework)
     if not entries:
         able = sorted({name for e in REGISTRY.entries("exporter", format=target)
                        for name in (e.meta["source"] if isinstance(e.meta["source"], tuple) else (e.meta["source"],))})
         raise ConvertError(f"there is no exporter from {framework} to {target}",
                            f"{target} can be made from: {', '.join(able)}.")
-    return entries[0].load()()
+    return entries[0].name
 
 
 def _artifact_passed(record: rm.ArtifactRecord) -> bool:
@@ -579,7 +598,7 @@ def _environment() -> rm.Environment:
                           devices=list(present_devices()), device_names=list(cuda_gpus()))
 
 
-def _source_record(source: SourceModel) -> rm.SourceRecord:
+def _source_record(source: SourceSummary) -> rm.SourceRecord:
     info = source.info
     return rm.SourceRecord(framework=info.framework, kind=info.kind, path=info.path, sha256=info.sha256,
                            description=info.description, inputs=[str(s) for s in source.signature.inputs])
@@ -592,6 +611,7 @@ def _options(request: ConvertRequest, targets: list[str]) -> dict:
             "calibration_data": str(request.calibration_data) if request.calibration_data else None,
             "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
             "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,
+            "stage_timeout": request.stage_timeout, "isolate": request.isolate,
             "inputs": list(request.inputs), "weights": str(request.weights) if request.weights else None,
             "params": str(request.params) if isinstance(request.params, (str, os.PathLike)) else None,
             "framework": request.framework}

@@ -6,6 +6,7 @@ into place only when it is complete, so a crash or interruption leaves nothing a
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -18,6 +19,7 @@ from convert.errors import ConvertError
 
 STAGING_PREFIX = ".convert-staging-"
 LOCK_NAME = ".convert.lock"
+FAILED_FOLDER = "failed"  # artifacts that failed validation: kept for inspection, never at a final path
 
 
 def sha256_file(path: Path) -> str:
@@ -96,12 +98,18 @@ class Staging:
             raise ConvertError(f"cannot write to the output folder {out_dir}: {exc.strerror or exc}",
                                "Choose a writable folder with --out.") from exc
 
-    def publish(self, staged: list[Path]) -> list[Path]:
-        """Move staged files into the output folder; each rename is atomic (same file system)."""
+    def publish(self, staged: list[Path], into: Path | None = None, instead_of: Path | None = None) -> list[Path]:
+        """Move staged files into the output folder (or the folder ``into``); each rename is atomic (same file system).
+        Same-named files in ``instead_of`` (an earlier run's other outcome, replaced with --force) are removed."""
         finals = []
+        folder = into or self.out_dir
+        folder.mkdir(exist_ok=True)
         # Data files first, the file that refers to them last, so a reader never sees a model without its data.
         for path in sorted(staged, key=lambda p: p.suffix in (".onnx", ".xml")):
-            final = self.out_dir / path.name
+            final = folder / path.name
+            stale = instead_of / path.name if instead_of is not None else None
+            if stale is not None and (stale.exists() or stale.is_symlink()):
+                os.replace(stale, self.path / f".stale-{path.name}")  # removed with the staging folder
             if final.is_dir() and not final.is_symlink():
                 # os.replace cannot overwrite a non-empty folder: move the old one aside (it is removed with
                 # the staging folder), then rename the new one into place.
@@ -117,6 +125,22 @@ class Staging:
     def _release(self) -> None:
         (self.out_dir / LOCK_NAME).unlink(missing_ok=True)  # unlinked while still held: no other run can slip in between
         self._lock.close()
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def no_space_error(exc: BaseException, folder: Path) -> ConvertError | None:
+    """A clear error when ``exc`` (or an exception it was raised from) says the disk is full, else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+            return ConvertError(f"there is no room to write to {folder}: {exc.strerror or exc} (the disk is full, or a quota or "
+                                "file size limit is reached); nothing was left at a final path",
+                                "Free some space there, or choose another folder with --out.")
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def refuse_existing(finals: list[Path], force: bool) -> None:

@@ -6,6 +6,7 @@ import abc
 import contextlib
 import io
 import logging
+import re
 import time
 import traceback
 import warnings
@@ -17,6 +18,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.errors import ConvertError
+from convert.safety import no_space_error
 from convert.sources.base import SourceModel
 
 MAX_ERROR_CHARS = 4000
@@ -33,7 +35,7 @@ class Attempt:
 
 @dataclass
 class ExportJob:
-    source: SourceModel
+    source: SourceModel | None  # None where the pipeline builds the job: the worker process fills in its loaded model
     feed: dict[str, np.ndarray]  # example inputs at the export shape
     folder: Path  # the staging folder to write into
     stem: str  # file name stem of the artifact
@@ -51,8 +53,11 @@ class ExportOutcome:
         return self.attempts[0].error if self.attempts else ""
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours parts of its error messages
+
+
 def describe_exception(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
+    text = ANSI_ESCAPE.sub("", f"{type(exc).__name__}: {exc}").strip()
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " [...]"
 
 
@@ -97,8 +102,11 @@ class Exporter(abc.ABC):
             except ConvertError:
                 raise
             except Exception as exc:  # a failed strategy is recorded, and the next one is tried
-                log.write(traceback.format_exc())
                 _remove_partial(path)
+                full = no_space_error(exc, job.folder.parent)
+                if full is not None:  # no other strategy can write either
+                    raise full from exc
+                log.write(traceback.format_exc())
                 attempts.append(Attempt(strategy, "failed", time.perf_counter() - started, describe_exception(exc), log.getvalue()[-MAX_ERROR_CHARS:]))
                 continue
             artifact.exporter, artifact.strategy = self.name, strategy

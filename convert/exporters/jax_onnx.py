@@ -40,7 +40,7 @@ class JaxToOnnx(Exporter):
         model = jax2onnx.to_onnx(source.bound(), inputs, model_name=job.stem, **({"opset": job.opset} if job.opset else {}),
                                  input_names=[s.name for s in source.signature.inputs], output_names=list(source.signature.outputs))
         onnx.save(model, str(path))
-        return onnx_artifact(path)
+        return onnx_artifact(path, job.opset)
 
     def _via_tflite(self, job: ExportJob, path: Path, fixed: bool) -> Artifact:
         import onnx
@@ -62,7 +62,7 @@ class JaxToOnnx(Exporter):
         rename_values(model, {d["name"]: name for name, d in {**inputs, **outputs}.items()})
         onnx.save(model, str(path))
         _smoke_run(path, job)
-        artifact = onnx_artifact(path)
+        artifact = onnx_artifact(path, job.opset)
         if fixed:
             artifact.inputs = tflite_job.source.signature.inputs
             artifact.fixed_shape_reason = "exported at the export shape: the dynamic jax2tf → TFLite → tf2onnx model failed there"

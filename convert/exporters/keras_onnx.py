@@ -54,7 +54,7 @@ class KerasToOnnx(Exporter):
         signature = input_signature(job)
         function = tf.function(serving_function(job), input_signature=signature)
         tf2onnx.convert.from_function(function, input_signature=signature, opset=job.opset or DEFAULT_OPSET, output_path=str(path))
-        return onnx_artifact(path)
+        return onnx_artifact(path, job.opset)
 
     def _keras(self, job: ExportJob, path: Path) -> Artifact:
         import onnx
@@ -66,4 +66,4 @@ class KerasToOnnx(Exporter):
         rename_by_position(model, [i.name for i in model.graph.input], [s.name for s in job.source.signature.inputs])
         rename_by_position(model, [o.name for o in model.graph.output], list(job.source.signature.outputs))
         onnx.save(model, str(path))
-        return onnx_artifact(path)
+        return onnx_artifact(path, job.opset)

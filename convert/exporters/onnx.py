@@ -14,12 +14,17 @@ from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example
 PROTOBUF_LIMIT = 2**31 - 1
 
 
-def onnx_artifact(path: Path) -> Artifact:
-    """Check the written model and list its files (the .onnx and any external data beside it)."""
+def onnx_artifact(path: Path, opset: int | None = None) -> Artifact:
+    """Check the written model (and that it has the opset asked for) and list its files (the .onnx and any
+    external data beside it)."""
     import onnx
 
     onnx.checker.check_model(str(path))
     model = onnx.load(str(path), load_external_data=False)
+    written = next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
+    if opset is not None and written != opset:
+        # torch.onnx.export(dynamo=True) quietly writes its own minimum opset when asked for a lower one
+        raise ValueError(f"the exporter wrote opset {written} where --opset {opset} was asked for: it cannot export at that opset")
     locations = set()
     for tensor in model.graph.initializer:
         for entry in tensor.external_data:
@@ -72,7 +77,7 @@ class TorchToOnnx(Exporter):
             opset_version=job.opset, optimize=True, **self._names(job),
         )
         program.save(str(path), external_data=None)  # None: external data only past the 2 GB limit
-        return onnx_artifact(path)
+        return onnx_artifact(path, job.opset)
 
     def _torchscript(self, job: ExportJob, path: Path) -> Artifact:
         import torch
@@ -81,4 +86,4 @@ class TorchToOnnx(Exporter):
             job.source.native, example_args(job), str(path), dynamo=False, dynamic_axes=dynamic_axes(job) or None,
             do_constant_folding=True, **({"opset_version": job.opset} if job.opset else {}), **self._names(job),
         )
-        return onnx_artifact(path)
+        return onnx_artifact(path, job.opset)

@@ -42,7 +42,8 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
     _print_auto(report, console)
     for artifact in report.artifacts:
         if artifact.path:
-            console.print(f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy})")
+            kept = "" if artifact.passed else " [red]failed validation: kept for inspection, not at a final path[/]"
+            console.print(f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}){kept}")
     if verdict:
         status = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
         console.print(f"Verdict: {status} (exit code {report.exit_code})" + (f"; report: {escape(report_path)}" if report_path else ""))

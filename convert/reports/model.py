@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from validators.compare import ERROR_HISTOGRAM_EDGES
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class OutputMetrics(BaseModel):
@@ -127,6 +127,8 @@ class Stage(BaseModel):
     seconds: float = 0.0
     error: str = ""
     reason: str = ""
+    signal: str | None = Field(None, description="the signal that killed the worker process during this stage, e.g. SIGSEGV")
+    timed_out: bool = Field(False, description="the stage ran past the stage timeout and its worker process was stopped")
 
 
 class SourceRecord(BaseModel):
@@ -233,6 +235,7 @@ class Report(BaseModel):
     exit_code: int | None = None
     interrupted: bool = False
     error: str = ""
+    isolation: str = Field("", description="where the framework work ran: a worker process (with its stage timeout), or in-process and why")
     source: SourceRecord = SourceRecord()
     environment: Environment
     options: dict = {}

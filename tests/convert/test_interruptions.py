@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from convert.errors import ConvertError
@@ -68,9 +69,13 @@ def test_sigkill_mid_run_leaves_no_partial_artifact_and_the_next_run_cleans_up(t
     out = tmp_path / "out"
     process = _start(torch_files / "cnn.pt2", out)
     _wait_for_staging(out, process)
+    workers = psutil.Process(process.pid).children()
+    assert workers, "the framework work runs in a worker process"
     process.kill()
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGKILL
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, "the worker process dies with the run (PR_SET_PDEATHSIG)"
     _assert_only_complete_artifacts(out, None if not (out / "report.json").exists() else json.loads((out / "report.json").read_text()))
     assert not (out / "report.json").exists()  # the process did not live to write it
     done = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(out), "--force", "-q")

@@ -1,0 +1,264 @@
+"""Crash isolation: the framework work of a run happens in a child process, the worker.
+
+Loading the source, its reference outputs, every export, optimization, validation and benchmark are jobs the
+pipeline sends to one worker process, which keeps the source model loaded between jobs. A job that crashes the
+worker (a segfault or abort in a framework's native code, the kernel's out-of-memory killer) or runs past the stage
+timeout ends that job only: its stage fails with the signal, and the next job starts a fresh worker, which loads
+the source model again. Fork is not an option: a process forked after PyTorch, TensorFlow or JAX started their
+thread pools hangs in them (OpenMP, XLA), so the worker is a new interpreter.
+
+A model given as a Python object (the Python API) cannot be sent to another process; its jobs run in-process, and
+the report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+
+from convert.errors import ConvertError
+from convert.reports import model as rm
+from convert.sources.base import SourceInfo
+from convert.specs import SourceSignature
+
+DEFAULT_STAGE_TIMEOUT = 3600.0
+_POLL_SECONDS = 0.2
+
+
+class StageCrashed(Exception):
+    """The worker died during a job (``signal`` names the signal that killed it, when one did)."""
+
+    def __init__(self, message: str, signal_name: str | None = None, timed_out: bool = False):
+        super().__init__(message)
+        self.signal = signal_name
+        self.timed_out = timed_out
+
+
+class WorkerError(Exception):
+    """An internal error inside the worker; its message carries the worker's traceback."""
+
+
+@dataclass
+class SourceSummary:
+    """What the pipeline needs to know about the loaded source model, sent back from the worker."""
+
+    info: SourceInfo
+    signature: SourceSignature
+    export_sizes: dict[str, int]
+    dim_ranges: dict[str, tuple[int, int | None]]
+    example_feed: dict[str, np.ndarray] | None
+
+    def with_outputs(self, names: tuple[str, ...]) -> None:
+        self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)
+
+
+class Session:
+    """The worker's side: the loaded source model, and one method per job."""
+
+    def __init__(self) -> None:
+        self.source = None
+
+    def load(self, request) -> SourceSummary:
+        from convert.sources.resolve import resolve_source
+
+        self.source = resolve_source(request)
+        source = self.source
+        return SourceSummary(info=source.info, signature=source.signature, export_sizes=dict(source.export_sizes or {}),
+                             dim_ranges=dict(getattr(source, "dim_ranges", {}) or {}), example_feed=source.example_feed)
+
+    def reference(self, feeds: list[dict[str, np.ndarray]]) -> tuple[list[dict[str, np.ndarray]], str]:
+        """The source's outputs for each feed, up to the first that fails, and that failure ("" when none did)."""
+        from convert.reports.console import first_line
+
+        outputs = []
+        for feed in feeds:
+            try:
+                outputs.append(self.source.run(feed))
+            except ConvertError:
+                raise
+            except Exception as exc:
+                return outputs, f"{type(exc).__name__}: {first_line(str(exc))}"
+        return outputs, ""
+
+    def set_outputs(self, names: tuple[str, ...]) -> None:
+        self.source.with_outputs(names)
+
+    def export(self, exporter: str, job):
+        from convert.registry import REGISTRY
+
+        return REGISTRY.get("exporter", exporter).load()().export(replace(job, source=self.source))
+
+    def optimize(self, name: str, job):
+        from convert.registry import REGISTRY
+
+        return REGISTRY.get("optimizer", name).load()().export(replace(job, source=self.source))
+
+    def validate(self, artifact, runtime: str, device: str, cases, policy) -> list[rm.Check]:
+        from convert.validation import checks_on
+
+        return checks_on(artifact, runtime, device, cases, policy)
+
+    def benchmark_source(self, plan, settings) -> rm.Benchmark:
+        from convert.benchmark import benchmark_source
+
+        return benchmark_source(self.source, plan, settings)
+
+    def benchmark_artifact(self, runtime: str, artifact, device: str, plan, settings) -> rm.Benchmark:
+        from convert.benchmark import benchmark_artifact
+        from convert.registry import REGISTRY
+
+        return benchmark_artifact(REGISTRY.get("runtime", runtime).load(), artifact, device, plan, settings)
+
+
+class InProcessWorker:
+    """Runs the jobs in this process: for models given as Python objects (no isolation, no stage timeout)."""
+
+    def __init__(self, reason: str):
+        self.isolation = f"in-process: {reason} (no crash isolation, no stage timeout)"
+        self._session = Session()
+
+    def call(self, method: str, *args: Any, setup: bool = False) -> Any:
+        return getattr(self._session, method)(*args)
+
+    def close(self) -> None:
+        self._session = Session()
+
+
+class ChildWorker:
+    """Runs the jobs in a child interpreter; after a crash or timeout the next job starts a new one, which first
+    replays the setup jobs (loading the source, naming its outputs)."""
+
+    def __init__(self, timeout: float | None):
+        self.timeout = timeout
+        self.isolation = "worker process" + (f" (stage timeout {timeout:g} s)" if timeout else " (no stage timeout)")
+        self._setup: list[tuple[str, tuple]] = []
+        self._process: subprocess.Popen | None = None
+        self._connection: Connection | None = None
+
+    def call(self, method: str, *args: Any, setup: bool = False) -> Any:
+        """Run one job; ``setup`` jobs are replayed, in order, in every worker started after this one."""
+        if self._process is None:
+            self._start()
+            for setup_method, setup_args in self._setup:
+                self._exchange(setup_method, setup_args)
+        result = self._exchange(method, args)
+        if setup:
+            self._setup.append((method, args))
+        return result
+
+    def close(self, kill: bool = False) -> None:
+        process, connection = self._process, self._connection
+        self._process = self._connection = None
+        if process is None:
+            return
+        with contextlib.suppress(OSError):
+            connection.close()  # the worker exits when its end of the connection closes
+        if not kill:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=5)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", "from convert.worker import serve; serve()", str(theirs.fileno()), str(os.getpid())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+            self._connection = Connection(os.dup(ours.fileno()))
+        self._connection.send(list(sys.path))
+
+    def _exchange(self, method: str, args: tuple) -> Any:
+        try:
+            self._connection.send((method, args))
+            reply = self._receive(method)
+        except BaseException:
+            self.close(kill=True)  # a timeout, a crash or an interruption: this worker is not used again
+            raise
+        kind, payload = reply
+        if kind == "ok":
+            return payload
+        if kind == "user_error":
+            raise ConvertError(*payload)
+        raise WorkerError(payload)
+
+    def _receive(self, method: str) -> Any:
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        while True:
+            try:
+                if self._connection.poll(_POLL_SECONDS):
+                    return self._connection.recv()
+            except (EOFError, OSError):
+                pass  # the worker died mid-reply: reported below
+            code = self._process.poll()
+            if code is not None:
+                raise StageCrashed(*_death(code))
+            if deadline is not None and time.monotonic() > deadline:
+                raise StageCrashed(f"it ran past the stage timeout of {self.timeout:g} s and was stopped", timed_out=True)
+
+
+def _death(code: int) -> tuple[str, str | None]:
+    """How the worker died, from its exit code."""
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+        hint = " (the kernel's out-of-memory killer sends it when memory runs out)" if -code == signal.SIGKILL else ""
+        return f"the worker process was killed by {name}{hint}", name
+    return f"the worker process exited with status {code}", None
+
+
+def start(request, timeout: float | None, isolate: bool = True) -> InProcessWorker | ChildWorker:
+    """A child worker for this SourceRequest, unless the model is a Python object (or isolation is off) and must
+    stay in this process."""
+    if not isolate:
+        return InProcessWorker("isolation was turned off")
+    if not isinstance(request.model, (str, os.PathLike)):
+        return InProcessWorker(f"the model was given as a Python object ({type(request.model).__name__})")
+    try:
+        pickle.dumps(request)
+    except Exception:
+        return InProcessWorker("the model's params or example inputs are Python objects that cannot be sent to another process")
+    return ChildWorker(timeout)
+
+
+def serve() -> None:
+    """The worker's main loop: one job per message until the pipeline closes the connection."""
+    _die_with_parent(int(sys.argv[2]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the pipeline handles it
+    connection = Connection(int(sys.argv[1]))
+    sys.path[:] = connection.recv()
+    session = Session()
+    while True:
+        try:
+            method, args = connection.recv()
+        except EOFError:
+            return
+        try:
+            reply = ("ok", getattr(session, method)(*args))
+        except ConvertError as exc:
+            reply = ("user_error", (exc.problem, exc.next_step))
+        except Exception:
+            reply = ("internal", f"in the worker process, job '{method}':\n{traceback.format_exc()}")
+        connection.send(reply)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to kill this process when the pipeline's process dies (a SIGKILLed run leaves no worker behind)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)

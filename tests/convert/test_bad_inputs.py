@@ -1,0 +1,228 @@
+"""The bad-input suite: every entry of BAD_INPUTS is run through the real command line and must give its exit code
+(2: bad input, refused; 1: the model converts but an artifact is wrong), one paragraph on stderr naming the problem
+and the next step, no traceback, nothing at a final path (a wrong artifact goes to OUT/failed/), and the user's files
+untouched. A new source or format adds its bad inputs here."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX
+from tests.conftest import load_report, run_cli
+
+X8 = ("--input", "x:float32[B,8]")
+CNN_SPEC = ("--input", "x:float32[B,3,32,32]")
+
+
+@dataclass(frozen=True)
+class Files:
+    """Where a case writes its inputs (``made``) and the session's fixture folders."""
+
+    made: Path
+    torch: Path
+    keras: Path
+    jax: Path
+
+    def copy(self, source: Path, name: str) -> Path:
+        target = self.made / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
+        return target
+
+    def write(self, name: str, content: bytes) -> Path:
+        (self.made / name).write_bytes(content)
+        return self.made / name
+
+
+@dataclass(frozen=True)
+class Bad:
+    name: str
+    args: Callable[[Files], list[str]]  # the command line after `convert`, without --out
+    exit_code: int
+    says: tuple[str, ...]  # fragments of the one paragraph: the problem, then the next step
+
+
+def _truncated(files: Files) -> str:
+    data = (files.torch / "cnn.pt2").read_bytes()
+    return str(files.write("cut.pt2", data[: len(data) // 2]))
+
+
+def _zip_with_garbage_member(files: Files) -> str:
+    """A .pt2 whose members are intact but whose weights member was replaced by bytes torch cannot read."""
+    target = files.made / "corrupt.pt2"
+    with zipfile.ZipFile(files.torch / "cnn.pt2") as original, zipfile.ZipFile(target, "w") as corrupt:
+        for info in original.infolist():
+            data = original.read(info)
+            corrupt.writestr(info, b"\x00garbage" * 16 if info.filename.endswith((".json", "version")) else data)
+    return str(target)
+
+
+def _module_of_a_missing_class(files: Files) -> str:
+    """A whole pickled module whose class lived in a module that no longer exists."""
+    import sys
+    import types
+
+    import torch
+
+    module = types.ModuleType("vanished_models")
+    exec("import torch\nclass Net(torch.nn.Linear):\n    pass\n", module.__dict__)  # a class defined in a throwaway module
+    sys.modules["vanished_models"] = module
+    try:
+        torch.save(module.Net(8, 4), str(files.made / "custom.pt"))
+    finally:
+        del sys.modules["vanished_models"]
+    return str(files.made / "custom.pt")
+
+
+def _npz(files: Files, name: str, **arrays) -> str:
+    np.savez(files.made / name, **arrays)
+    return str(files.made / name)
+
+
+BAD_INPUTS = [
+    # corrupt, truncated, empty files and wrong extensions
+    Bad("empty file", lambda f: [str(f.write("model.pt2", b"")), "--to", "onnx"], 2, ("is empty",)),
+    Bad("truncated zip", lambda f: [str(f.write("model.pt2", b"PK\x03\x04garbage-truncated")), "--to", "onnx"], 2,
+        ("cannot be read", "export it again")),
+    Bad("truncated .pt2", lambda f: [_truncated(f), "--to", "onnx"], 2, ("cut.pt2",)),
+    Bad("corrupt .pt2 members", lambda f: [_zip_with_garbage_member(f), "--to", "onnx"], 2, ("corrupt.pt2",)),
+    Bad("random bytes named .pt", lambda f: [str(f.write("model.pt", bytes(range(256)) * 16)), "--to", "onnx"], 2,
+        ("model.pt",)),
+    Bad("text named .keras", lambda f: [str(f.write("model.keras", b"not a model\n")), "--to", "onnx"], 2, ("model.keras",)),
+    Bad("truncated .keras", lambda f: [str(f.write("cut.keras", (f.keras / "two_io.keras").read_bytes()[:2000])), "--to", "onnx"],
+        2, ("cut.keras",)),
+    Bad("safetensors named .pt2", lambda f: [str(f.copy(f.torch / "cnn.safetensors", "weights.pt2")), "--to", "onnx"], 2,
+        ("safetensors", "--weights")),
+    Bad("state dict as the model", lambda f: [str(f.torch / "cnn.state.pt"), "--to", "onnx"], 2, ("state dict", "--weights")),
+    # directories where files are expected, files that are not there
+    Bad("empty folder as the model", lambda f: [str(f.made), "--to", "onnx"], 2, ("folder",)),
+    Bad("folder as --weights", lambda f: ["fixtures.torch_models:build_cnn", "--weights", str(f.made), *CNN_SPEC, "--to", "onnx"],
+        2, ("--weights",)),
+    Bad("folder as --example-inputs", lambda f: [str(f.torch / "cnn.pt2"), "--example-inputs", str(f.made), "--to", "onnx"], 2,
+        ("--example-inputs",)),
+    Bad("missing model file", lambda f: [str(f.made / "nope.pt2"), "--to", "onnx"], 2, ("does not exist",)),
+    Bad("unknown module", lambda f: ["no_such_pkg.models:build", "--to", "onnx"], 2, ("cannot import", "module.path:callable")),
+    Bad("unknown factory", lambda f: ["fixtures.torch_models:no_such_builder", "--to", "onnx"], 2, ("no attribute",)),
+    # code that would run on load
+    Bad("pickled module without --trust-code", lambda f: [str(f.torch / "cnn.pt"), *CNN_SPEC, "--to", "onnx"], 2,
+        ("pickled Python object", "SmallCNN", "--trust-code")),
+    Bad("TorchScript without --trust-code", lambda f: [str(f.torch / "cnn.torchscript.pt"), *CNN_SPEC, "--to", "onnx"], 2,
+        ("TorchScript", "--trust-code")),
+    Bad("legacy .h5 without --trust-code", lambda f: [str(f.keras / "two_io.h5"), "--to", "onnx"], 2, ("--trust-code",)),
+    Bad("SavedModel without --trust-code", lambda f: [str(f.keras / "two_io_savedmodel"), "--to", "onnx"], 2, ("--trust-code",)),
+    Bad("custom class that is gone", lambda f: [_module_of_a_missing_class(f), "--trust-code", *X8, "--to", "onnx"], 2,
+        ("vanished_models",)),
+    # weights, params and specs that do not fit the model
+    Bad("weights of another model", lambda f: ["fixtures.torch_models:build_cnn", "--weights", str(f.torch / "lstm.safetensors"),
+                                               *CNN_SPEC, "--to", "onnx"], 2, ("do not fit the model",)),
+    Bad("JAX params that are not msgpack", lambda f: ["fixtures.jax_models:apply_mlp", "--params",
+                                                      str(f.write("bad.params.msgpack", b"\x00\x01garbage")),
+                                                      "--input", "x:float32[B,28,28,1]", "--to", "onnx"], 2, ("bad.params.msgpack",)),
+    Bad("spec naming no input", lambda f: ["fixtures.torch_models:build_cnn", "--input", "pixels:float32[B,3,32,32]", "--to", "onnx"],
+        2, ("'pixels' is not an input", "(x)")),
+    Bad("spec of the wrong shape", lambda f: ["fixtures.torch_models:build_cnn", "--input", "x:float32[B,5,32,32]", "--to", "onnx"],
+        2, ("the source model fails on inputs generated from its specs", "--input")),
+    Bad("spec with an unknown dtype", lambda f: ["fixtures.torch_models:build_cnn", "--input", "x:float33[B,3,32,32]", "--to", "onnx"],
+        2, ("float33",)),
+    Bad("no spec for a module", lambda f: ["fixtures.torch_models:build_cnn", "--to", "onnx"], 2, ("--input",)),
+    Bad("example inputs naming no input", lambda f: [str(f.torch / "cnn.pt2"), "--example-inputs",
+                                                     _npz(f, "wrong.npz", pixels=np.zeros((2, 3, 32, 32), np.float32)), "--to", "onnx"],
+        2, ("pixels",)),
+    Bad("calibration data of the wrong shape", lambda f: [str(f.torch / "cnn.pt2"), "--to", "onnx", "--optimize", "int8",
+                                                          "--calibration-data", _npz(f, "calib.npz", x=np.zeros((2, 3, 8, 8), np.float32))],
+        2, ("calib.npz",)),
+    Bad("a float among the outputs", lambda f: ["fixtures.torch_models:build_returns_a_float", *X8, "--to", "onnx"], 2,
+        ("returns a float", "Return tensors")),
+    # conversions that cannot be done
+    Bad("unsupported op", lambda f: ["fixtures.torch_models:build_unsupported_op", "--input", "x:float32[B,4,4]", "--to", "onnx"], 2,
+        ("the onnx export failed with every strategy", "The report lists every attempt")),
+    Bad("unsupported opset", lambda f: ["fixtures.torch_models:build_cnn", *CNN_SPEC, "--to", "onnx", "--opset", "1"], 2,
+        ("opset", "The report lists every attempt")),
+    Bad("TorchScript to torch.export", lambda f: [str(f.copy(f.torch / "cnn.torchscript.pt", "scripted.pt")), "--trust-code",
+                                                   *CNN_SPEC, "--to", "torch_export"], 2, ("ScriptModule",)),
+    # models that convert, but wrong: exit 1, the artifact kept in OUT/failed/
+    Bad("NaN only in the artifact", lambda f: ["fixtures.torch_models:build_nan_in_onnx", *X8, "--to", "onnx"], 1,
+        ("failed validation", "NaN", "--tolerance")),
+    Bad("NaN in the source model", lambda f: ["fixtures.torch_models:build_nan_in_source", *X8, "--to", "onnx"], 1,
+        ("the source model's own output has NaN or Inf",)),
+    Bad("an output vanishes in ONNX", lambda f: ["fixtures.torch_models:build_drops_output_in_onnx", *X8, "--to", "onnx"], 1,
+        ("aux",)),
+    Bad("an empty output", lambda f: ["fixtures.torch_models:build_empty_output", *X8, "--to", "onnx"], 1,
+        ("empty output",)),
+    Bad("wrong values in ONNX", lambda f: ["fixtures.torch_models:build_off_in_onnx", *X8, "--to", "onnx"], 1,
+        ("scores", "max abs error")),
+    # options
+    Bad("unknown target", lambda f: [str(f.torch / "cnn.pt2"), "--to", "tflite2"], 2, ("unknown target format", "Choose from")),
+    Bad("unreadable spec", lambda f: ["fixtures.torch_models:build_cnn", "--input", "x:float32[B,3,32", "--to", "onnx"], 2,
+        ("cannot read the input spec",)),
+    Bad("unreadable tolerance", lambda f: [str(f.torch / "cnn.pt2"), "--to", "onnx", "--tolerance", "atol=abc"], 2,
+        ("cannot read the tolerance",)),
+    Bad("tolerance for no output", lambda f: [str(f.torch / "cnn.pt2"), "--to", "onnx", "--tolerance", "logitz:atol=1"], 2,
+        ("'logitz'",)),
+    Bad("dim for no symbol", lambda f: [str(f.torch / "cnn.pt2"), "--to", "onnx", "--dim", "Q=2"], 2, ("symbol Q",)),
+]
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("bad", BAD_INPUTS, ids=[b.name for b in BAD_INPUTS])
+def test_bad_input(bad: Bad, torch_files, keras_files, jax_files, tmp_path):
+    files = Files(tmp_path / "in", torch_files, keras_files, jax_files)
+    files.made.mkdir()
+    args = bad.args(files)
+    before = {**_digests(files.made), **_digests(torch_files)}
+    out = tmp_path / "out"
+    run = run_cli(*args, "--out", str(out))
+
+    assert run.returncode == bad.exit_code, run.output
+    assert "Traceback" not in run.output
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert errors, run.output
+    paragraph = errors[0]
+    for fragment in bad.says:
+        assert fragment in paragraph, paragraph
+    assert {**_digests(files.made), **_digests(torch_files)} == before, "the user's files were changed"
+    if out.exists():  # a failed export or a wrong artifact: the report, and wrong artifacts only under failed/
+        leftovers = {p.name for p in out.iterdir()} - {"report.json", FAILED_FOLDER}
+        assert not leftovers, f"left at a final path: {leftovers}"
+        assert not any(p.name.startswith((STAGING_PREFIX, LOCK_NAME)) for p in out.rglob(".*"))
+        report = load_report(out / "report.json")
+        assert report["exit_code"] == bad.exit_code and not report["passed"]
+    if bad.exit_code == 1:
+        assert "kept at" in paragraph and f"/{FAILED_FOLDER}/" in paragraph
+        assert any((out / FAILED_FOLDER).iterdir())
+
+
+class _Payload:
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {MARKER}",))
+
+
+MARKER = "/nonexistent"
+
+
+def test_a_malicious_pickle_payload_never_runs(tmp_path):
+    """torch's weights-only unpickler reads the file before anything else does; the payload's side effect never happens."""
+    global MARKER
+    marker = tmp_path / "payload-ran"
+    MARKER = str(marker)
+    import torch
+
+    evil = tmp_path / "evil.pt"
+    torch.save({"model": _Payload()}, str(evil))
+    run = run_cli(str(evil), "--input", "x:float32[B,4]", "--to", "onnx", "--out", str(tmp_path / "o"))
+    assert run.returncode == 2 and "Traceback" not in run.output, run.output
+    assert "--trust-code" in run.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "o").exists()

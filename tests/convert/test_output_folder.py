@@ -1,0 +1,62 @@
+"""The output folder: existing outputs are kept without --force; an unwritable folder or a full disk fails cleanly."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+
+
+from tests.conftest import REPO, load_report, run_cli
+
+
+def _assert_clean_user_error(run, *fragments):
+    assert run.returncode == 2, run.output
+    assert "Traceback" not in run.output
+    assert "error:" in run.stderr
+    for fragment in fragments:
+        assert fragment in run.output, run.output
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_existing_output_is_not_overwritten_without_force(torch_files, tmp_path):
+    out = tmp_path / "o"
+    first = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(out))
+    assert first.returncode == 0, first.output
+    before = _digest(out / "cnn.onnx"), _digest(out / "report.json")
+    second = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(out))
+    _assert_clean_user_error(second, "already exists", "--force")
+    assert (_digest(out / "cnn.onnx"), _digest(out / "report.json")) == before
+    third = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(out), "--force", "--seed", "3")
+    assert third.returncode == 0, third.output
+    assert load_report(out / "report.json")["options"]["seed"] == 3
+
+
+def test_unwritable_output_folder(torch_files, tmp_path):
+    blocker = tmp_path / "file-not-folder"
+    blocker.write_text("x")
+    run = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(blocker / "sub"))
+    _assert_clean_user_error(run, "output folder")
+
+
+def _file_size_limit() -> None:
+    """In the child: writes past 20 kB fail with EFBIG, as they fail with ENOSPC on a full disk (SIGXFSZ ignored)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+
+def test_a_full_disk_fails_cleanly(torch_files, tmp_path):
+    out = tmp_path / "o"
+    done = subprocess.run([sys.executable, "-m", "convert", str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--out", str(out)],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600,
+                          preexec_fn=_file_size_limit)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "there is no room to write to" in done.stderr and "choose another folder with --out" in done.stderr
+    assert not any(out.iterdir()), "no artifact, staging folder, lock or report is left behind"
