@@ -183,7 +183,8 @@ class ChildWorker:
 
     def _exchange(self, method: str, args: tuple) -> Any:
         try:
-            self._connection.send((method, args))
+            with contextlib.suppress(OSError):  # a worker that died sending is reported by _receive, with how it died
+                self._connection.send((method, args))
             reply = self._receive(method)
         except BaseException:
             self.close(kill=True)  # a timeout, a crash or an interruption: this worker is not used again

@@ -119,7 +119,11 @@ def load_calibration_data(path: Path, specs) -> list[dict[str, np.ndarray]]:
                 raise ConvertError(f"cannot read {file} as a .npy array ({exc})", CALIBRATION_HINT) from exc
         else:
             feed = load_example_inputs(file)
-        export_sizes_from_arrays(specs, feed)
+        try:
+            export_sizes_from_arrays(specs, feed)
+        except ConvertError as exc:
+            raise ConvertError(f"the calibration data {file} does not fit the model: {exc.problem.replace('example input', 'input')}",
+                               CALIBRATION_HINT) from exc
         feeds.append(feed)
     return feeds
 

@@ -13,6 +13,7 @@ import io
 import json
 import pickle
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,14 @@ def pt2_code_reasons(path: Path) -> list[str]:
     and falls back from weights_only=True to a full unpickle of the sample inputs if the former fails;
     it also loads AOTInductor shared libraries.
     """
+    try:
+        return _pt2_code_reasons(path)
+    except (ValueError, AttributeError, TypeError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
+        raise ConvertError(f"{path} is a torch.export archive that cannot be read: {type(exc).__name__}: {exc}",
+                           "The file may be truncated or corrupt: export it again with torch.export.save.") from exc
+
+
+def _pt2_code_reasons(path: Path) -> list[str]:
     torch = _torch()
     reasons: list[str] = []
     with zipfile.ZipFile(path) as archive:
