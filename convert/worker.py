@@ -179,13 +179,14 @@ class ChildWorker:
                 [sys.executable, "-c", "from convert.worker import serve; serve()", str(theirs.fileno()), str(os.getpid())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
             self._connection = Connection(os.dup(ours.fileno()))
-        self._connection.send(list(sys.path))
+        with contextlib.suppress(OSError):  # a worker that died at start is reported by the first job
+            self._connection.send(list(sys.path))
 
     def _exchange(self, method: str, args: tuple) -> Any:
         try:
             with contextlib.suppress(OSError):  # a worker that died sending is reported by _receive, with how it died
                 self._connection.send((method, args))
-            reply = self._receive(method)
+            reply = self._receive()
         except BaseException:
             self.close(kill=True)  # a timeout, a crash or an interruption: this worker is not used again
             raise
@@ -196,7 +197,7 @@ class ChildWorker:
             raise ConvertError(*payload)
         raise WorkerError(payload)
 
-    def _receive(self, method: str) -> Any:
+    def _receive(self) -> Any:
         deadline = time.monotonic() + self.timeout if self.timeout else None
         while True:
             try:

@@ -9,6 +9,7 @@ import hashlib
 import shutil
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX
-from tests.conftest import load_report, run_cli
+from tests.conftest import CliRun, load_report, run_cli
 
 X8 = ("--input", "x:float32[B,8]")
 CNN_SPEC = ("--input", "x:float32[B,3,32,32]")
@@ -171,19 +172,41 @@ BAD_INPUTS = [
 ]
 
 
-def _digests(folder: Path) -> dict[str, str]:
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+def _digests(*folders: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for folder in folders for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@dataclass
+class Outcome:
+    run: CliRun
+    out: Path
+    untouched: bool  # the case's input files and the fixture files are as they were
+
+
+@pytest.fixture(scope="module")
+def outcomes(torch_files, keras_files, jax_files, tmp_path_factory) -> dict[str, Outcome]:
+    """Every bad input through the command line, three runs at a time: each is mostly a process starting and
+    refusing, so running them side by side keeps the suite short."""
+    prepared = []
+    for bad in BAD_INPUTS:
+        root = tmp_path_factory.mktemp("bad_input")
+        files = Files(root / "in", torch_files, keras_files, jax_files)
+        files.made.mkdir()
+        prepared.append((bad, files, bad.args(files), root / "out"))
+
+    def attempt(case) -> Outcome:
+        bad, files, args, out = case
+        before = _digests(files.made, torch_files)
+        run = run_cli(*args, "--out", str(out))
+        return Outcome(run, out, _digests(files.made, torch_files) == before)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        return {case[0].name: outcome for case, outcome in zip(prepared, pool.map(attempt, prepared))}
 
 
 @pytest.mark.parametrize("bad", BAD_INPUTS, ids=[b.name for b in BAD_INPUTS])
-def test_bad_input(bad: Bad, torch_files, keras_files, jax_files, tmp_path):
-    files = Files(tmp_path / "in", torch_files, keras_files, jax_files)
-    files.made.mkdir()
-    args = bad.args(files)
-    before = {**_digests(files.made), **_digests(torch_files)}
-    out = tmp_path / "out"
-    run = run_cli(*args, "--out", str(out))
-
+def test_bad_input(bad: Bad, outcomes):
+    run, out = outcomes[bad.name].run, outcomes[bad.name].out
     assert run.returncode == bad.exit_code, run.output
     assert "Traceback" not in run.output
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
@@ -191,7 +214,7 @@ def test_bad_input(bad: Bad, torch_files, keras_files, jax_files, tmp_path):
     paragraph = errors[0]
     for fragment in bad.says:
         assert fragment in paragraph, paragraph
-    assert {**_digests(files.made), **_digests(torch_files)} == before, "the user's files were changed"
+    assert outcomes[bad.name].untouched, "the user's files were changed"
     if out.exists():  # a failed export or a wrong artifact: the report, and wrong artifacts only under failed/
         leftovers = {p.name for p in out.iterdir()} - {"report.json", FAILED_FOLDER}
         assert not leftovers, f"left at a final path: {leftovers}"
