@@ -64,6 +64,9 @@ def detect_framework(model) -> str:
                 marker = entry.meta.get("folder_marker")
                 if marker and (model / marker).is_file():
                     return entry.name
+            markers = [e.meta["folder_marker"] for e in REGISTRY.entries("source") if e.meta.get("folder_marker")]
+            raise ConvertError(f"{model} is a folder with no model in it (a SavedModel folder holds {', '.join(markers)})",
+                               "Give the model file itself, or a SavedModel folder.")
         if model.is_file():
             if detect_format(model) in _TORCH_FORMATS:
                 return "torch"

@@ -104,7 +104,7 @@ BAD_INPUTS = [
         ("safetensors", "--weights")),
     Bad("state dict as the model", lambda f: [str(f.torch / "cnn.state.pt"), "--to", "onnx"], 2, ("state dict", "--weights")),
     # directories where files are expected, files that are not there
-    Bad("empty folder as the model", lambda f: [str(f.made), "--to", "onnx"], 2, ("folder",)),
+    Bad("empty folder as the model", lambda f: [str(f.made), "--to", "onnx"], 2, ("is a folder with no model in it", "Give the model file")),
     Bad("folder as --weights", lambda f: ["fixtures.torch_models:build_cnn", "--weights", str(f.made), *CNN_SPEC, "--to", "onnx"],
         2, ("--weights",)),
     Bad("folder as --example-inputs", lambda f: [str(f.torch / "cnn.pt2"), "--example-inputs", str(f.made), "--to", "onnx"], 2,
