@@ -33,6 +33,12 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> CliRun:
     return CliRun(done.returncode, done.stdout, done.stderr)
 
 
+def convert_command(prologue: str, *args: str) -> list[str]:
+    """``python -m convert ARGS`` with Python statements run first in that process (not a preexec_fn, which is unsafe
+    in a test process that has threads)."""
+    return [sys.executable, "-c", f"{prologue}\nimport runpy\nrunpy.run_module('convert', run_name='__main__', alter_sys=True)", *args]
+
+
 def load_report(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 

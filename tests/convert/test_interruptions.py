@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,15 +16,18 @@ import pytest
 
 from convert.errors import ConvertError
 from convert.safety import LOCK_NAME, STAGING_PREFIX, Staging, sha256_files
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, convert_command, run_cli
 
 SLOW_RUN = ("--to", "onnx,torchscript,torch_export", "--benchmark", "--dim", "d0=2,1,4")
 
 
 def _start(model: Path, out: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "convert", str(model), *SLOW_RUN, "--out", str(out)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal gives it: a test runner started in the background (a shell's `&`) passes it on ignored,
+    # and Python keeps an inherited SIG_IGN
+    command = convert_command("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)",
+                              str(model), *SLOW_RUN, "--out", str(out))
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for_staging(out: Path, process: subprocess.Popen) -> None:

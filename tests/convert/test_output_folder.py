@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import resource
-import signal
 import subprocess
-import sys
 
 
-from tests.conftest import REPO, load_report, run_cli
+from tests.conftest import REPO, convert_command, load_report, run_cli
 
 
 def _assert_clean_user_error(run, *fragments):
@@ -45,17 +42,13 @@ def test_unwritable_output_folder(torch_files, tmp_path):
     _assert_clean_user_error(run, "output folder")
 
 
-def _file_size_limit() -> None:
-    """In the child: writes past 20 kB fail with EFBIG, as they fail with ENOSPC on a full disk (SIGXFSZ ignored)."""
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-
-
 def test_a_full_disk_fails_cleanly(torch_files, tmp_path):
     out = tmp_path / "o"
-    done = subprocess.run([sys.executable, "-m", "convert", str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--out", str(out)],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600,
-                          preexec_fn=_file_size_limit)
+    # writes past 20 kB fail with EFBIG, as they fail with ENOSPC on a full disk (SIGXFSZ ignored); the worker inherits it
+    limit = ("import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+             "resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))")
+    done = subprocess.run(convert_command(limit, str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--out", str(out)),
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert "there is no room to write to" in done.stderr and "choose another folder with --out" in done.stderr
