@@ -19,6 +19,7 @@ from rich.table import Table
 from convert import __version__
 from convert.errors import ConvertError
 from convert.registry import REGISTRY
+from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 EXIT_USER, EXIT_INTERNAL = 2, 3
 stderr = Console(stderr=True, highlight=False)
@@ -113,7 +114,7 @@ def _formats_help() -> str:
               help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts, "
                    "SavedModel folders, legacy .h5, .keras naming code outside Keras).")
 @click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
-@click.option("--stage-timeout", type=float, default=3600, show_default=True, metavar="SECONDS",
+@click.option("--stage-timeout", type=float, default=DEFAULT_STAGE_TIMEOUT, show_default=True, metavar="SECONDS",
               help="Stop a stage (loading, an export, a validation, a benchmark) that runs longer, and fail it; the run goes on.")
 @click.option("--no-isolation", is_flag=True,
               help="Run the framework work in this process instead of a worker process: no crash isolation and no stage "

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from convert.errors import ConvertError
+from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 Device = Literal["cpu", "cuda"]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -69,7 +70,7 @@ class Validation(_Strict):
     accuracy: list[str] = Field([], description="accuracy budgets that judge fp16 / int8 checks, as --accuracy")
     opset: int | None = Field(None, ge=1, le=100)
     calibration_data: str | None = None
-    stage_timeout: float = Field(3600, gt=0, le=7 * 24 * 3600,
+    stage_timeout: float = Field(DEFAULT_STAGE_TIMEOUT, gt=0, le=7 * 24 * 3600,
                                  description="seconds a stage may run in the worker process before it is stopped and failed")
 
     @field_validator("dims", "shape_ranges", "tolerances", "accuracy")

@@ -24,14 +24,16 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from convert.errors import ConvertError
-from convert.reports import model as rm
-from convert.sources.base import SourceInfo
 from convert.specs import SourceSignature
+
+if TYPE_CHECKING:  # kept out of start-up: the command line reads DEFAULT_STAGE_TIMEOUT from here
+    import numpy as np
+
+    from convert.reports import model as rm
+    from convert.sources.base import SourceInfo
 
 DEFAULT_STAGE_TIMEOUT = 3600.0
 _POLL_SECONDS = 0.2
