@@ -41,6 +41,8 @@ def convert(
     force: bool = False,
     stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT,
     isolate: bool = True,
+    cache: bool = True,
+    cache_dir: str | Path | None = None,
 ) -> ConversionResult:
     """Export ``model`` to every format in ``to`` and validate each artifact against it.
 
@@ -54,7 +56,10 @@ def convert(
     budgets; ``benchmark`` measures the source and every artifact that passed. Without ``out`` the artifacts go to a
     new temporary folder. A model given by path or ``module:callable`` is loaded, exported, validated and benchmarked in
     a worker process (``isolate``): a crash there fails that stage only, and a stage running past ``stage_timeout``
-    seconds (None: no limit) is stopped and failed; a model given as a Python object stays in this process. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
+    seconds (None: no limit) is stopped and failed; a model given as a Python object stays in this process. With ``cache``,
+    the stages of a model file (.pt2, TorchScript, SavedModel, .keras) whose content, options and libraries are unchanged
+    reuse their cached results from ``cache_dir`` (default: $CONVERT_CACHE_DIR, else ~/.cache/convert); ``report.cache``
+    says what was reused. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
     exception: check ``result.passed``.
     """
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
@@ -64,7 +69,8 @@ def convert(
         tolerances=tuple(tolerance), samples=samples, seed=seed, trust_code=trust_code, force=force,
         optimize=_names(optimize), calibration_data=Path(calibration_data) if calibration_data else None,
         accuracy=tuple(accuracy), shape_ranges=tuple(shape_ranges), benchmark=benchmark, threads=threads,
-        benchmark_batch=benchmark_batch, stage_timeout=stage_timeout, isolate=isolate,
+        benchmark_batch=benchmark_batch, stage_timeout=stage_timeout, isolate=isolate, cache=cache,
+        cache_dir=Path(cache_dir) if cache_dir is not None else None,
     )
     return run(request)
 

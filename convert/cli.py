@@ -66,6 +66,16 @@ def main() -> None:
     """
 
 
+def _cache_options(command):
+    """--cache-dir and --no-cache, shared by every command that runs the pipeline."""
+    command = click.option("--no-cache", is_flag=True,
+                           help="Run every stage even when an unchanged model, options and libraries have a cached result "
+                                "(also: CONVERT_NO_CACHE=1).")(command)
+    return click.option("--cache-dir", type=click.Path(path_type=Path), default=None, metavar="FOLDER",
+                        help="Where cached artifacts and validation results live (default: $CONVERT_CACHE_DIR, else "
+                             "~/.cache/convert; deleting it is always safe).")(command)
+
+
 def _formats_help() -> str:
     return ", ".join(REGISTRY.target_formats())
 
@@ -119,12 +129,13 @@ def _formats_help() -> str:
 @click.option("--no-isolation", is_flag=True,
               help="Run the framework work in this process instead of a worker process: no crash isolation and no stage "
                    "timeout (for debuggers and profilers).")
+@_cache_options
 @click.option("--report-json", type=click.Path(path_type=Path), default=None,
               help="Where to write the JSON report (default: OUT/report.json).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
 def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, optimize, calibration_data, accuracy,
                    shape_ranges, benchmark, threads, benchmark_batch, opset, tolerances, samples,
-                   seed, trust_code, force, stage_timeout, no_isolation, report_json, quiet):
+                   seed, trust_code, force, stage_timeout, no_isolation, cache_dir, no_cache, report_json, quiet):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
     MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder,
@@ -137,8 +148,8 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
         example_inputs=example_inputs, dims=dims, optimize=tuple(optimize.split(",")) if optimize else (),
         calibration_data=calibration_data, accuracy=accuracy, shape_ranges=shape_ranges, benchmark=benchmark, threads=threads,
         benchmark_batch=benchmark_batch, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
-        trust_code=trust_code, force=force, stage_timeout=stage_timeout, isolate=not no_isolation, report_json=report_json,
-        command=shlex.join(["convert", *sys.argv[1:]]),
+        trust_code=trust_code, force=force, stage_timeout=stage_timeout, isolate=not no_isolation, cache=not no_cache,
+        cache_dir=cache_dir, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
     )
     stdout = Console(highlight=False)
     result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
@@ -178,8 +189,9 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
 @click.option("--mlflow", "log_mlflow", is_flag=True,
               help="Log the verdict, metrics, report and artifacts as a run to the MLflow tracking URI in effect.")
 @click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
+@_cache_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the decision, its reasons and errors.")
-def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force, quiet):
+def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force, cache_dir, no_cache, quiet):
     """Run the conversion a promotion POLICY (YAML) describes and judge the model against it.
 
     \b
@@ -191,7 +203,8 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
     from convert.reports.model import Report
 
     verdict = _guarded(lambda: gate(policy, baseline=baseline, out=out, force=force, html=html, markdown=markdown, junit=junit,
-                                    mlflow=log_mlflow, progress=None if quiet else _ConsoleProgress(),
+                                    mlflow=log_mlflow, cache=not no_cache, cache_dir=cache_dir,
+                                    progress=None if quiet else _ConsoleProgress(),
                                     command=shlex.join(["convert", *sys.argv[1:]])))
     stdout = Console(highlight=False)
 
@@ -250,7 +263,8 @@ class _ConsoleProgress:
 
     def finished(self, stage, detail: str = "") -> None:
         mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
-        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s)" + (f" [dim]{escape(stage.reason)}[/]" if stage.status == "skipped" else ""), soft_wrap=True)
+        note = f" [dim]{escape(stage.reason)}[/]" if stage.status == "skipped" else " [dim]reused from the cache[/]" if stage.reused else ""
+        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s){note}", soft_wrap=True)
 
 
 def _failed_validation(artifact, report_path: str) -> str:

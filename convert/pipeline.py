@@ -30,6 +30,7 @@ import numpy as np
 from convert import __version__
 from convert.artifacts import Artifact
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_benchmark
+from convert.cache import OPTIMIZER_PACKAGES, Lookup, RunCache, artifact_data, cached_artifact
 from convert.devices import ALL_DEVICES, absent_reason, cuda_gpus, present_devices
 from convert.errors import ConvertError, require
 from convert.exporters.base import ExportJob
@@ -73,6 +74,8 @@ class ConvertRequest:
     force: bool = False
     stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT  # seconds per stage in the worker process; None: no limit
     isolate: bool = True  # False: the framework work runs in this process (for debuggers and profilers)
+    cache: bool = True  # reuse the results of unchanged stages (convert/cache.py)
+    cache_dir: Path | None = None  # default: $CONVERT_CACHE_DIR, else ~/.cache/convert
     report_json: Path | None = None
     command: str = ""
     judge: Callable[[rm.Report, Path], rm.Verdict] | None = None  # the gate's verdict, written into the report
@@ -107,6 +110,7 @@ class _Case:
     feeds: list[dict[str, np.ndarray]] = field(default_factory=list)
     references: list[dict[str, np.ndarray]] = field(default_factory=list)
     source_error: str = ""
+    reused: bool = False  # its references came from the cache
 
 
 class _Stages:
@@ -171,16 +175,19 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     source_request = SourceRequest(model=request.model, framework=request.framework,
                                    weights=Path(request.weights) if request.weights else None, params=request.params,
                                    inputs=specs, example_inputs=example, trust_code=request.trust_code)
+    cache = RunCache.open(Path(request.cache_dir) if request.cache_dir else None, request.cache)
+    report.cache = cache.record
     worker = start_worker(source_request, request.stage_timeout, request.isolate)
     report.isolation = worker.isolation
     try:
         with stages.run("load") as stage:
             source = _setup_job(worker, stage, "load", source_request)
         report.source = _source_record(source)
+        cache.attach(source, request.trust_code)
         exporters = {t: _exporter_for(t, source.info.framework) for t in targets}
 
         with stages.run("reference") as stage:
-            cases = _reference(source, worker, stage, dim_sizes, request, policy)
+            cases = _reference(source, worker, stage, dim_sizes, request, policy, cache)
         report.source.outputs = list(source.signature.outputs)
         report.source.inputs = [str(s) for s in source.signature.inputs]
         # checked before anything is written: bad calibration data must not leave exported artifacts behind
@@ -196,13 +203,15 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             with stages.run(f"export:{target}") as stage:
                 job = ExportJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
                                 dim_ranges=source.dim_ranges)
-                artifact = _recorded(_export_job(worker, stage, "export", exporters[target], job), record, stage)
+                lookup = cache.find(stage.name, cache.source_packages, exporters[target], stem, request.opset, export_feed,
+                                    source.dim_ranges)
+                artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "export", exporters[target], job), record, stage)
             if artifact is not None:
-                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker)
+                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache)
         candidates: dict[str, Artifact] = {}
         for name in optimizations:
             _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request,
-                      report, stages, ranges, candidates if auto else None, worker)
+                      report, stages, ranges, candidates if auto else None, worker, cache)
         if request.benchmark or auto:
             plan = plan_benchmark(source.signature, cases[0].shape.sizes, export_feed, settings, request.seed)
             _benchmark(worker, report, artifacts, candidates, plan, settings, stages)
@@ -248,6 +257,21 @@ def _export_job(worker, stage: rm.Stage, method: str, name: str, job):
         return ExportOutcome(None, [Attempt(name, "failed", time.perf_counter() - started, _crashed(stage, exc))])
 
 
+def _made(worker, stage: rm.Stage, cache: RunCache, lookup: Lookup, folder: Path, method: str, name: str, job):
+    """An export or optimization: from the cache when its entry is there and trusted, else made and then cached."""
+    from convert.exporters.base import Attempt, ExportOutcome
+
+    if lookup.hit is not None:
+        stage.reused = True
+        attempts = [Attempt(**attempt) for attempt in lookup.hit.data["attempts"]]
+        return ExportOutcome(cached_artifact(lookup.hit, folder), attempts)
+    outcome = _export_job(worker, stage, method, name, job)
+    if outcome.artifact is not None:
+        cache.keep(lookup, {**artifact_data(outcome.artifact), "attempts": [a.__dict__ for a in outcome.attempts]},
+                   outcome.artifact.files)
+    return outcome
+
+
 def _crashed(stage: rm.Stage, exc: StageCrashed) -> str:
     """Mark the stage failed by a worker crash or timeout; the message."""
     stage.status, stage.signal, stage.timed_out = "failed", exc.signal, exc.timed_out
@@ -269,7 +293,7 @@ def _write_report(path: Path, report: rm.Report) -> None:
 def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, export_feed, calibration, cases,
               policy: TolerancePolicy, staging: Staging, out_dir: Path, stem: str, request: ConvertRequest,
               report: rm.Report, stages: _Stages, ranges: dict[str, tuple[int, int, int]],
-              candidates: dict[str, Artifact] | None, worker) -> None:
+              candidates: dict[str, Artifact] | None, worker, cache: RunCache) -> None:
     """One --optimize pass from the validated artifact it takes; the result is validated like any artifact.
 
     With ``candidates`` (--optimize auto) the validated artifact stays staged there until one is chosen."""
@@ -294,13 +318,14 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
         record.derived_from = str(base.path)
         job = OptimizeJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
                           base=base, calibration=calibration, shape_ranges=ranges)
-        artifact = _recorded(_export_job(worker, stage, "optimize", name, job), record, stage)
+        lookup = cache.find(stage.name, OPTIMIZER_PACKAGES, name, stem, base.sha256, request.opset, export_feed, calibration, ranges)
+        artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "optimize", name, job), record, stage)
     if artifact is None:
         return
     if candidates is None:
-        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker)
+        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache)
     else:
-        _validate(name, artifact, record, cases, policy, stages, worker)
+        _validate(name, artifact, record, cases, policy, stages, worker, cache)
         candidates[name] = artifact
     if calibration and entry.meta.get("calibrated"):
         report.calibration = getattr(calibration, "origin", "")
@@ -408,19 +433,20 @@ def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact |
 
 
 def _validate_and_publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
-                          staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages, worker) -> None:
+                          staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages, worker,
+                          cache: RunCache) -> None:
     """Validate a staged artifact, then move it into place and record where it went."""
-    _validate(key, artifact, record, cases, policy, stages, worker)
+    _validate(key, artifact, record, cases, policy, stages, worker, cache)
     _publish(key, artifact, record, staging, out_dir, artifacts)
 
 
 def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy, stages: _Stages,
-              worker) -> None:
-    with stages.run(f"validate:{key}") as stage:
-        record.checks = validate_artifact(worker, stage, artifact, cases, policy)
-    artifact.sha256 = sha256_files(artifact.files)
+              worker, cache: RunCache) -> None:
+    artifact.sha256 = sha256_files(artifact.files)  # before validation: the cache keys its results on it
     artifact.size_bytes = size_of(artifact.files)
     record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
+    with stages.run(f"validate:{key}") as stage:
+        record.checks = validate_artifact(worker, stage, artifact, cases, policy, cache)
     record.passed = _artifact_passed(record)
 
 
@@ -460,10 +486,12 @@ def _calibration_feeds(source: SourceSummary, cases, request: ConvertRequest) ->
     return feeds
 
 
-def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_Case], policy: TolerancePolicy) -> list[rm.Check]:
+def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_Case], policy: TolerancePolicy,
+                      cache: RunCache) -> list[rm.Check]:
     """Every runtime that can run the artifact × every device × every shape case; a runtime that crashes the
-    worker fails its checks on that device, and the others still run."""
+    worker fails its checks on that device, and the others still run. Each runtime × device is cached on its own."""
     checks: list[rm.Check] = []
+    jobs = reused = 0
     for entry in REGISTRY.entries("runtime", formats=artifact.format):
         runner_class = entry.load()
         for device in ALL_DEVICES:
@@ -472,10 +500,22 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
                                        reason=runner_class.unavailable_reason(device),
                                        device_unsupported=runner_class.never_runs_on(device)))
                 continue
+            jobs += 1
+            lookup = cache.find(f"{stage.name} {entry.name} {device}", (entry.meta["package"], "numpy"), artifact.sha256,
+                                artifact_data(artifact), entry.name, device, cuda_gpus() if device != "cpu" else [],
+                                cache.cases_digest(cases), policy.given)
+            if lookup.hit is not None:
+                checks += [rm.Check.model_validate(check) for check in lookup.hit.data["checks"]]
+                reused += 1
+                continue
             try:
-                checks += worker.call("validate", artifact, entry.name, device, cases, policy)
+                found = worker.call("validate", artifact, entry.name, device, cases, policy)
             except StageCrashed as exc:
                 checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed", reason=_crashed(stage, exc)))
+                continue
+            checks += found
+            cache.keep(lookup, {"checks": [check.model_dump() for check in found]})
+    stage.reused = jobs > 0 and reused == jobs
     if not checks:
         checks.append(rm.Check(runtime="-", device="-", shape="*", status="skipped",
                                reason=f"no runtime is registered for {artifact.format}"))
@@ -483,7 +523,7 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
 
 
 def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, request: ConvertRequest,
-               policy: TolerancePolicy) -> list[_Case]:
+               policy: TolerancePolicy, cache: RunCache) -> list[_Case]:
     """Inputs for every shape case and the source's own outputs for them, computed once."""
     signature = source.signature
     unknown = [s for s in dim_sizes if s not in signature.symbols]
@@ -496,11 +536,18 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
         case = _Case(shape)
         feeds = [source.example_feed if index == 0 and sample == 0 and source.example_feed is not None
                  else generate_feed(signature.inputs, shape.sizes, sample, request.seed) for sample in range(request.samples)]
-        try:
-            case.references, error = worker.call("reference", feeds)
-        except StageCrashed as exc:
-            raise ConvertError(f"{_crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
-                               "Run the model on such inputs in a Python shell to see the crash; check the --input specs.") from None
+        lookup = cache.find(f"reference {shape.describe()}", cache.source_packages, feeds)
+        if lookup.hit is not None:
+            case.references, error, case.reused = _cached_references(lookup), lookup.hit.data["error"], True
+        else:
+            try:
+                case.references, error = worker.call("reference", feeds)
+            except StageCrashed as exc:
+                raise ConvertError(f"{_crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
+                                   "Run the model on such inputs in a Python shell to see the crash; check the --input specs.") from None
+            cache.keep(lookup, {"error": error, "outputs": [list(outputs) for outputs in case.references]},
+                       arrays={f"{sample}/{name}": value for sample, outputs in enumerate(case.references)
+                               for name, value in outputs.items()})
         case.feeds = feeds[:len(case.references)]
         if error and index == 0:
             raise ConvertError(
@@ -508,6 +555,7 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
                 "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).")
         case.source_error = error
         cases.append(case)
+    stage.reused = all(case.reused for case in cases)
     outputs = tuple(cases[0].references[0])
     if not outputs:
         raise ConvertError("the model returns no tensors", "Return at least one tensor from the model.")
@@ -518,6 +566,11 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
         raise ConvertError(f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
                            f"The model's outputs are: {', '.join(outputs)}.")
     return cases
+
+
+def _cached_references(lookup: Lookup) -> list[dict[str, np.ndarray]]:
+    arrays = lookup.hit.arrays()
+    return [{name: arrays[f"{sample}/{name}"] for name in names} for sample, names in enumerate(lookup.hit.data["outputs"])]
 
 
 def _check_targets(targets) -> list[str]:
@@ -611,7 +664,7 @@ def _options(request: ConvertRequest, targets: list[str]) -> dict:
             "calibration_data": str(request.calibration_data) if request.calibration_data else None,
             "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
             "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,
-            "stage_timeout": request.stage_timeout, "isolate": request.isolate,
+            "stage_timeout": request.stage_timeout, "isolate": request.isolate, "cache": request.cache,
             "inputs": list(request.inputs), "weights": str(request.weights) if request.weights else None,
             "params": str(request.params) if isinstance(request.params, (str, os.PathLike)) else None,
             "framework": request.framework}

@@ -34,11 +34,12 @@ TIMED_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughp
 def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
          force: bool = False, html: str | os.PathLike | None = None, markdown: str | os.PathLike | None = None,
          junit: str | os.PathLike | None = None, mlflow: bool = False, progress: Progress | None = None,
-         command: str = "") -> rm.Verdict:
+         command: str = "", cache: bool = True, cache_dir: str | os.PathLike | None = None) -> rm.Verdict:
     """Run the conversion a policy describes and return the verdict, written into the report as ``gate``.
 
     ``baseline`` (a report JSON) overrides the policy's ``baseline.report``; ``out`` its ``out`` folder. ``html``,
-    ``markdown`` and ``junit`` are paths to render the report to; ``mlflow`` logs it as a run. Raises
+    ``markdown`` and ``junit`` are paths to render the report to; ``mlflow`` logs it as a run; ``cache`` and
+    ``cache_dir`` as for ``convert.convert``. Raises
     ``ConvertError`` for a bad policy, baseline or model (exit code 2 on the command line)."""
     policy_model, name = load_policy(policy)
     configured = policy_model.baseline.report if policy_model.baseline else None
@@ -57,7 +58,7 @@ def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None
         verdict.report = str(report_path)
         return verdict
 
-    request.judge = verdict_of
+    request.judge, request.cache, request.cache_dir = verdict_of, cache, _path(cache_dir)
     result = run(request, progress)
     verdict = result.report.gate
     renderings = render_files(result.report, html=_path(html), markdown=_path(markdown), junit=_path(junit))

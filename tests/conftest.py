@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Every test checks the work of each stage, so the stage cache is off unless a test turns it on with its own folder
+# (tests/convert/test_cache.py); nothing is written to the user's ~/.cache either.
+os.environ["CONVERT_NO_CACHE"] = "1"
 
 
 @dataclass
@@ -25,9 +28,9 @@ class CliRun:
         return self.stdout + self.stderr
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> CliRun:
-    """Run the real command line (python -m convert) in a child process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict[str, str] | None = None) -> CliRun:
+    """Run the real command line (python -m convert) in a child process (``env`` adds to or overrides the environment)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     done = subprocess.run([sys.executable, "-m", "convert", *args], cwd=cwd or REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
     return CliRun(done.returncode, done.stdout, done.stderr)

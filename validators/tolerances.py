@@ -76,6 +76,7 @@ class TolerancePolicy:
     """Default tolerance and accuracy budget per precision, with overrides for all outputs or for one by name."""
 
     def __init__(self, overrides: list[str] | tuple[str, ...] = (), accuracy: list[str] | tuple[str, ...] = ()):
+        self.given = (tuple(overrides), tuple(accuracy))  # what the user asked for (the stage cache keys on it)
         self._tolerances = _Overrides(overrides, _parse_override, "--tolerance")
         self._budgets = _Overrides(accuracy, parse_budget, "--accuracy")
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from validators.compare import ERROR_HISTOGRAM_EDGES
 
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 
 
 class OutputMetrics(BaseModel):
@@ -129,6 +129,22 @@ class Stage(BaseModel):
     reason: str = ""
     signal: str | None = Field(None, description="the signal that killed the worker process during this stage, e.g. SIGSEGV")
     timed_out: bool = Field(False, description="the stage ran past the stage timeout and its worker process was stopped")
+    reused: bool = Field(False, description="every job of this stage was served from the cache (cache.reused lists each)")
+
+
+class CacheRebuild(BaseModel):
+    stage: str
+    reason: str = Field(description="why the cached entry was not trusted: partial, a file changed, other library versions")
+
+
+class CacheRecord(BaseModel):
+    """What the stage cache gave this run."""
+
+    folder: str | None = None
+    used: bool = False
+    reason: str = Field("", description="why the cache was not used, when it was not")
+    reused: list[str] = Field([], description="stage jobs served from the cache, e.g. 'export:onnx', 'validate:onnx onnxruntime cpu'")
+    rebuilt: list[CacheRebuild] = Field([], description="cached entries that could not be trusted, so the job ran again")
 
 
 class SourceRecord(BaseModel):
@@ -240,6 +256,7 @@ class Report(BaseModel):
     environment: Environment
     options: dict = {}
     calibration: str = Field("", description="where the calibration feeds of INT8 passes came from")
+    cache: CacheRecord = CacheRecord()
     stages: list[Stage] = []
     artifacts: list[ArtifactRecord] = []
     source_benchmark: list[Benchmark] = Field([], description="the source framework's own run, measured like the artifacts")

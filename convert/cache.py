@@ -1,0 +1,296 @@
+"""The stage cache: an unchanged model, options and environment reuse artifacts and validation results.
+
+Each entry is keyed by a sha256 over what its stage reads: the content hash of the model file, of the artifact it
+starts from, of the feeds and reference outputs, and the options that change its result; a change there gives a new
+key, so exactly the stages downstream of it run again. An entry also records the versions of the libraries that made
+it and the sha256 of each of its files. An entry that cannot be trusted (a partial entry, a file changed since, other
+library versions) is rebuilt, never used, and the report says why.
+
+Entries are written to a temporary folder and renamed into place: a run that dies while writing leaves no entry.
+Files are hard-linked between the cache and the run's staging folder where both are on one file system (copied
+otherwise), so a cached 3 GB artifact costs no second 3 GB; an artifact edited in place changes the cached copy too,
+which its sha256 then refuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from convert import __version__
+from convert.safety import sha256_file
+
+LAYOUT = "v1"  # the entry layout; a new layout ignores the old entries
+ENTRY_FILE = "entry.json"
+ARRAYS_FILE = "arrays.npz"
+ABANDONED_SECONDS = 24 * 3600
+
+# Libraries whose version a stage's result depends on, beyond convert and Python: a new version of one of them
+# rebuilds that stage's entries, and only those.
+FRAMEWORK_PACKAGES = {"torch": ("numpy", "torch", "onnx", "onnxscript"),
+                      "keras": ("numpy", "tensorflow", "keras", "tf2onnx", "onnx"),
+                      "jax": ("numpy", "jax", "jaxlib", "flax", "equinox", "jax2onnx", "tensorflow", "onnx")}
+OPTIMIZER_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxslim", "openvino", "nncf", "tensorrt")
+# Model kinds whose file holds all of the model's code: a pickled module or a module:callable factory runs code from
+# Python files that can change while the model file does not, so their results are not cached.
+SELF_CONTAINED_KINDS = ("pt2", "torchscript", "savedmodel", "keras")
+
+
+def default_folder() -> Path:
+    """$CONVERT_CACHE_DIR, else $XDG_CACHE_HOME/convert, else ~/.cache/convert."""
+    if os.environ.get("CONVERT_CACHE_DIR"):
+        return Path(os.environ["CONVERT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "convert"
+
+
+def digest(*parts: Any) -> str:
+    """A sha256 over JSON-able parts (NumPy arrays by dtype, shape and bytes)."""
+    hasher = hashlib.sha256()
+    _feed(hasher, parts)
+    return hasher.hexdigest()
+
+
+def _feed(hasher, value: Any) -> None:
+    if isinstance(value, np.ndarray):
+        hasher.update(f"array:{value.dtype.str}:{value.shape}:".encode())
+        hasher.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        hasher.update(b"{")
+        for key in sorted(value, key=str):
+            hasher.update(json.dumps(str(key)).encode() + b":")
+            _feed(hasher, value[key])
+        hasher.update(b"}")
+    elif isinstance(value, (list, tuple)):
+        hasher.update(b"[")
+        for item in value:
+            _feed(hasher, item)
+            hasher.update(b",")
+        hasher.update(b"]")
+    else:
+        hasher.update(json.dumps(value if isinstance(value, (str, int, float, bool, type(None))) else str(value)).encode())
+
+
+def environment(packages: tuple[str, ...]) -> dict[str, str]:
+    """The versions a stage's entry is made with: convert, Python and the stage's libraries."""
+    from convert.doctor import package_version
+
+    return {"convert": __version__, "python": sys.version.split()[0], **{name: package_version(name) for name in packages}}
+
+
+@dataclass
+class Hit:
+    data: dict
+    folder: Path  # the entry's folder: its files are under files/
+
+    def files(self) -> list[Path]:
+        return [self.folder / "files" / name for name in self.data["_files"]]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        with np.load(self.folder / ARRAYS_FILE, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+
+
+@dataclass
+class Miss:
+    rebuilt: str = ""  # why an entry that exists was not used; "" when there is none
+
+
+class StageCache:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.root = self.folder / LAYOUT
+
+    def lookup(self, key: str, packages: tuple[str, ...]) -> Hit | Miss:
+        """The entry for ``key`` when every check passes, else a Miss that says why an existing entry was not used."""
+        entry = self._entry(key)
+        if not entry.exists():
+            return Miss()
+        try:
+            recorded = json.loads((entry / ENTRY_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return Miss("a partial entry (its entry.json is missing)")
+        except (OSError, ValueError) as exc:
+            return Miss(f"its entry.json cannot be read ({exc})")
+        if recorded.get("key") != key:
+            return Miss("its entry.json belongs to another key")
+        now = environment(packages)
+        changed = [f"{name} {recorded['environment'].get(name, '-')} → {version}" for name, version in now.items()
+                   if recorded.get("environment", {}).get(name) != version]
+        if changed:
+            return Miss(f"made with other library versions ({', '.join(changed)})")
+        for name, sha256 in {**recorded["files"], **({ARRAYS_FILE: recorded["arrays"]} if recorded.get("arrays") else {})}.items():
+            path = entry / ("" if name == ARRAYS_FILE else "files") / name
+            if not path.exists():
+                return Miss(f"its file {name} is missing")
+            if _sha256(path) != sha256:
+                return Miss(f"its file {name} changed since it was cached")
+        return Hit(data={**recorded["data"], "_files": list(recorded["files"])}, folder=entry)
+
+    def store(self, key: str, packages: tuple[str, ...], data: dict, files: list[Path] = (),
+              arrays: dict[str, np.ndarray] | None = None) -> None:
+        """Write an entry (replacing one that was not trusted); a cache that cannot be written is skipped, not fatal."""
+        staging = None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._remove_abandoned()
+            staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=self.root))
+            (staging / "files").mkdir()
+            for path in files:
+                link_or_copy(path, staging / "files" / path.name)
+            recorded = {"key": key, "environment": environment(packages), "data": data,
+                        "files": {path.name: _sha256(staging / "files" / path.name) for path in files}}
+            if arrays is not None:
+                np.savez(staging / ARRAYS_FILE, **arrays)
+                recorded["arrays"] = _sha256(staging / ARRAYS_FILE)
+            (staging / ENTRY_FILE).write_text(json.dumps(recorded, indent=1), encoding="utf-8")  # last: marks it complete
+            final = self._entry(key)
+            final.parent.mkdir(exist_ok=True)
+            if final.exists():  # the entry this one replaces: moved aside, then removed
+                old = Path(tempfile.mkdtemp(prefix=".replaced-", dir=self.root))
+                os.replace(final, old / "entry")
+                shutil.rmtree(old, ignore_errors=True)
+            os.replace(staging, final)
+            staging = None
+        except OSError:
+            pass  # a full or read-only cache costs the next run time, not this run its result
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _entry(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def _remove_abandoned(self) -> None:
+        """Temporary folders of runs killed while writing an entry, a day or more ago (a live run's are newer)."""
+        import time
+
+        for folder in self.root.glob(".writing-*"):
+            with contextlib.suppress(OSError):
+                if time.time() - folder.stat().st_mtime > ABANDONED_SECONDS:
+                    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sha256(path: Path) -> str:
+    from convert.safety import sha256_files
+
+    return sha256_files([path]) if path.is_dir() else sha256_file(path)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Hard-link a file (or every file of a folder) where the file system allows it, else copy."""
+    if source.is_dir():
+        shutil.copytree(source, target, copy_function=_link_or_copy_file)
+    else:
+        _link_or_copy_file(source, target)
+
+
+def _link_or_copy_file(source, target) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+        shutil.copy2(source, target)
+
+
+@dataclass
+class Lookup:
+    """One stage's place in the cache: its key (None when the cache is off for this run) and the entry, if trusted."""
+
+    key: str | None
+    packages: tuple[str, ...] = ()
+    hit: Hit | None = None
+
+
+class RunCache:
+    """The cache as one run uses it: the keys of its stages, and what it reused and rebuilt, for the report."""
+
+    def __init__(self, store: StageCache | None, reason: str = ""):
+        from convert.reports import model as rm
+
+        self.store = store
+        self.record = rm.CacheRecord(folder=str(store.folder) if store else None, used=store is not None, reason=reason)
+        self.source_key: str | None = None
+        self.source_packages: tuple[str, ...] = ()
+        self._cases: tuple[int, str] | None = None
+
+    @classmethod
+    def open(cls, folder: Path | None, enabled: bool) -> "RunCache":
+        if not enabled:
+            return cls(None, "turned off (--no-cache)")
+        if os.environ.get("CONVERT_NO_CACHE", "").lower() not in ("", "0", "false", "no"):
+            return cls(None, "turned off (CONVERT_NO_CACHE is set)")
+        return cls(StageCache(folder or default_folder()))
+
+    def attach(self, source, trust_code: bool) -> None:
+        """Key the run on the model file's content; a model whose code lives outside its file turns the cache off."""
+        info = source.info
+        if self.store is None:
+            return
+        if info.kind not in SELF_CONTAINED_KINDS or not info.sha256 or (info.kind == "keras" and trust_code):
+            self.store, self.record.used = None, False
+            self.record.folder = None
+            self.record.reason = (f"not used for a {info.kind} model: its code lives in Python files that can change while "
+                                  "the model file does not (a .pt2, TorchScript, SavedModel or .keras file holds all of it)")
+            return
+        self.source_key = digest("source", info.framework, info.kind, info.sha256, [str(s) for s in source.signature.inputs],
+                                 source.export_sizes, source.dim_ranges, source.example_feed, trust_code)
+        self.source_packages = FRAMEWORK_PACKAGES.get(info.framework, ("numpy",))
+
+    def find(self, label: str, packages: tuple[str, ...], *parts: Any) -> Lookup:
+        """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``."""
+        if self.store is None or self.source_key is None:
+            return Lookup(None)
+        key = digest(label.split(" ")[0].partition(":")[0], self.source_key, *parts)
+        found = self.store.lookup(key, packages)
+        if isinstance(found, Hit):
+            self.record.reused.append(label)
+            return Lookup(key, packages, found)
+        if found.rebuilt:
+            from convert.reports import model as rm
+
+            self.record.rebuilt.append(rm.CacheRebuild(stage=label, reason=found.rebuilt))
+        return Lookup(key, packages)
+
+    def keep(self, lookup: Lookup, data: dict, files: list[Path] = (), arrays: dict[str, np.ndarray] | None = None) -> None:
+        if lookup.key is not None and self.store is not None:
+            self.store.store(lookup.key, lookup.packages, data, files, arrays)
+
+    def cases_digest(self, cases) -> str:
+        """The inputs and reference outputs every validation compares against, hashed once per run."""
+        if self._cases is None or self._cases[0] != id(cases):
+            self._cases = (id(cases), digest([(c.shape.sizes, c.feeds, c.references, c.source_error) for c in cases]))
+        return self._cases[1]
+
+
+def artifact_data(artifact) -> dict:
+    """What an export or optimization entry records about its artifact, besides its files."""
+    return {"format": artifact.format, "path": artifact.path.name, "precision": artifact.precision,
+            "files": [f.name for f in artifact.files], "exporter": artifact.exporter, "strategy": artifact.strategy,
+            "inputs": [str(s) for s in artifact.inputs], "output_names": list(artifact.output_names),
+            "fixed_shape_reason": artifact.fixed_shape_reason, "dim_bounds": {k: list(v) for k, v in artifact.dim_bounds.items()}}
+
+
+def cached_artifact(hit: Hit, folder: Path):
+    """The entry's artifact, its files linked (or copied) into ``folder``."""
+    from convert.artifacts import Artifact
+    from convert.specs import parse_input_spec
+
+    data = hit.data
+    for path in hit.files():
+        link_or_copy(path, folder / path.name)
+    return Artifact(format=data["format"], path=folder / data["path"], precision=data["precision"],
+                    files=[folder / name for name in data["files"]], exporter=data["exporter"], strategy=data["strategy"],
+                    inputs=tuple(parse_input_spec(s) for s in data["inputs"]), output_names=tuple(data["output_names"]),
+                    fixed_shape_reason=data["fixed_shape_reason"], dim_bounds={k: tuple(v) for k, v in data["dim_bounds"].items()})
