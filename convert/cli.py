@@ -58,10 +58,13 @@ def main() -> None:
       convert model.pt2 --to onnx --optimize trt:fp16 --shape-range "B=1..8..32"
       convert model.pt2 --to onnx,torchscript --benchmark --threads 2
       convert gate promotion.yaml --baseline reports/last-promoted.json --junit out/junit.xml --markdown "$GITHUB_STEP_SUMMARY"
+      convert batch zoo.yaml --workers 2
+      convert batch zoo.yaml --engine ray --address auto
       convert report out/report.json --html out/report.html
       convert doctor
 
-    Run 'convert export --help' for every option of the default command, 'convert gate --help' for the promotion gate.
+    Run 'convert export --help' for every option of the default command, 'convert gate --help' for the promotion gate,
+    'convert batch --help' for many models at once.
     Exit codes: 0 all checks passed, 1 a validation failed, 2 bad input or options, 3 internal error.
     """
 
@@ -215,6 +218,55 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
 
     _guarded(show)  # a failure to print must not exit 1, which means 'rejected'
     sys.exit(verdict.exit_code)
+
+
+@main.command("batch")
+@click.argument("manifest", type=click.Path(path_type=Path))
+@click.option("--workers", type=int, default=1, show_default=True,
+              help="Models converted at a time on this machine (each in its own process; local engine).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Run the models as processes here, or as Ray tasks (pip install 'model-convert[ray]').")
+@click.option("--address", default=None, metavar="ADDRESS",
+              help="The Ray cluster to run on ('auto': the one 'ray start' started here); default: a new local instance.")
+@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
+              help="The batch's folder: OUT/NAME/ per model and OUT/summary.json (overrides the manifest's out).")
+@click.option("--force", is_flag=True, help="Replace the summary and the models' artifacts and reports.")
+@_cache_options
+@click.option("--quiet", "-q", is_flag=True, help="Print only the summary line and errors.")
+def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_cache, quiet):
+    """Convert and gate every model of a MANIFEST (YAML: the promotion policy's keys per model), one report each and a
+    summary. A model that fails, is rejected or crashes does not stop the others.
+
+    \b
+    Exit codes: 0 every model promoted; 1 a model was rejected, failed or crashed (the summary says which and why);
+    2 bad manifest or options (nothing ran); 3 internal error; 130 interrupted.
+    """
+    from convert.batch import run_batch
+
+    stdout = Console(highlight=False)
+
+    def finished(outcome) -> None:
+        if not quiet:
+            mark = "[green]✓[/]" if outcome.passed else "[red]✗[/]"
+            reason = f" [dim]{escape(outcome.reasons[0])}[/]" if outcome.reasons else ""
+            stderr.print(f"{mark} {escape(outcome.name)} {outcome.status} ({outcome.seconds:.1f} s){reason}", soft_wrap=True)
+
+    summary, path = _guarded(lambda: run_batch(manifest, out=out, workers=workers, engine=engine, address=address, force=force,
+                                               cache=not no_cache, cache_dir=cache_dir,
+                                               command=shlex.join(["convert", *sys.argv[1:]]), finished=finished))
+    if not quiet:
+        table = Table(title=f"Batch: {len(summary.models)} models on {summary.engine}")
+        for column in ("model", "status", "seconds", "reused", "reason", "report"):
+            table.add_column(column, overflow="fold")
+        for outcome in summary.models:
+            color = "green" if outcome.passed else "red"
+            table.add_row(escape(outcome.name), f"[{color}]{outcome.status}[/]", f"{outcome.seconds:.1f}", str(outcome.reused),
+                          escape(outcome.reasons[0] if outcome.reasons else ""), escape(outcome.report or outcome.log))
+        stdout.print(table)
+    promoted = sum(o.passed for o in summary.models)
+    stdout.print(f"{'PASSED' if summary.passed else 'FAILED'}: {promoted} of {len(summary.models)} models promoted "
+                 f"(exit code {summary.exit_code}); summary: {escape(str(path))}")
+    sys.exit(summary.exit_code)
 
 
 @main.command("report")

@@ -156,25 +156,7 @@ def load_policy(source: str | os.PathLike | dict) -> tuple[Policy, str]:
         return _validated(source, {}, "the policy"), "<dict>"
     path = Path(source)
     name = str(path)
-    if not path.is_file():
-        raise ConvertError(f"the policy file {name} does not exist" if not path.exists() else f"the policy {name} is not a file",
-                           "Pass the path of a promotion policy YAML file (see 'Promotion gate' in the README).")
-    try:
-        text = path.read_text(encoding="utf-8")
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        lines = _lines(node, name)
-        data = yaml.safe_load(text)
-    except UnicodeDecodeError:
-        raise ConvertError(f"the policy {name} is not UTF-8 text", "Save it as a UTF-8 YAML file.") from None
-    except OSError as exc:
-        raise ConvertError(f"cannot read the policy {name}: {exc.strerror or exc}", "Check that the file is readable.") from None
-    except RecursionError:
-        raise ConvertError(f"{name} nests too deeply (or an alias refers to itself)", "Write the policy as plain mappings and lists.") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConvertError(f"{name}{where}: not valid YAML: {problem}", "Fix the YAML syntax there.") from None
+    data, lines = read_yaml(path, "policy", "promotion policy YAML file (see 'Promotion gate' in the README)")
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
         raise ConvertError(f"{name}: a policy is a mapping of keys (model, require, budgets, ...); this one is {what}",
@@ -183,20 +165,52 @@ def load_policy(source: str | os.PathLike | dict) -> tuple[Policy, str]:
     return _resolved(policy, path.resolve().parent), name
 
 
-def _validated(data: dict, lines: dict[tuple, int], name: str) -> Policy:
+def read_yaml(path: Path, what: str, hint: str) -> tuple[Any, dict[tuple, int]]:
+    """A YAML file's data and the line of each key and item; a ConvertError naming the file (and line) when it
+    cannot be read."""
+    name = str(path)
+    if not path.is_file():
+        raise ConvertError(f"the {what} file {name} does not exist" if not path.exists() else f"the {what} {name} is not a file",
+                           f"Pass the path of a {hint}.")
     try:
-        policy = Policy.model_validate(data)
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        lines = _lines(node, name)
+        data = yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise ConvertError(f"the {what} {name} is not UTF-8 text", "Save it as a UTF-8 YAML file.") from None
+    except OSError as exc:
+        raise ConvertError(f"cannot read the {what} {name}: {exc.strerror or exc}", "Check that the file is readable.") from None
+    except RecursionError:
+        raise ConvertError(f"{name} nests too deeply (or an alias refers to itself)", f"Write the {what} as plain mappings and lists.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConvertError(f"{name}{where}: not valid YAML: {problem}", "Fix the YAML syntax there.") from None
+    return data, lines
+
+
+def validated(data: dict, lines: dict[tuple, int], name: str, schema: type[BaseModel], what: str, hint: str) -> Any:
+    """``data`` validated against a schema, every problem in one message, each with its line."""
+    try:
+        return schema.model_validate(data)
     except ValidationError as exc:
-        raise ConvertError(f"{name} is not a valid policy: {'; '.join(_problems(exc, data, lines))}",
-                           "Fix those keys; the README's 'Promotion gate' section lists every key.") from None
+        raise ConvertError(f"{name} is not a valid {what}: {'; '.join(_problems(exc, data, lines, schema))}", hint) from None
+
+
+POLICY_HINT = "Fix those keys; the README's 'Promotion gate' section lists every key."
+
+
+def _validated(data: dict, lines: dict[tuple, int], name: str, what: str = "policy", hint: str = POLICY_HINT) -> Policy:
+    policy = validated(data, lines, name, Policy, what, hint)
     problems = [problem for _, problem in sorted(_cross_checks(policy, lines), key=lambda item: item[0])]
     if problems:
-        raise ConvertError(f"{name} is not a valid policy: {'; '.join(problems)}",
-                           "Fix those keys; the README's 'Promotion gate' section lists every key.")
+        raise ConvertError(f"{name} is not a valid {what}: {'; '.join(problems)}", hint)
     return policy
 
 
-def _problems(exc: ValidationError, data: dict, lines: dict[tuple, int]) -> list[str]:
+def _problems(exc: ValidationError, data: dict, lines: dict[tuple, int], schema: type[BaseModel]) -> list[str]:
     """One message per place in the file, in file order.
 
     A value that fits none of a union's types gives one pydantic error per type; the deepest says most (a bad
@@ -209,13 +223,13 @@ def _problems(exc: ValidationError, data: dict, lines: dict[tuple, int]) -> list
         if not any(other[:len(path)] == path and len(other) > len(path) for other in paths):
             kept.setdefault(path, error)
     ordered = sorted(kept.items(), key=lambda item: _line(lines, item[0]) or 0)
-    return [_describe(error, path, lines) for path, error in ordered]
+    return [_describe(error, path, lines, schema) for path, error in ordered]
 
 
-def _describe(error: dict, path: tuple, lines: dict[tuple, int]) -> str:
+def _describe(error: dict, path: tuple, lines: dict[tuple, int], schema: type[BaseModel]) -> str:
     dotted = ".".join(str(p) for p in path) or "(top level)"
     if error["type"] == "extra_forbidden":
-        allowed = _allowed_keys(path[:-1])
+        allowed = _allowed_keys(path[:-1], schema)
         return f"{_at(lines, path)}{dotted}: unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
     if error["type"] == "missing":
         return f"{_at(lines, path[:-1])}{dotted}: missing, and it is required"
@@ -236,9 +250,9 @@ def _data_path(loc: tuple, data: Any, names_key: bool) -> tuple:
     return tuple(path) + ((loc[-1],) if names_key else ())
 
 
-def _allowed_keys(path: tuple) -> list[str]:
+def _allowed_keys(path: tuple, schema: type[BaseModel]) -> list[str]:
     """The keys the schema allows in the mapping at ``path``."""
-    model: Any = Policy
+    model: Any = schema
     for part in path:
         model = _member(model)
         if isinstance(model, type) and issubclass(model, BaseModel):
