@@ -307,7 +307,3 @@ def run_batch(manifest: Path, *, out: Path | None = None, workers: int = 1, engi
     if interrupted:
         raise KeyboardInterrupt
     return summary, path
-
-
-def summary_json_schema() -> dict:
-    return {"$id": f"batch-summary-{SUMMARY_SCHEMA_VERSION}", **BatchSummary.model_json_schema()}

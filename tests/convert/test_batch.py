@@ -5,6 +5,9 @@ manifest exits 2 before anything runs."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -15,7 +18,7 @@ import yaml
 
 from convert.batch import BatchSummary, load_manifest
 from convert.errors import ConvertError
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 
 X8 = ["x:float32[B,8]"]
 
@@ -37,39 +40,48 @@ def summary_of(folder: Path) -> BatchSummary:
     return BatchSummary.model_validate(json.loads((folder / "summary.json").read_text()))
 
 
+BATCH_SECTION = (REPO / "README.md").read_text().split("### Batch: `convert batch`", 1)[1].split("\n### ", 1)[0]
+
+
 @pytest.fixture(scope="module")
-def local_batch(tmp_path_factory, torch_files):
-    folder = tmp_path_factory.mktemp("batch")
-    manifest = write_manifest(folder, zoo(torch_files))
-    return run_cli("batch", str(manifest), "--workers", "2", cwd=folder), folder / "zoo-out"
+def local_batch(tmp_path_factory):
+    """The README's batch lines, run as shown in a copy of examples/batch (two of its models fail on purpose)."""
+    folder = tmp_path_factory.mktemp("batch") / "batch"
+    shutil.copytree(REPO / "examples" / "batch", folder, ignore=shutil.ignore_patterns("out", "models"))
+    lines = [line for line in re.search(r"```bash\n(.*?)```", BATCH_SECTION, re.S).group(1).splitlines() if line.strip()]
+    assert lines[0].startswith("python -m fixtures.build_torch") and lines[1].startswith("convert batch")
+    built = subprocess.run([sys.executable, *shlex.split(lines[0])[1:]], cwd=folder, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return run_cli(*shlex.split(lines[1])[1:], cwd=folder), folder / "out"
 
 
 def test_one_crashing_and_one_wrong_model_do_not_stop_the_others(local_batch):
     run, out = local_batch
     assert run.returncode == 1, run.output[-3000:]
     summary = summary_of(out)
-    assert {m.name: m.status for m in summary.models} == {"cnn": "promoted", "crashes": "error", "wrong": "rejected"}
+    assert {m.name: m.status for m in summary.models} == {"cnn": "promoted", "cnn-factory": "promoted",
+                                                          "crashes-on-load": "error", "wrong-onnx": "rejected"}
     assert not summary.passed and summary.exit_code == 1 and summary.engine == "local (2 workers)"
-    assert "1 of 3 models promoted" in run.stdout and "Traceback" not in run.output
+    assert "2 of 4 models promoted" in run.stdout and "Traceback" not in run.output
 
 
 def test_each_model_has_its_own_folder_report_and_reasons(local_batch):
     _, out = local_batch
     models = {m.name: m for m in summary_of(out).models}
-    assert (out / "cnn" / "cnn.onnx").is_file() and (out / "cnn" / "cnn.pt2").is_file()
+    assert (out / "cnn" / "cnn.onnx").is_file() and (out / "cnn" / "cnn.pt2").is_file() and (out / "cnn" / "cnn.int8-dynamic.onnx").is_file()
     assert json.loads((out / "cnn" / "report.json").read_text())["gate"]["decision"] == "promote"
-    assert "SIGSEGV" in models["crashes"].reasons[0] and models["crashes"].report is None
-    assert not any((out / "crashes").glob("*.onnx"))  # nothing partial at a final path
-    assert "scores" in models["wrong"].reasons[0] and Path(models["wrong"].report).is_file()
-    assert (out / "wrong" / "failed" / "build_off_in_onnx.onnx").is_file()
+    assert "SIGSEGV" in models["crashes-on-load"].reasons[0] and models["crashes-on-load"].report is None
+    assert not any((out / "crashes-on-load").glob("*.onnx"))  # nothing partial at a final path
+    assert "scores" in models["wrong-onnx"].reasons[0] and Path(models["wrong-onnx"].report).is_file()
+    assert (out / "wrong-onnx" / "failed" / "build_off_in_onnx.onnx").is_file()
     for model in models.values():
         assert Path(model.log).is_file() and Path(model.policy).is_file() and model.where
 
 
-def test_the_summary_is_refused_again_without_force(local_batch, tmp_path):
+def test_the_summary_is_refused_again_without_force(local_batch):
     _, out = local_batch
-    manifest = out.parent / "zoo.yaml"
-    again = run_cli("batch", str(manifest), cwd=out.parent)
+    again = run_cli("batch", "zoo.yaml", cwd=out.parent)
     assert again.returncode == 2 and "already exists" in again.stderr and "--force" in again.stderr
 
 
