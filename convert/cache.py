@@ -15,6 +15,7 @@ which its sha256 then refuses.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -82,10 +83,24 @@ def _feed(hasher, value: Any) -> None:
 
 
 def environment(packages: tuple[str, ...]) -> dict[str, str]:
-    """The versions a stage's entry is made with: convert, Python and the stage's libraries."""
+    """The versions a stage's entry is made with: convert (its version and a digest of its code), Python and the
+    stage's libraries."""
     from convert.doctor import package_version
 
-    return {"convert": __version__, "python": sys.version.split()[0], **{name: package_version(name) for name in packages}}
+    return {"convert": f"{__version__}+{_code_digest()}", "python": sys.version.split()[0],
+            **{name: package_version(name) for name in packages}}
+
+
+@functools.cache
+def _code_digest() -> str:
+    """A digest of convert's and validators' own code: an edited checkout (same version number) is a new version."""
+    import validators
+
+    hasher = hashlib.sha256()
+    for package in (Path(__file__).parent, Path(validators.__file__).parent):
+        for path in sorted(package.rglob("*.py")):
+            hasher.update(str(path.relative_to(package.parent)).encode() + b"\0" + path.read_bytes())
+    return hasher.hexdigest()[:12]
 
 
 @dataclass

@@ -318,7 +318,9 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
         record.derived_from = str(base.path)
         job = OptimizeJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
                           base=base, calibration=calibration, shape_ranges=ranges)
-        lookup = cache.find(stage.name, OPTIMIZER_PACKAGES, name, stem, base.sha256, request.opset, export_feed, calibration, ranges)
+        # a TensorRT engine is made for one GPU model and driver, and its runner checks only engines built in this run
+        lookup = Lookup(None) if entry.meta["format"] == "tensorrt" else cache.find(
+            stage.name, OPTIMIZER_PACKAGES, name, stem, base.sha256, request.opset, export_feed, calibration, ranges)
         artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "optimize", name, job), record, stage)
     if artifact is None:
         return
