@@ -170,8 +170,11 @@ def _deltas(verdict: Verdict) -> str:
 def _environment(report: Report) -> str:
     environment = report.environment
     devices = ", ".join(environment.devices) + (f" ({', '.join(environment.device_names)})" if environment.device_names else "")
+    cache = report.cache
+    reused = f"; {len(cache.reused)} stage jobs reused from the cache" if cache.reused else ""
+    rebuilt = f", {len(cache.rebuilt)} rebuilt" if cache.rebuilt else ""
     return _cell(f"Environment: convert {report.tool_version} (report schema {report.schema_version}), {report.created_at}, "
-                 f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}", BULLET_LIMIT)
+                 f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}{reused}{rebuilt}", BULLET_LIMIT)
 
 
 def _capped_table(header: list[str], rows: list[tuple[str, list[str]]], what: str) -> str:
