@@ -13,7 +13,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.onnx import onnx_artifact, rename_values
+from convert.exporters.onnx import onnx_artifact, rename_values, save_onnx
 
 TF2ONNX_OPSET = 17
 
@@ -33,13 +33,12 @@ class JaxToOnnx(Exporter):
     def _jax2onnx(self, job: ExportJob, path: Path) -> Artifact:
         import jax
         import jax2onnx
-        import onnx
 
         source = job.source
         inputs = [jax.ShapeDtypeStruct(tuple(s.dims), s.dtype) for s in source.signature.inputs]
         model = jax2onnx.to_onnx(source.bound(), inputs, model_name=job.stem, **({"opset": job.opset} if job.opset else {}),
                                  input_names=[s.name for s in source.signature.inputs], output_names=list(source.signature.outputs))
-        onnx.save(model, str(path))
+        save_onnx(model, path)
         return onnx_artifact(path, job.opset)
 
     def _via_tflite(self, job: ExportJob, path: Path, fixed: bool) -> Artifact:
@@ -58,7 +57,7 @@ class JaxToOnnx(Exporter):
             tf2onnx.convert.from_tflite(str(intermediate), opset=job.opset or TF2ONNX_OPSET, output_path=str(path))
         finally:
             intermediate.unlink(missing_ok=True)
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)  # renaming needs the graph only; external data stays put
         rename_values(model, {d["name"]: name for name, d in {**inputs, **outputs}.items()})
         onnx.save(model, str(path))
         _smoke_run(path, job)

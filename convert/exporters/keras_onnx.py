@@ -61,7 +61,7 @@ class KerasToOnnx(Exporter):
 
         # Keras derives the input signature from the model's own inputs (dynamic where they are None).
         job.source.native.export(str(path), format="onnx", verbose=False)
-        model = onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)  # renaming needs the graph only; external data stays put
         # Keras names outputs after graph tensors (``Identity:0``); the source's names come in the same (flattened) order
         rename_by_position(model, [i.name for i in model.graph.input], [s.name for s in job.source.signature.inputs])
         rename_by_position(model, [o.name for o in model.graph.output], list(job.source.signature.outputs))

@@ -7,26 +7,34 @@ makes them quantizable, so every INT8 pass starts from a pre-processed copy.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.exporters.onnx import onnx_artifact
+from convert.exporters.onnx import onnx_artifact, save_onnx
 from convert.optimizers.base import Optimizer, OptimizeJob
 
 
 def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> Artifact:
-    """Run ``quantize(input_path)`` on the base model, pre-processed first (a temporary copy) when asked."""
+    """Run ``quantize(input_path, external_data)`` on the base model, pre-processed first (a temporary copy) when
+    asked. A base with external data (a large model) is pre-processed and quantized with external data too."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    external_data = len(job.base.files) > 1
     model = job.base.path
     if preprocess:
         model = path.with_name(f".{path.name}.pre.onnx")
-        quant_pre_process(str(job.base.path), str(model), skip_symbolic_shape=False)
+        quant_pre_process(str(job.base.path), str(model), skip_symbolic_shape=False, save_as_external_data=external_data,
+                          all_tensors_to_one_file=True, external_data_location=f"{model.name}.data")
+        gc.collect()  # quant_pre_process leaves its copy of the model in reference cycles: free it before quantizing
     try:
-        quantize(str(model))
+        quantize(str(model), external_data)
     finally:
+        # both quantizers shape-infer into MODEL-inferred.onnx beside their input, and leave it there when they fail
+        model.with_name(f"{model.stem}-inferred{model.suffix}").unlink(missing_ok=True)
         if preprocess:
             model.unlink(missing_ok=True)
+            model.with_name(f"{model.name}.data").unlink(missing_ok=True)
     return onnx_artifact(path)
 
 
@@ -42,7 +50,8 @@ class _Int8(Optimizer):
                 (self.call, lambda path: _quantize_from(job, path, False, self.quantizer(job, path)))]
 
     def quantizer(self, job: OptimizeJob, path: Path):
-        """A function of the input model's path that writes the quantized model at ``path``."""
+        """A function of the input model's path, and whether to write external data, that writes the quantized model
+        at ``path``."""
         raise NotImplementedError
 
 
@@ -61,8 +70,9 @@ class StaticInt8(_Int8):
             def get_next(self):
                 return next(self.feeds, None)
 
-        return lambda model: quantize_static(model, str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ,
-                                             per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        return lambda model, external_data: quantize_static(
+            model, str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ, per_channel=True,
+            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, use_external_data_format=external_data)
 
 
 class DynamicInt8(_Int8):
@@ -73,7 +83,8 @@ class DynamicInt8(_Int8):
     def quantizer(self, job: OptimizeJob, path: Path):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        return lambda model: quantize_dynamic(model, str(path), weight_type=QuantType.QInt8)
+        return lambda model, external_data: quantize_dynamic(model, str(path), weight_type=QuantType.QInt8,
+                                                             use_external_data_format=external_data)
 
 
 class Fp16(Optimizer):
@@ -89,9 +100,12 @@ class Fp16(Optimizer):
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
-        model = convert_float_to_float16(onnx.load(str(job.base.path)), keep_io_types=True)
+        # shape inference on the graph alone: on the whole model it serializes it, which fails past 2 GB
+        model = onnx.shape_inference.infer_shapes(onnx.load(str(job.base.path), load_external_data=False))
+        onnx.load_external_data_for_model(model, str(job.base.path.parent))
+        model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
         _sort_topologically(model.graph)
-        onnx.save(model, str(path))
+        save_onnx(model, path)
         return onnx_artifact(path)
 
 

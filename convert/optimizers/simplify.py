@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.exporters.onnx import onnx_artifact
+from convert.exporters.onnx import onnx_artifact, save_onnx
 from convert.optimizers.base import Optimizer, OptimizeJob
 
 
@@ -23,10 +23,9 @@ class Simplify(Optimizer):
                 ("onnxruntime offline optimization (basic)", lambda path: self._onnxruntime(job, path))]
 
     def _onnxslim(self, job: OptimizeJob, path: Path) -> Artifact:
-        import onnx
         import onnxslim
 
-        onnx.save(onnxslim.slim(str(job.base.path)), str(path))
+        save_onnx(onnxslim.slim(str(job.base.path)), path)
         return onnx_artifact(path)
 
     def _onnxruntime(self, job: OptimizeJob, path: Path) -> Artifact:
@@ -35,5 +34,7 @@ class Simplify(Optimizer):
         options = onnxruntime.SessionOptions()
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
         options.optimized_model_filepath = str(path)
+        if len(job.base.files) > 1:  # else the optimized model names the base's external data file, not beside it
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{path.name}.data")
         onnxruntime.InferenceSession(str(job.base.path), options, providers=["CPUExecutionProvider"])
         return onnx_artifact(path)
