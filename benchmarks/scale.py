@@ -129,10 +129,15 @@ def measure(scratch: Path) -> dict[str, Run]:
 def scaling_section(runs: dict[str, Run]) -> list[str]:
     baseline = runs[BASELINE]
     lines = ["## Export, validation and INT8 by model size", "",
-             f"`python -m convert MODEL.pt2 --to onnx --optimize {OPTIMIZATION} --out DIR`, one run per model. Peak RSS is "
-             "the process tree's (the command line's process and its worker) while the stages of the row ran; the ratio is "
-             f"peak RSS over the fp32 weight bytes (target for export + validate: {TARGET_RATIO}x or less). Wall s of a "
-             "row is the sum of its stages' seconds in report.json; the whole run's is the process's wall time.", "",
+             (f"`python -m convert MODEL.pt2 --to onnx --optimize {OPTIMIZATION} --out DIR`, one run per model. Peak RSS is "
+              "the process tree's (the command line's process and its worker) while the stages of the row ran; the ratio is "
+              f"peak RSS over the fp32 weight bytes (target for export + validate: {TARGET_RATIO}x or less). Wall s of a "
+              "row is the sum of its stages' seconds in report.json; the whole run's is the process's wall time."), "",
+             ("Where the memory goes: the interpreter, torch and onnxruntime take about half a gigabyte whatever the model, "
+              "which dominates the ratio of the small models; the worker keeps the source model loaded through every stage "
+              "(1x the weights); validation adds the runtime's copy of the weights (onnxruntime pre-packs them); and ONNX "
+              "Runtime's quantization (quant_pre_process, then quantize_static) reads the whole model into protobuf "
+              "messages and keeps more than one copy of it while it works."), "",
              "| params | weights GB | stage | status | wall s | peak RSS GB | RSS / weights | time vs 10M |",
              "|---|---|---|---|---|---|---|---|"]
     for name, run in runs.items():
@@ -141,7 +146,7 @@ def scaling_section(runs: dict[str, Run]) -> list[str]:
         for group, seconds, peak, status, baseline_seconds in rows:
             lines.append(f"| {name} ({run.params:,}) | {run.weight_bytes / 1e9:.2f} | {group} | {status} | {seconds:.1f} | "
                          f"{peak / 1e9:.2f} | {peak / run.weight_bytes:.2f}x | {seconds / baseline_seconds:.1f}x |")
-    lines += ["", "Largest single process's exact peak (os.wait4; the worker in every run), against the sampled tree peak:", "",
+    lines += ["", "The largest single process's exact peak (os.wait4: the worker, in these runs) against the sampled tree peak:", "",
               "| params | largest process peak GB | sampled tree peak GB |", "|---|---|---|"]
     lines += [f"| {name} | {run.process_peak / 1e9:.2f} | {run.tree_peak / 1e9:.2f} |" for name, run in runs.items()]
     stages = list(dict.fromkeys(s for run in runs.values() for s in run.stage_seconds))
@@ -159,10 +164,10 @@ def main(argv: list[str]) -> None:
     lines = [
         "# Scale: models past the 2 GB protobuf limit",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} ({os.cpu_count()} cores, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB) with Python {platform.python_version()}, CPU only, by "
-        "`python -m benchmarks.scale`: MLPs of square Linear layers with fixed-seed random fp32 weights "
-        "(fixtures/large_torch.py), one run each, stage cache off.",
+        (f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} ({os.cpu_count()} cores, "
+         f"{psutil.virtual_memory().total / 2**30:.0f} GiB) with Python {platform.python_version()}, CPU only, by "
+         "`python -m benchmarks.scale`: MLPs of square Linear layers with fixed-seed random fp32 weights "
+         "(fixtures/large_torch.py), one run each, stage cache off."),
         "",
     ]
     with tempfile.TemporaryDirectory(prefix="convert-scale-") as scratch:

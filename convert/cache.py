@@ -7,9 +7,8 @@ it and the sha256 of each of its files. An entry that cannot be trusted (a parti
 library versions) is rebuilt, never used, and the report says why.
 
 Entries are written to a temporary folder and renamed into place: a run that dies while writing leaves no entry.
-Files are hard-linked between the cache and the run's staging folder where both are on one file system (copied
-otherwise), so a cached 3 GB artifact costs no second 3 GB; an artifact edited in place changes the cached copy too,
-which its sha256 then refuses.
+Files are copied between the cache and the run's staging folder, never hard-linked: onnx (1.23) refuses to load
+external data that has more than one hard link, as a guard against hard-link attacks.
 """
 
 from __future__ import annotations
@@ -162,7 +161,7 @@ class StageCache:
             staging = Path(tempfile.mkdtemp(prefix=".writing-", dir=self.root))
             (staging / "files").mkdir()
             for path in files:
-                link_or_copy(path, staging / "files" / path.name)
+                copy_files(path, staging / "files" / path.name)
             recorded = {"key": key, "environment": environment(packages), "data": data,
                         "files": {path.name: _sha256(staging / "files" / path.name) for path in files}}
             if arrays is not None:
@@ -202,20 +201,11 @@ def _sha256(path: Path) -> str:
     return sha256_files([path]) if path.is_dir() else sha256_file(path)
 
 
-def link_or_copy(source: Path, target: Path) -> None:
-    """Hard-link a file (or every file of a folder) where the file system allows it, else copy."""
+def copy_files(source: Path, target: Path) -> None:
+    """Copy a file, or a folder with every file in it."""
     if source.is_dir():
-        shutil.copytree(source, target, copy_function=_link_or_copy_file)
+        shutil.copytree(source, target)
     else:
-        _link_or_copy_file(source, target)
-
-
-def _link_or_copy_file(source, target) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(target)
         shutil.copy2(source, target)
 
 
@@ -241,7 +231,7 @@ class RunCache:
         self._cases: tuple[int, str] | None = None
 
     @classmethod
-    def open(cls, folder: Path | None, enabled: bool) -> "RunCache":
+    def open(cls, folder: Path | None, enabled: bool) -> RunCache:
         if not enabled:
             return cls(None, "turned off (--no-cache)")
         if os.environ.get("CONVERT_NO_CACHE", "").lower() not in ("", "0", "false", "no"):
@@ -298,13 +288,13 @@ def artifact_data(artifact) -> dict:
 
 
 def cached_artifact(hit: Hit, folder: Path):
-    """The entry's artifact, its files linked (or copied) into ``folder``."""
+    """The entry's artifact, its files copied into ``folder``."""
     from convert.artifacts import Artifact
     from convert.specs import parse_input_spec
 
     data = hit.data
     for path in hit.files():
-        link_or_copy(path, folder / path.name)
+        copy_files(path, folder / path.name)
     return Artifact(format=data["format"], path=folder / data["path"], precision=data["precision"],
                     files=[folder / name for name in data["files"]], exporter=data["exporter"], strategy=data["strategy"],
                     inputs=tuple(parse_input_spec(s) for s in data["inputs"]), output_names=tuple(data["output_names"]),

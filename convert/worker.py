@@ -14,6 +14,7 @@ the report says so.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import signal
@@ -256,6 +257,8 @@ def serve() -> None:
         except Exception:
             reply = ("internal", f"in the worker process, job '{method}':\n{traceback.format_exc()}")
         connection.send(reply)
+        del reply
+        gc.collect()  # libraries leave whole model copies in reference cycles (GBs for a large model): free them now
 
 
 def _die_with_parent(parent: int) -> None:

@@ -76,7 +76,8 @@ def save_onnx(model, path: Path) -> None:
         return
     data = path.with_name(f"{path.name}.data")
     data.unlink(missing_ok=True)  # onnx appends to an existing data file
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name)
+    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name,
+              convert_attribute=True)  # the tensors counted above include those of Constant nodes
 
 
 def rename_values(model, mapping: dict[str, str]) -> None:

@@ -21,13 +21,12 @@ def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> 
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     external_data = len(job.base.files) > 1
-    model = job.base.path
-    if preprocess:
-        model = path.with_name(f".{path.name}.pre.onnx")
-        quant_pre_process(str(job.base.path), str(model), skip_symbolic_shape=False, save_as_external_data=external_data,
-                          all_tensors_to_one_file=True, external_data_location=f"{model.name}.data")
-        gc.collect()  # quant_pre_process leaves its copy of the model in reference cycles: free it before quantizing
+    model = path.with_name(f".{path.name}.pre.onnx") if preprocess else job.base.path
     try:
+        if preprocess:
+            quant_pre_process(str(job.base.path), str(model), skip_symbolic_shape=False, save_as_external_data=external_data,
+                              all_tensors_to_one_file=True, external_data_location=f"{model.name}.data")
+            gc.collect()  # quant_pre_process leaves its copy of the model in reference cycles: free it before quantizing
         quantize(str(model), external_data)
     finally:
         # both quantizers shape-infer into MODEL-inferred.onnx beside their input, and leave it there when they fail

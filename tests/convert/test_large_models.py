@@ -1,11 +1,15 @@
-"""A model past the 2 GB protobuf limit: exported to ONNX with its weights in external data, validated against the
-source, published with every file it needs, and nothing else left behind."""
+"""Models past the 2 GB protobuf limit: an ONNX export whose weights go to external data, validated against the source,
+published with every file it needs and nothing else left behind; and every ONNX pass from a base with external data
+(the code paths of a large model, on a small one)."""
 
 from __future__ import annotations
 
 import shutil
+import stat
+import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import load_report, run_cli
@@ -17,12 +21,12 @@ WIDTH, LAYERS = 8192, 8  # with the 64-wide ends: 537,919,488 fp32 parameters, 2
 def test_a_model_past_2_gb_is_exported_with_external_data_and_validated(tmp_path, monkeypatch):
     from fixtures.large_torch import write_mlp
 
-    model, out, scratch = tmp_path / "big.pt2", tmp_path / "out", tmp_path / "tmp"
+    model, out, scratch, cache = tmp_path / "big.pt2", tmp_path / "out", tmp_path / "tmp", tmp_path / "cache"
     scratch.mkdir()
     try:
         assert write_mlp(model, WIDTH, LAYERS) * 4 > 2**31
         monkeypatch.setenv("TMPDIR", str(scratch))  # the run's temporary files go where this test can see them
-        run = run_cli(str(model), "--to", "onnx", "--out", str(out))
+        run = run_cli(str(model), "--to", "onnx", "--out", str(out), "--cache-dir", str(cache), env={"CONVERT_NO_CACHE": ""})
         assert run.returncode == 0, run.output
         artifact = next(a for a in load_report(out / "report.json")["artifacts"] if a["format"] == "onnx")
         files = [Path(f) for f in artifact["files"]]
@@ -35,6 +39,86 @@ def test_a_model_past_2_gb_is_exported_with_external_data_and_validated(tmp_path
         assert sorted(p.name for p in out.iterdir()) == ["big.onnx", "big.onnx.data", "report.json"]
         # onnxruntime 1.31's telemetry writes (and keeps) a session file, $TMPDIR/.ses, when it is imported
         assert [p.name for p in scratch.iterdir() if p.name != ".ses"] == []
-    finally:  # pytest keeps the folders of its last runs: 4 GB each here
+        # the cached copy is a copy: onnx refuses to load external data with a second hard link
+        cached = list(cache.glob("v1/*/*/files/big.onnx.data"))
+        assert len(cached) == 1 and cached[0].stat().st_nlink == 1 and files[1].stat().st_nlink == 1
+        import onnx
+
+        onnx.load_external_data_for_model(onnx.load(str(files[0]), load_external_data=False), str(out))
+    finally:  # pytest keeps the folders of its last runs: 6 GB each here
         model.unlink(missing_ok=True)
         shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _mlp_with_external_data(folder: Path):
+    """x[B,64] -> MatMul -> Relu -> MatMul -> y[B,64], its weights in model.onnx.data; the artifact and its weights."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from convert.exporters.onnx import onnx_artifact
+    from convert.specs import parse_input_spec
+
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal((64, 64), dtype=np.float32) / 8 for _ in range(2)]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w0"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w1"], ["y"])], "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 64])],
+        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)  # newest onnx defaults past what ORT reads
+    path = folder / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    artifact = onnx_artifact(path)
+    artifact.inputs = (parse_input_spec("x:float32[B,64]"),)
+    return artifact, weights
+
+
+@pytest.mark.parametrize("name", ["simplify", "fp16", "int8", "int8-dynamic"])
+def test_every_onnx_pass_takes_a_base_with_external_data(tmp_path, name):
+    from convert.optimizers.base import OptimizeJob
+    from convert.registry import REGISTRY
+    from convert.runtimes.onnxruntime import OnnxRuntimeRunner
+    from convert.specs import SourceSignature
+
+    base, weights = _mlp_with_external_data(tmp_path)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((2, 64), dtype=np.float32)} for _ in range(4)]
+    source = types.SimpleNamespace(signature=SourceSignature(inputs=base.inputs, outputs=("y",)))
+    job = OptimizeJob(source=source, feed=feeds[0], folder=staging, stem="model", base=base, calibration=feeds)
+    outcome = REGISTRY.get("optimizer", name).load()().export(job)
+    assert outcome.artifact is not None, outcome.primary_error
+    artifact = outcome.artifact
+    assert outcome.attempts[0].status == "ok", outcome.primary_error  # the first strategy, not a fallback
+    # INT8 of a base with external data keeps its weights there too; the others are small enough for one file
+    data = [f.name for f in artifact.files[1:]]
+    assert data == ([f"{artifact.path.name}.data"] if name.startswith("int8") else [])
+    assert sorted(p.name for p in staging.iterdir()) == sorted(f.name for f in artifact.files)  # no temporary left
+    for file in artifact.files:  # onnx writes external data 0600; the artifact's files are readable alike
+        assert stat.S_IMODE(file.stat().st_mode) == stat.S_IMODE(artifact.path.stat().st_mode)
+    with OnnxRuntimeRunner(artifact, "cpu") as runner:
+        actual = runner.infer(feeds[1])["y"]
+    expected = np.maximum(feeds[1]["x"] @ weights[0], 0) @ weights[1]
+    cosine = float(np.dot(actual.ravel(), expected.ravel()) / np.linalg.norm(actual) / np.linalg.norm(expected))
+    assert cosine > (0.999999 if name == "simplify" else 0.99), cosine
+
+
+def test_save_onnx_puts_weights_past_the_threshold_in_one_fresh_data_file(tmp_path, monkeypatch):
+    import onnx
+
+    from convert.exporters import onnx as onnx_exporter
+
+    base, weights = _mlp_with_external_data(tmp_path)
+    model = onnx.load(str(base.path))  # the weights loaded into memory, as an optimizer has them
+    monkeypatch.setattr(onnx_exporter, "EXTERNAL_DATA_THRESHOLD", sum(w.nbytes for w in weights) - 1)
+    path = tmp_path / "saved.onnx"
+    (tmp_path / "saved.onnx.data").write_bytes(b"left by an earlier attempt")  # onnx would append to it
+    onnx_exporter.save_onnx(model, path)
+    artifact = onnx_exporter.onnx_artifact(path)
+    assert [f.name for f in artifact.files] == ["saved.onnx", "saved.onnx.data"]
+    assert artifact.files[1].stat().st_size == sum(w.nbytes for w in weights)
+    reloaded = onnx.load(str(path))
+    assert all(np.array_equal(onnx.numpy_helper.to_array(t), w) for t, w in zip(reloaded.graph.initializer, weights))
