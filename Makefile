@@ -33,6 +33,8 @@ test: install chromium
 bench: install
 	$(PY) -m benchmarks.export_validate
 	$(PY) -m benchmarks.optimize
+	$(PY) -m benchmarks.scale
+	$(PY) -m benchmarks.batch
 
 clean:
 	rm -rf $(VENV) out .pytest_cache
