@@ -7,6 +7,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -28,16 +29,26 @@ def _run(argv: list[str], cwd) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _argv(line: str) -> list[str]:
+    argv = shlex.split(line)
+    if argv[0] == "convert":
+        return [sys.executable, "-m", "convert", *argv[1:]]
+    return [sys.executable, *argv[1:]] if argv[0] == "python" else argv
+
+
 @pytest.mark.slow
 def test_usage_commands_run_as_shown(tmp_path):
+    """In order; the lines between two fixture-building lines each write their own --out, so they run three at a time."""
+    groups: list[list[str]] = []
     for line in USAGE:
-        argv = shlex.split(line)
-        if argv[0] == "convert":
-            argv = [sys.executable, "-m", "convert", *argv[1:]]
-        elif argv[0] == "python":
-            argv = [sys.executable, *argv[1:]]
-        done = _run(argv, tmp_path)
-        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+        if line.startswith("python -m fixtures") or not groups:
+            groups += [[line], []]
+        else:
+            groups[-1].append(line)
+    with ThreadPoolExecutor(3) as pool:
+        for group in groups:
+            for line, done in zip(group, pool.map(lambda line: _run(_argv(line), tmp_path), group)):
+                assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
 
 
 @pytest.mark.parametrize("heading", ["From Python:", "A Keras model object works the same way", "A JAX model is a flax NNX"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -26,11 +27,13 @@ def _source_args(name: str, folder) -> list[str]:
 @pytest.fixture(scope="module")
 def keras_runs(keras_files, tmp_path_factory):
     """One CLI run per fixture (every target), shared by the assertions below."""
-    runs = {}
-    for name in FIXTURES:
-        out = tmp_path_factory.mktemp(f"keras_{name}")
-        runs[name] = (run_cli(*_source_args(name, keras_files), "--to", ",".join(TARGETS), "--out", str(out)), out)
-    return runs
+    outs = {name: tmp_path_factory.mktemp(f"keras_{name}") for name in FIXTURES}
+
+    def run(name: str):
+        return run_cli(*_source_args(name, keras_files), "--to", ",".join(TARGETS), "--out", str(outs[name])), outs[name]
+
+    with ThreadPoolExecutor(2) as pool:  # two runs at a time: each waits on its process start and imports part of the time
+        return dict(zip(FIXTURES, pool.map(run, FIXTURES)))
 
 
 def _assert_every_symbol_at_two_sizes(artifact: dict, inputs: list[str]) -> None:
@@ -159,9 +162,9 @@ def test_tflite_with_a_fixed_axis_skips_other_sizes_with_the_reason(tmp_path):
     import numpy as np
     import tensorflow as tf
 
+    from convert.artifacts import Artifact
     from convert.exporters.base import ExportJob
     from convert.exporters.tflite import _with_fixed_axes
-    from convert.artifacts import Artifact
     from convert.runtimes.tensorflow import TfliteRunner
     from convert.sources.base import SourceInfo
     from convert.sources.keras import KerasSource
