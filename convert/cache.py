@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from convert import __version__
-from convert.safety import sha256_file
+from convert.safety import sha256_files
 
 LAYOUT = "v1"  # the entry layout; a new layout ignores the old entries
 ENTRY_FILE = "entry.json"
@@ -136,18 +136,20 @@ class StageCache:
             return Miss("a partial entry (its entry.json is missing)")
         except (OSError, ValueError) as exc:
             return Miss(f"its entry.json cannot be read ({exc})")
-        if recorded.get("key") != key:
+        if not isinstance(recorded, dict) or not {"key", "environment", "data", "files"} <= set(recorded):
+            return Miss("its entry.json lacks keys an entry has")
+        if recorded["key"] != key:
             return Miss("its entry.json belongs to another key")
         now = environment(packages)
         changed = [f"{name} {recorded['environment'].get(name, '-')} → {version}" for name, version in now.items()
-                   if recorded.get("environment", {}).get(name) != version]
+                   if recorded["environment"].get(name) != version]
         if changed:
             return Miss(f"made with other library versions ({', '.join(changed)})")
         for name, sha256 in {**recorded["files"], **({ARRAYS_FILE: recorded["arrays"]} if recorded.get("arrays") else {})}.items():
             path = entry / ("" if name == ARRAYS_FILE else "files") / name
             if not path.exists():
                 return Miss(f"its file {name} is missing")
-            if _sha256(path) != sha256:
+            if sha256_files([path]) != sha256:
                 return Miss(f"its file {name} changed since it was cached")
         return Hit(data={**recorded["data"], "_files": list(recorded["files"])}, folder=entry)
 
@@ -163,10 +165,10 @@ class StageCache:
             for path in files:
                 copy_files(path, staging / "files" / path.name)
             recorded = {"key": key, "environment": environment(packages), "data": data,
-                        "files": {path.name: _sha256(staging / "files" / path.name) for path in files}}
+                        "files": {path.name: sha256_files([staging / "files" / path.name]) for path in files}}
             if arrays is not None:
                 np.savez(staging / ARRAYS_FILE, **arrays)
-                recorded["arrays"] = _sha256(staging / ARRAYS_FILE)
+                recorded["arrays"] = sha256_files([staging / ARRAYS_FILE])
             (staging / ENTRY_FILE).write_text(json.dumps(recorded, indent=1), encoding="utf-8")  # last: marks it complete
             final = self._entry(key)
             final.parent.mkdir(exist_ok=True)
@@ -193,12 +195,6 @@ class StageCache:
             with contextlib.suppress(OSError):
                 if time.time() - folder.stat().st_mtime > ABANDONED_SECONDS:
                     shutil.rmtree(folder, ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    from convert.safety import sha256_files
-
-    return sha256_files([path]) if path.is_dir() else sha256_file(path)
 
 
 def copy_files(source: Path, target: Path) -> None:
