@@ -38,6 +38,7 @@ from pydantic import BaseModel, Field
 from convert import __version__
 from convert.errors import ConvertError
 from convert.policy import Policy, _resolved, _Strict, _validated, read_yaml, validated
+from convert.protected_inputs import Read, Write, reads_of, refuse_writes_to_inputs
 from convert.safety import atomic_write_text
 
 SUMMARY_SCHEMA_VERSION = "1.0"
@@ -166,6 +167,21 @@ def command_of(job: BatchJob, force: bool, cache: bool, cache_dir: Path | None) 
     return command
 
 
+def _writes(jobs: list[BatchJob], batch_out: Path) -> list[Write]:
+    """The batch's folder and summary, and each model's folder (its artifacts, report, policy and log)."""
+    return [Write("the batch folder", batch_out, replaces=False), Write("the batch summary", batch_out / "summary.json"),
+            *(Write(f"the folder of the model '{job.name}'", job.folder) for job in jobs)]
+
+
+def _reads(job: BatchJob) -> list[Read]:
+    """What one model's gate reads, named after the model."""
+    model, validation = job.policy.model, job.policy.validation
+    baseline = job.policy.baseline.report if job.policy.baseline else None
+    return [Read(f"{read.what} of '{job.name}'", read.path)
+            for read in reads_of(model.path, weights=model.weights, params=model.params, example_inputs=model.example_inputs,
+                                 calibration_data=validation.calibration_data, baseline_report=baseline)]
+
+
 def prepare(jobs: list[BatchJob], batch_out: Path, force: bool) -> None:
     """Write every model's policy file; refuse a batch folder with an earlier summary unless ``force``."""
     existing = [str(p) for p in [batch_out / "summary.json", *(job.folder / "report.json" for job in jobs)] if p.exists()]
@@ -286,6 +302,7 @@ def run_batch(manifest: Path, *, out: Path | None = None, workers: int = 1, engi
         from convert.engines.local import LocalEngine
 
         runner = LocalEngine(workers)
+    refuse_writes_to_inputs(_writes(jobs, batch_out), [*reads_of(manifest=manifest), *(read for job in jobs for read in _reads(job))])
     prepare(jobs, batch_out, force)
     commands = {job.name: command_of(job, force, cache, cache_dir) for job in jobs}
     outcomes: dict[str, ModelOutcome] = {}

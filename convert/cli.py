@@ -126,7 +126,7 @@ def _formats_help() -> str:
 @click.option("--trust-code", is_flag=True,
               help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts, "
                    "SavedModel folders, legacy .h5, .keras naming code outside Keras).")
-@click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
+@click.option("--force", is_flag=True, help="Replace what an earlier run wrote in the output folder (never the model or any other input).")
 @click.option("--stage-timeout", type=float, default=DEFAULT_STAGE_TIMEOUT, show_default=True, metavar="SECONDS",
               help="Stop a stage (loading, an export, a validation, a benchmark) that runs longer, and fail it; the run goes on.")
 @click.option("--no-isolation", is_flag=True,
@@ -191,7 +191,7 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
 @click.option("--html", type=click.Path(path_type=Path), default=None, help="Write the report as a self-contained HTML page here.")
 @click.option("--mlflow", "log_mlflow", is_flag=True,
               help="Log the verdict, metrics, report and artifacts as a run to the MLflow tracking URI in effect.")
-@click.option("--force", is_flag=True, help="Replace existing artifacts and report in the output folder.")
+@click.option("--force", is_flag=True, help="Replace what an earlier run wrote in the output folder (never the model or any other input).")
 @_cache_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the decision, its reasons and errors.")
 def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force, cache_dir, no_cache, quiet):
@@ -230,7 +230,7 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
               help="The Ray cluster to run on ('auto': the one 'ray start' started here); default: a new local instance.")
 @click.option("--out", "out", type=click.Path(path_type=Path), default=None,
               help="The batch's folder: OUT/NAME/ per model and OUT/summary.json (overrides the manifest's out).")
-@click.option("--force", is_flag=True, help="Replace the summary and the models' artifacts and reports.")
+@click.option("--force", is_flag=True, help="Replace what an earlier batch wrote: the summary and the models' artifacts and reports (never an input).")
 @_cache_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the summary line and errors.")
 def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_cache, quiet):

@@ -15,6 +15,20 @@ from convert.reports.model import Report
 TAG_LIMIT = 5000  # MLflow's longest tag value
 
 
+def local_store() -> list[Path]:
+    """The file or folder of the tracking store in effect when it is local (``file:``, ``sqlite:``, a plain path)."""
+    from urllib.parse import urlparse
+
+    mlflow = require("mlflow", "mlflow", "--mlflow")
+    uri = mlflow.get_tracking_uri()
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        return [Path(parsed.path or uri)]
+    if parsed.scheme == "sqlite" and uri.startswith("sqlite:///"):
+        return [Path(uri.removeprefix("sqlite:///"))]  # sqlite:///relative.db, sqlite:////absolute.db
+    return []
+
+
 def log_run(report: Report, report_path: Path, renderings: list[Path]) -> str:
     """Start a run, log everything, and return its run id."""
     mlflow = require("mlflow", "mlflow", "--mlflow")

@@ -14,6 +14,7 @@ publishes only the fastest one that passed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import platform
 import shlex
@@ -33,14 +34,16 @@ from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_benchmark
 from convert.cache import OPTIMIZER_PACKAGES, Lookup, RunCache, artifact_data, cached_artifact
 from convert.devices import ALL_DEVICES, absent_reason, cuda_gpus, present_devices
 from convert.errors import ConvertError, require
+from convert.memory import GIB, check_fits, feed_bytes
 from convert.exporters.base import ExportJob
+from convert.protected_inputs import Read, Write, reads_of, refuse_writes_to_inputs
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.reports.console import first_line
-from convert.safety import FAILED_FOLDER, Staging, atomic_write_text, no_space_error, refuse_existing, sha256_files, size_of
+from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX, Staging, atomic_write_text, no_space_error, refuse_existing, sha256_files, size_of
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
 from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
-from convert.worker import DEFAULT_STAGE_TIMEOUT, SourceSummary, StageCrashed
+from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, SourceSummary, StageCrashed
 from convert.worker import start as start_worker
 from validators import ShapeCase, TolerancePolicy, generate_feed, plan_shape_cases
 
@@ -78,6 +81,8 @@ class ConvertRequest:
     cache_dir: Path | None = None  # default: $CONVERT_CACHE_DIR, else ~/.cache/convert
     report_json: Path | None = None
     command: str = ""
+    reads: tuple[Read, ...] = ()  # what the caller reads besides the model's files (the gate's policy and baseline)
+    writes: tuple[Write, ...] = ()  # what the caller writes besides the run's outputs (the gate's renderings)
     judge: Callable[[rm.Report, Path], rm.Verdict] | None = None  # the gate's verdict, written into the report
 
 
@@ -165,6 +170,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     finals = {t: out_dir / f"{stem}{REGISTRY.entries('exporter', format=t)[0].load().suffix}" for t in targets}
     finals.update({o: out_dir / f"{stem}{REGISTRY.get('optimizer', o).load().suffix}" for o in optimizations})
     finals.update({f"{key} (failed)": out_dir / FAILED_FOLDER / path.name for key, path in finals.items()})
+    refuse_writes_to_inputs([*_writes(out_dir, finals, report_path), *request.writes], [*_reads(request), *request.reads])
     refuse_existing([*finals.values(), report_path], request.force)  # again under the output lock, before writing
 
     stages = _Stages(progress)
@@ -233,6 +239,26 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         if staging is not None:
             staging.cleanup()
     return ConversionResult(report=report, artifacts=artifacts, report_path=report_path)
+
+
+def _writes(out_dir: Path, finals: dict[str, Path], report_path: Path) -> list[Write]:
+    """Every path the run writes, replaces or removes in the output folder."""
+    writes = [Write("the output folder", out_dir, replaces=False), Write("the failed folder", out_dir / FAILED_FOLDER, replaces=False),
+              Write("the JSON report", report_path), Write("the output lock", out_dir / LOCK_NAME)]
+    for key, path in finals.items():
+        writes.append(Write(f"the {key} artifact", path))
+        if path.suffix == ".onnx":
+            writes.append(Write(f"the {key} artifact's external data", path.with_name(f"{path.name}.data")))
+    writes += [Write("a stale staging folder, which the run removes,", stale) for stale in out_dir.glob(f"{STAGING_PREFIX}*")]
+    return writes
+
+
+def _reads(request: ConvertRequest) -> list[Read]:
+    """Every path the run reads."""
+    params = request.params if isinstance(request.params, (str, os.PathLike)) else None
+    example = request.example_inputs if isinstance(request.example_inputs, (str, os.PathLike)) else None
+    return reads_of(request.model, weights=request.weights, params=params, example_inputs=example,
+                    calibration_data=request.calibration_data)
 
 
 def _setup_job(worker, stage: rm.Stage, method: str, *args):
@@ -533,6 +559,13 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
         raise ConvertError(f"--dim or --shape-range names the symbol {unknown[0]}, which no input uses",
                            f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.")
     shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, source.dim_ranges or None)
+    sample_bytes = [feed_bytes(signature.inputs, shape.sizes) for shape in shapes]
+    largest = max(range(len(shapes)), key=sample_bytes.__getitem__)
+    fits = functools.partial(check_fits, request.samples * sum(sample_bytes), copies=2 if isinstance(worker, ChildWorker) else 1,
+                             largest=f"{', '.join(f'{s.name}:{s.dtype}{list(s.shape(shapes[largest].sizes))}' for s in signature.inputs)} at "
+                                     f"{sample_bytes[largest] / GIB:.2f} GiB a sample",
+                             samples=request.samples, cases=len(shapes))
+    fits(None)  # before any input is generated
     cases = []
     for index, shape in enumerate(shapes):
         case = _Case(shape)
@@ -557,6 +590,9 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
                 "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).")
         case.source_error = error
         cases.append(case)
+        if index == 0:  # outputs at the other shapes estimated in proportion to their inputs
+            per_input_byte = sum(v.nbytes for outputs in case.references for v in outputs.values()) / max(1, len(case.references) * sample_bytes[0])
+            fits(round(per_input_byte * request.samples * sum(sample_bytes)))
     stage.reused = all(case.reused for case in cases)
     outputs = tuple(cases[0].references[0])
     if not outputs:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from convert.errors import ConvertError, require
 from convert.pipeline import ConvertRequest, Progress, run
 from convert.policy import Allowance, ArtifactBudget, Policy, load_policy
+from convert.protected_inputs import Write, reads_of, refuse_writes_to_inputs
 from convert.reports import model as rm
 from convert.reports.render import check_writable, render_files
 from convert.safety import atomic_write_text
@@ -45,13 +46,23 @@ def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None
     configured = policy_model.baseline.report if policy_model.baseline else None
     baseline_path = Path(baseline) if baseline is not None else Path(configured) if configured else None
     allowance = policy_model.baseline.allowance if policy_model.baseline else Allowance()
-    # read before the run: a bad baseline must not cost a conversion
-    baseline_report = load_report(baseline_path) if baseline_path is not None else None
     check_writable(_path(html), _path(markdown), _path(junit))
     if mlflow:
         require("mlflow", "mlflow", "--mlflow")
+    reads = reads_of(policy=policy if isinstance(policy, (str, os.PathLike)) else None, baseline_report=baseline_path)
+    writes = [Write(f"the {what} rendering", Path(path)) for what, path in (("HTML", html), ("Markdown", markdown), ("JUnit", junit))
+              if path is not None]
+    if mlflow:
+        from convert.mlflow_log import local_store
+
+        writes += [Write("MLflow's local store", store) for store in local_store()]
+    # before the baseline is read; the run checks its own outputs against all of these again
+    refuse_writes_to_inputs(writes, [*reads, *reads_of(policy_model.model.path, weights=policy_model.model.weights)])
+    # read before the run: a bad baseline must not cost a conversion
+    baseline_report = load_report(baseline_path) if baseline_path is not None else None
     request = _request(policy_model, Path(out) if out is not None else Path(policy_model.out), force, command,
                        benchmark=policy_model.timed() or _has_benchmarks(baseline_report))
+    request.reads, request.writes = tuple(reads), tuple(writes)
 
     def verdict_of(report: rm.Report, report_path: Path) -> rm.Verdict:
         verdict = judge(report, policy_model, name, baseline_report, baseline_path, allowance)

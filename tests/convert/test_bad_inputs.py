@@ -45,9 +45,12 @@ class Files:
 @dataclass(frozen=True)
 class Bad:
     name: str
-    args: Callable[[Files], list[str]]  # the command line after `convert`, without --out
+    args: Callable[[Files], list[str]]  # the command line after `convert`, without --out unless ``own_out``
     exit_code: int
     says: tuple[str, ...]  # fragments of the one paragraph: the problem, then the next step
+    own_out: bool = False  # the command line names its own output paths (inside the case's folder): no --out is added
+    in_folder: bool = False  # run from the case's folder instead of the repository
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def _truncated(files: Files) -> str:
@@ -80,6 +83,43 @@ def _module_of_a_missing_class(files: Files) -> str:
     finally:
         del sys.modules["vanished_models"]
     return str(files.made / "custom.pt")
+
+
+def _policy(files: Files, text: str, name: str = "promotion.yaml") -> str:
+    """A promotion policy (or batch manifest) in the case's folder; its relative paths are relative to that folder."""
+    return str(files.write(name, text.encode()))
+
+
+def _symlinked_final(files: Files) -> list[str]:
+    """An output folder whose torch_export artifact path is a symlink to the model itself."""
+    model = files.copy(files.torch / "cnn.pt2", "cnn.pt2")
+    out = files.made / "o"
+    out.mkdir()
+    (out / "cnn.pt2").symlink_to(model)
+    return [str(model), "--to", "torch_export", "--out", str(out), "--force"]
+
+
+def _linked_out(files: Files) -> list[str]:
+    """--out is a symlink to the SavedModel folder that is the model."""
+    model = files.copy(files.keras / "two_io_savedmodel", "saved")
+    (files.made / "link").symlink_to(model, target_is_directory=True)
+    return [str(model), "--trust-code", "--to", "onnx", "--out", str(files.made / "link"), "--force"]
+
+
+def _gate_case(files: Files, *rendering: str) -> list[str]:
+    files.copy(files.torch / "cnn.pt2", "cnn.pt2")
+    files.write("last.json", b"{}")
+    policy = _policy(files, "version: 1\nmodel: {path: cnn.pt2}\nrequire: {targets: [onnx]}\nout: o\n")
+    return ["gate", policy, *rendering]
+
+
+def _manifest_over_models(files: Files) -> list[str]:
+    """A batch whose out is the manifest's folder and whose model named 'models' lives in models/: its folder is OUT/models."""
+    (files.made / "models").mkdir()
+    files.copy(files.torch / "cnn.pt2", "models/cnn.pt2")
+    manifest = _policy(files, "version: 1\nout: .\nmodels:\n  - name: models\n    model: {path: models/cnn.pt2}\n"
+                              "    require: {targets: [onnx]}\n", "zoo.yaml")
+    return ["batch", manifest, "--force"]
 
 
 def _npz(files: Files, name: str, **arrays) -> str:
@@ -169,6 +209,51 @@ BAD_INPUTS = [
     Bad("tolerance for no output", lambda f: [str(f.torch / "cnn.pt2"), "--to", "onnx", "--tolerance", "logitz:atol=1"], 2,
         ("'logitz'",)),
     Bad("dim for no symbol", lambda f: [str(f.torch / "cnn.pt2"), "--to", "onnx", "--dim", "Q=2"], 2, ("symbol Q",)),
+    Bad("shapes too large for memory", lambda f: ["fixtures.torch_models:build_cnn", *CNN_SPEC, "--dim", "B=100000000", "--to", "onnx"],
+        2, ("GiB of memory", "GiB available", "--dim", "--samples")),
+    # a run never replaces, removes or writes into what it reads, with or without --force
+    Bad("artifact over the model, --out .", lambda f: [f.copy(f.torch / "cnn.pt2", "cnn.pt2").name, "--to", "torch_export,onnx",
+                                                        "--out", ".", "--force"], 2,
+        ("torch_export artifact", "would replace the model cnn.pt2", "Choose output paths outside"), own_out=True, in_folder=True),
+    Bad("report over the model", lambda f: [str(f.copy(f.torch / "cnn.pt2", "src.pt2")), "--to", "onnx", "--out", str(f.made / "o"),
+                                            "--report-json", str(f.made / "src.pt2"), "--force"], 2,
+        ("JSON report", "would replace the model", "--report-json"), own_out=True),
+    Bad("report over the calibration data", lambda f: [str(f.torch / "cnn.pt2"), "--to", "onnx", "--optimize", "int8",
+                                                       "--calibration-data", _npz(f, "calib.npz", x=np.zeros((2, 3, 32, 32), np.float32)),
+                                                       "--report-json", str(f.made / "calib.npz"), "--force"], 2,
+        ("would replace the calibration data",)),
+    Bad("output folder is the SavedModel", lambda f: [str(f.copy(f.keras / "two_io_savedmodel", "saved_model_dir")), "--trust-code",
+                                                      "--to", "savedmodel,onnx", "--out", str(f.made / "saved_model_dir"), "--force"], 2,
+        ("output folder", "would write into the model", "--out"), own_out=True),
+    Bad("output folder inside the SavedModel", lambda f: [str(f.copy(f.keras / "two_io_savedmodel", "sm")), "--trust-code", "--to", "onnx",
+                                                          "--out", str(f.made / "sm" / "variables" / "o")], 2,
+        ("would land inside the model",), own_out=True),
+    Bad("output folder is the model file", lambda f: [str(f.copy(f.torch / "cnn.pt2", "cnn.pt2")), "--to", "onnx", "--out",
+                                                      str(f.made / "cnn.pt2")], 2, ("would write into the model",), own_out=True),
+    Bad("artifact path is a symlink to the model", _symlinked_final, 2, ("resolves to", "would replace the model"), own_out=True),
+    Bad("output folder is a symlink to the model", _linked_out, 2, ("resolves to", "would write into the model"), own_out=True),
+    Bad("artifact over the weights", lambda f: ["fixtures.torch_models:build_cnn", "--weights", str(f.copy(f.torch / "cnn.safetensors", "build_cnn.onnx")),
+                                                *CNN_SPEC, "--to", "onnx", "--out", str(f.made), "--force"], 2,
+        ("onnx artifact", "would replace the weights"), own_out=True),
+    Bad("gate HTML over the model", lambda f: _gate_case(f, "--html", str(f.made / "cnn.pt2")), 2,
+        ("HTML rendering", "would replace the model"), own_out=True),
+    Bad("gate Markdown over the policy", lambda f: _gate_case(f, "--markdown", str(f.made / "promotion.yaml")), 2,
+        ("Markdown rendering", "would replace the policy"), own_out=True),
+    Bad("gate JUnit over the baseline", lambda f: _gate_case(f, "--baseline", str(f.made / "last.json"), "--junit", str(f.made / "last.json")),
+        2, ("JUnit rendering", "would replace the baseline report"), own_out=True),
+    Bad("gate MLflow store over the model", lambda f: _gate_case(f, "--mlflow"), 2, ("MLflow's local store", "would replace the model"),
+        own_out=True, env=(("MLFLOW_TRACKING_URI", "sqlite:///cnn.pt2"),), in_folder=True),
+    Bad("policy out is the model's folder", lambda f: ["gate", _policy(
+        f, f"version: 1\nmodel: {{path: {f.copy(f.torch / 'cnn.pt2', 'cnn.pt2').name}}}\nrequire: {{targets: [torch_export]}}\nout: .\n"),
+        "--force"], 2, ("torch_export artifact", "would replace the model"), own_out=True),
+    Bad("policy out inside the SavedModel", lambda f: ["gate", _policy(
+        f, f"version: 1\nmodel: {{path: {f.copy(f.keras / 'two_io_savedmodel', 'sm').name}, trust_code: true}}\n"
+           "require: {targets: [onnx]}\nout: sm/assets\n")], 2, ("would land inside the model",), own_out=True),
+    Bad("manifest out holds a model's folder", _manifest_over_models, 2, ("folder of the model 'models'", "would remove"), own_out=True),
+    Bad("manifest out is a model's SavedModel", lambda f: ["batch", _policy(
+        f, f"version: 1\nout: {f.copy(f.keras / 'two_io_savedmodel', 'sm').name}\nmodels:\n  - name: m\n"
+           "    model: {path: sm, trust_code: true}\n    require: {targets: [onnx]}\n", "zoo.yaml")], 2,
+        ("batch folder", "would write into the model of 'm'"), own_out=True),
 ]
 
 
@@ -197,7 +282,7 @@ def outcomes(torch_files, keras_files, jax_files, tmp_path_factory) -> dict[str,
     def attempt(case) -> Outcome:
         bad, files, args, out = case
         before = _digests(files.made, torch_files)
-        run = run_cli(*args, "--out", str(out))
+        run = run_cli(*args, *(() if bad.own_out else ("--out", str(out))), cwd=files.made if bad.in_folder else None, env=dict(bad.env))
         return Outcome(run, out, _digests(files.made, torch_files) == before)
 
     with ThreadPoolExecutor(max_workers=3) as pool:
