@@ -4,12 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-EXTRAS := torch,tensorflow,jax,openvino,optimize,mlflow,ray,dev
+EXTRAS := torch,tensorflow,jax,openvino,optimize,mlflow,ray,transformers,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 DEMO := out/demo
 
-.PHONY: install chromium demo test bench clean
+.PHONY: install chromium demo test bench zoo clean
 
 install: $(STAMP)
 
@@ -35,6 +35,9 @@ bench: install
 	$(PY) -m benchmarks.optimize
 	$(PY) -m benchmarks.scale
 	$(PY) -m benchmarks.batch
+
+zoo: install
+	$(PY) -m benchmarks.zoo
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

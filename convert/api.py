@@ -37,6 +37,7 @@ def convert(
     tolerance: Sequence[str] = (),
     samples: int = 3,
     seed: int = 0,
+    allow_fixed_shapes: bool = False,
     trust_code: bool = False,
     force: bool = False,
     stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT,
@@ -47,13 +48,13 @@ def convert(
     """Export ``model`` to every format in ``to`` and validate each artifact against it.
 
     ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, or a
-    ``"package.module:callable"`` factory; a JAX model is a function ``f(params, *inputs)`` with ``params``
+    ``"package.module:callable"`` or ``"path/to/file.py:callable"`` factory; a JAX model is a function ``f(params, *inputs)`` with ``params``
     (a pytree, or a .msgpack / .npz / .safetensors path), a flax NNX or linen module, or an Equinox module.
     ``example_inputs`` is a tuple of tensors/arrays in call order, a dict of arrays by input name, or an
     ``.npz`` path; ``inputs`` are spec strings such as
     ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. ``optimize`` names passes on the ONNX artifact
     (``"int8"``, ``"openvino:fp16"``..., or ``"auto"`` for the fastest within budget), judged by ``accuracy``
-    budgets; ``benchmark`` measures the source and every artifact that passed. Without ``out`` the artifacts go to a
+    budgets; an artifact that fixes a dim asked dynamic fails unless ``allow_fixed_shapes``; ``benchmark`` measures the source and every artifact that passed. Without ``out`` the artifacts go to a
     new temporary folder. A model given by path or ``module:callable`` is loaded, exported, validated and benchmarked in
     a worker process (``isolate``): a crash there fails that stage only, and a stage running past ``stage_timeout``
     seconds (None: no limit) is stopped and failed; a model given as a Python object stays in this process. With ``cache``,
@@ -66,7 +67,7 @@ def convert(
     request = ConvertRequest(
         model=model, to=_names(to), out=out, framework=framework, weights=Path(weights) if weights else None,
         params=_params(params), inputs=tuple(inputs), example_inputs=example_inputs, dims=tuple(dims), opset=opset,
-        tolerances=tuple(tolerance), samples=samples, seed=seed, trust_code=trust_code, force=force,
+        tolerances=tuple(tolerance), samples=samples, seed=seed, allow_fixed_shapes=allow_fixed_shapes, trust_code=trust_code, force=force,
         optimize=_names(optimize), calibration_data=Path(calibration_data) if calibration_data else None,
         accuracy=tuple(accuracy), shape_ranges=tuple(shape_ranges), benchmark=benchmark, threads=threads,
         benchmark_batch=benchmark_batch, stage_timeout=stage_timeout, isolate=isolate, cache=cache,

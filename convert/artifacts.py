@@ -21,7 +21,9 @@ class Artifact:
     inputs: tuple[InputSpec, ...] = ()  # what the artifact takes, in call order
     output_names: tuple[str, ...] = ()
     fixed_shape_reason: str = ""  # set when the artifact keeps none of the source's dynamic dims, and why
-    dim_bounds: dict[str, tuple[int, int]] = field(default_factory=dict)  # sizes a symbol may take (e.g. a TensorRT profile)
+    # sizes a symbol may take (a TensorRT profile; a torch.export bound such as S <= 128); None: no upper bound
+    dim_bounds: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the exporter found or changed on the way (the report keeps it)
 
     def fixed_dims_mismatch(self, feed_shapes: dict[str, tuple[int, ...]]) -> str:
         """Why the artifact cannot take inputs of these shapes ("" when it can): a fixed dim, or a size out of bounds."""
@@ -34,8 +36,9 @@ class Artifact:
                     return f"the artifact fixes axis {axis} of '{spec.name}' at {dim}" + (
                         f" ({self.fixed_shape_reason})" if self.fixed_shape_reason else "")
                 low, high = self.dim_bounds.get(dim, (size, size)) if isinstance(dim, str) else (size, size)
-                if not low <= size <= high:
-                    return f"the artifact takes {dim} from {low} to {high} on axis {axis} of '{spec.name}', not {size}"
+                if size < low or high is not None and size > high:
+                    return (f"the artifact takes {dim} from {low} to {'any size' if high is None else high} "
+                            f"on axis {axis} of '{spec.name}', not {size}")
         return ""
 
     def relocated(self, folder: Path) -> "Artifact":

@@ -123,6 +123,8 @@ def _formats_help() -> str:
               help="Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or one.")
 @click.option("--samples", type=int, default=3, show_default=True, help="Input samples per shape.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the generated inputs.")
+@click.option("--allow-fixed-shapes", is_flag=True,
+              help="Accept an artifact that fixes a dim asked dynamic (its checks at other sizes are skipped); by default it fails.")
 @click.option("--trust-code", is_flag=True,
               help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts, "
                    "SavedModel folders, legacy .h5, .keras naming code outside Keras).")
@@ -138,11 +140,12 @@ def _formats_help() -> str:
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
 def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, optimize, calibration_data, accuracy,
                    shape_ranges, benchmark, threads, benchmark_batch, opset, tolerances, samples,
-                   seed, trust_code, force, stage_timeout, no_isolation, cache_dir, no_cache, report_json, quiet):
+                   seed, allow_fixed_shapes, trust_code, force, stage_timeout, no_isolation, cache_dir, no_cache, report_json, quiet):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
     MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder,
-    package.module:callable returning the model, or (with --framework jax) a JAX function f(params, *inputs).
+    package.module:callable or path/to/file.py:callable returning the model, or (with --framework jax) a JAX function
+    f(params, *inputs).
     """
     from convert.pipeline import ConvertRequest, run
 
@@ -151,7 +154,7 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
         example_inputs=example_inputs, dims=dims, optimize=tuple(optimize.split(",")) if optimize else (),
         calibration_data=calibration_data, accuracy=accuracy, shape_ranges=shape_ranges, benchmark=benchmark, threads=threads,
         benchmark_batch=benchmark_batch, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
-        trust_code=trust_code, force=force, stage_timeout=stage_timeout, isolate=not no_isolation, cache=not no_cache,
+        allow_fixed_shapes=allow_fixed_shapes, trust_code=trust_code, force=force, stage_timeout=stage_timeout, isolate=not no_isolation, cache=not no_cache,
         cache_dir=cache_dir, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
     )
     stdout = Console(highlight=False)
@@ -327,8 +330,14 @@ def _failed_validation(artifact, report_path: str) -> str:
     check = next((c for c in artifact.checks if c.status == "failed"), None)
     problem = (f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason).rstrip('.')}"
                if check else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}")
-    return (f"{problem}. It is kept at {artifact.path} for inspection, not at a final path. If the difference is expected, "
-            f"loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the conversion is wrong. Every check is in {report_path}")
+    values_failed = check is None or any(o.status == "failed" for o in check.outputs)
+    advice = ("Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "
+              "configs) would be wrong too." if check is not None and check.declared_mismatches and not values_failed
+              else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
+              if check is not None and artifact.fixed_dims and not check.outputs
+              else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the "
+                   "conversion is wrong.")
+    return f"{problem}. It is kept at {artifact.path} for inspection, not at a final path. {advice} Every check is in {report_path}"
 
 
 def _guarded(action):

@@ -42,6 +42,7 @@ from convert.reports import model as rm
 from convert.reports.console import first_line
 from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX, Staging, atomic_write_text, no_space_error, refuse_existing, sha256_files, size_of
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
+from convert.sources.signature import fixed_shape_note
 from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
 from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, SourceSummary, StageCrashed
 from convert.worker import start as start_worker
@@ -72,6 +73,7 @@ class ConvertRequest:
     threads: int | None = None  # intra-op threads of every benchmarked runtime (default: every core)
     benchmark_batch: int = 8
     samples: int = 3
+    allow_fixed_shapes: bool = False  # an artifact that fixes a dim asked dynamic passes, its checks there skipped
     seed: int = 0
     trust_code: bool = False
     force: bool = False
@@ -180,7 +182,8 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     staging: Staging | None = None
     source_request = SourceRequest(model=request.model, framework=request.framework,
                                    weights=Path(request.weights) if request.weights else None, params=request.params,
-                                   inputs=specs, example_inputs=example, trust_code=request.trust_code)
+                                   inputs=specs, example_inputs=example, trust_code=request.trust_code,
+                                   dim_ranges={symbol: (low, high) for symbol, (low, _, high) in shape_ranges.items()})
     cache = RunCache.open(Path(request.cache_dir) if request.cache_dir else None, request.cache)
     report.cache = cache.record
     worker = start_worker(source_request, request.stage_timeout, request.isolate)
@@ -189,6 +192,8 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         with stages.run("load") as stage:
             source = _setup_job(worker, stage, "load", source_request)
         report.source = _source_record(source)
+        if note := fixed_shape_note(source.signature.inputs, bool(specs), example is not None, source.info.kind):
+            report.notes.append(note)
         cache.attach(source, request.trust_code)
         exporters = {t: _exporter_for(t, source.info.framework) for t in targets}
 
@@ -213,7 +218,8 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
                                     source.dim_ranges)
                 artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "export", exporters[target], job), record, stage)
             if artifact is not None:
-                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache)
+                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache,
+                                      request.allow_fixed_shapes)
         candidates: dict[str, Artifact] = {}
         for name in optimizations:
             _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request,
@@ -351,9 +357,10 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
     if artifact is None:
         return
     if candidates is None:
-        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache)
+        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache,
+                              request.allow_fixed_shapes)
     else:
-        _validate(name, artifact, record, cases, policy, stages, worker, cache)
+        _validate(name, artifact, record, cases, policy, stages, worker, cache, request.allow_fixed_shapes)
         candidates[name] = artifact
     if calibration and entry.meta.get("calibrated"):
         report.calibration = getattr(calibration, "origin", "")
@@ -450,32 +457,48 @@ def _choose(report: rm.Report, candidates: dict[str, Artifact], staging: Staging
 
 def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | None:
     """Record an export's (or optimization's) attempts; the artifact, or None when every strategy failed."""
-    record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error)
+    record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error, note=a.note)
                        for a in outcome.attempts]
     if outcome.artifact is None:
         stage.status, stage.error = "failed", outcome.primary_error
         return None
     artifact = outcome.artifact
     record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
+    record.dim_bounds = {symbol: list(bounds) for symbol, bounds in artifact.dim_bounds.items()}
     return artifact
 
 
 def _validate_and_publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
                           staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages, worker,
-                          cache: RunCache) -> None:
+                          cache: RunCache, allow_fixed_shapes: bool) -> None:
     """Validate a staged artifact, then move it into place and record where it went."""
-    _validate(key, artifact, record, cases, policy, stages, worker, cache)
+    _validate(key, artifact, record, cases, policy, stages, worker, cache, allow_fixed_shapes)
     _publish(key, artifact, record, staging, out_dir, artifacts)
 
 
 def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy, stages: _Stages,
-              worker, cache: RunCache) -> None:
+              worker, cache: RunCache, allow_fixed_shapes: bool) -> None:
+    """Validate a staged artifact; an ONNX artifact whose declared output shapes did not hold has those dims made
+    dynamic in its graph, and is validated again (the report records the repair)."""
+    from convert.validation import declared_repairs, fixed_dims
+
+    with stages.run(f"validate:{key}") as stage:
+        record.checks = _checks(worker, stage, artifact, record, cases, policy, cache, allow_fixed_shapes)
+        repairs = declared_repairs(record.checks, cases) if artifact.format == "onnx" else {}
+        if repairs:
+            worker.call("name_onnx_output_dims", artifact.path, {where: name for where, (name, _) in repairs.items()})
+            record.repairs = [why for _, why in repairs.values()]
+            record.checks = _checks(worker, stage, artifact, record, cases, policy, cache, allow_fixed_shapes)
+    record.fixed_dims = list(fixed_dims(artifact, cases))
+    record.passed = _artifact_passed(record)
+
+
+def _checks(worker, stage: rm.Stage, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
+            cache: RunCache, allow_fixed_shapes: bool) -> list[rm.Check]:
     artifact.sha256 = sha256_files(artifact.files)  # before validation: the cache keys its results on it
     artifact.size_bytes = size_of(artifact.files)
     record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
-    with stages.run(f"validate:{key}") as stage:
-        record.checks = validate_artifact(worker, stage, artifact, cases, policy, cache)
-    record.passed = _artifact_passed(record)
+    return validate_artifact(worker, stage, artifact, cases, policy, cache, allow_fixed_shapes)
 
 
 def _publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, staging: Staging, out_dir: Path,
@@ -515,11 +538,14 @@ def _calibration_feeds(source: SourceSummary, cases, request: ConvertRequest) ->
 
 
 def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_Case], policy: TolerancePolicy,
-                      cache: RunCache) -> list[rm.Check]:
+                      cache: RunCache, allow_fixed_shapes: bool = False) -> list[rm.Check]:
     """Every runtime that can run the artifact × every device × every shape case; a runtime that crashes the
     worker fails its checks on that device, and the others still run. Each runtime × device is cached on its own."""
+    from convert.validation import fixed_dims
+
     checks: list[rm.Check] = []
     jobs = reused = 0
+    fixed_allowed = allow_fixed_shapes and bool(fixed_dims(artifact, cases))  # the option changes only such checks
     for entry in REGISTRY.entries("runtime", formats=artifact.format):
         runner_class = entry.load()
         for device in ALL_DEVICES:
@@ -531,13 +557,13 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
             jobs += 1
             lookup = cache.find(f"{stage.name} {entry.name} {device}", (entry.meta["package"], "numpy"), artifact.sha256,
                                 artifact_data(artifact), entry.name, device, cuda_gpus() if device != "cpu" else [],
-                                cache.cases_digest(cases), policy.given)
+                                cache.cases_digest(cases), policy.given, fixed_allowed)
             if lookup.hit is not None:
                 checks += [rm.Check.model_validate(check) for check in lookup.hit.data["checks"]]
                 reused += 1
                 continue
             try:
-                found = worker.call("validate", artifact, entry.name, device, cases, policy)
+                found = worker.call("validate", artifact, entry.name, device, cases, policy, allow_fixed_shapes)
             except StageCrashed as exc:
                 checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed", reason=_crashed(stage, exc)))
                 continue
@@ -702,7 +728,7 @@ def _options(request: ConvertRequest, targets: list[str]) -> dict:
             "calibration_data": str(request.calibration_data) if request.calibration_data else None,
             "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
             "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,
-            "stage_timeout": request.stage_timeout, "isolate": request.isolate, "cache": request.cache,
+            "allow_fixed_shapes": request.allow_fixed_shapes, "stage_timeout": request.stage_timeout, "isolate": request.isolate, "cache": request.cache,
             "inputs": list(request.inputs), "weights": str(request.weights) if request.weights else None,
             "params": str(request.params) if isinstance(request.params, (str, os.PathLike)) else None,
             "framework": request.framework}
@@ -712,7 +738,8 @@ def _reproduce(request: ConvertRequest, target: str, out_dir: Path, optimization
     if not isinstance(request.model, (str, os.PathLike)):
         return (f"convert.convert(<{type(request.model).__name__} object>, to=[{target!r}]"
                 + "".join(f", {k}={v!r}" for k, v in (("inputs", list(request.inputs)), ("opset", request.opset),
-                                                         ("optimize", [optimization] if optimization else None)) if v) + ")")
+                                                         ("optimize", [optimization] if optimization else None),
+                                                         ("allow_fixed_shapes", request.allow_fixed_shapes)) if v) + ")")
     parts = ["python", "-m", "convert", os.fspath(request.model), "--to", target, "--out", str(out_dir)]
     if optimization:
         parts += ["--optimize", optimization]
@@ -734,6 +761,8 @@ def _reproduce(request: ConvertRequest, target: str, out_dir: Path, optimization
         parts += ["--seed", str(request.seed)]
     if request.trust_code:
         parts.append("--trust-code")
+    if request.allow_fixed_shapes:
+        parts.append("--allow-fixed-shapes")
     return shlex.join(parts)
 
 

@@ -38,7 +38,7 @@ def _parsed(parse, texts):
 
 
 class ModelSpec(_Strict):
-    path: str = Field(description="a model file or folder, or package.module:callable")
+    path: str = Field(description="a model file or folder, package.module:callable, or path/to/file.py:callable (relative to this file)")
     framework: Literal["torch", "keras", "jax"] | None = None
     weights: str | None = None
     params: str | None = None
@@ -66,6 +66,8 @@ class Validation(_Strict):
     shape_ranges: list[str] = []
     samples: int = Field(3, ge=1, le=10_000)
     seed: int = Field(0, ge=0, le=2**32 - 1)
+    allow_fixed_shapes: bool = Field(False, description="accept an artifact that fixes a dim asked dynamic; its checks at other "
+                                                        "sizes are skipped, and a skipped check on a required device still rejects")
     tolerances: list[str] = Field([], description="fp32 tolerance overrides, as --tolerance")
     accuracy: list[str] = Field([], description="accuracy budgets that judge fp16 / int8 checks, as --accuracy")
     opset: int | None = Field(None, ge=1, le=100)
@@ -348,7 +350,7 @@ def _key(node: yaml.Node) -> Any:
 
 def _resolved(policy: Policy, folder: Path) -> Policy:
     """Paths in the policy made absolute against the policy file's folder."""
-    from convert.sources.request import is_factory_reference
+    from convert.sources.request import anchored_reference
 
     def absolute(value: str | None) -> str | None:
         if value is None or Path(value).is_absolute():
@@ -356,7 +358,7 @@ def _resolved(policy: Policy, folder: Path) -> Policy:
         return str(folder / value)
 
     model = policy.model
-    path = model.path if is_factory_reference(model.path) and not (folder / model.path).exists() else absolute(model.path)
+    path = anchored_reference(model.path, folder)
     update = {
         "model": model.model_copy(update={"path": path, "weights": absolute(model.weights), "params": absolute(model.params),
                                           "example_inputs": absolute(model.example_inputs)}),

@@ -122,7 +122,7 @@ def _request(policy: Policy, out: Path, force: bool, command: str, benchmark: bo
         calibration_data=Path(validation.calibration_data) if validation.calibration_data else None,
         accuracy=tuple(validation.accuracy), shape_ranges=tuple(validation.shape_ranges), benchmark=benchmark,
         threads=policy.benchmark.threads, benchmark_batch=policy.benchmark.batch, samples=validation.samples,
-        seed=validation.seed, trust_code=model.trust_code, force=force, stage_timeout=validation.stage_timeout, command=command)
+        seed=validation.seed, allow_fixed_shapes=validation.allow_fixed_shapes, trust_code=model.trust_code, force=force, stage_timeout=validation.stage_timeout, command=command)
 
 
 def artifact_key(record: rm.ArtifactRecord) -> str:

@@ -9,7 +9,7 @@ Examples::
 
 A dim is a positive integer or a symbol (an identifier such as ``B`` or ``S``). Symbols are dynamic axes
 in the exports; inputs that share a symbol share the axis. The optional value domain is inclusive for
-integers and half-open ``[low, high)`` for floats.
+integers and bools (``{0..0}``: all False, ``{1..1}``: all True) and half-open ``[low, high)`` for floats.
 """
 
 from __future__ import annotations
@@ -120,8 +120,13 @@ def parse_input_spec(text: str) -> InputSpec:
         low, high = float(domain["low"]), float(domain["high"])
         if dtype in INTEGER_DTYPES + ("bool",) and not (low.is_integer() and high.is_integer()):
             raise ConvertError(f"the input spec {text!r} gives a fractional domain to an integer input", "Use whole numbers, e.g. {0..30521}.")
-        if high < low or (high == low and dtype not in INTEGER_DTYPES):
-            raise ConvertError(f"the input spec {text!r} has an empty value domain", "Write the domain as {low..high} with low below high.")
+        if high < low or (high == low and dtype not in INTEGER_DTYPES + ("bool",)):
+            raise ConvertError(f"the input spec {text!r} has an empty value domain",
+                               "Write the domain as {low..high}: low at most high for integers and bools (both included), "
+                               "low below high for floats ([low, high)).")
+        if dtype == "bool" and not (low >= 0 and high <= 1):
+            raise ConvertError(f"the input spec {text!r} gives a bool input a domain outside 0..1",
+                               "Use {0..1} for both values, {0..0} for all False or {1..1} for all True.")
     return InputSpec(name=name, dtype=dtype, dims=tuple(dims), low=low, high=high)
 
 

@@ -1,8 +1,15 @@
-"""The checks of one artifact on one runtime and device: every shape case, every sample, every output."""
+"""The checks of one artifact on one runtime and device: every shape case, every sample, every output.
+
+Besides the values, a check holds the artifact to the shapes it declares: a declared fixed dim that takes another
+size, or one dim name that takes two sizes at once, fails the check (consumers that read declared shapes, such as
+TensorRT profiles or serving configs, would be wrong). An artifact that fixes a dim the user asked dynamic fails at
+the other sizes unless fixed shapes are allowed; then those checks are skipped with the reason.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from convert.artifacts import Artifact
 from convert.registry import REGISTRY
@@ -10,8 +17,11 @@ from convert.reports import model as rm
 from convert.reports.console import first_line
 from validators import TolerancePolicy, compare_outputs, merge_results
 
+ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
 
-def checks_on(artifact: Artifact, runtime: str, device: str, cases, policy: TolerancePolicy) -> list[rm.Check]:
+
+def checks_on(artifact: Artifact, runtime: str, device: str, cases, policy: TolerancePolicy,
+              allow_fixed_shapes: bool = False) -> list[rm.Check]:
     """One check per shape case; one skipped check with the reason where the runtime cannot run here."""
     from convert.runtimes.base import ArtifactUnsupported, FeedMismatch
 
@@ -30,13 +40,17 @@ def checks_on(artifact: Artifact, runtime: str, device: str, cases, policy: Tole
                          reason=f"cannot load the artifact: {type(exc).__name__}: {exc}")]
     checks = []
     try:
+        declared_inputs, declared_outputs = runner.input_metadata(), runner.output_metadata()
         for case in cases:
             check = rm.Check(runtime=runtime, device=device, shape=case.shape.describe(), status="passed",
                              input_shapes={n: list(a.shape) for n, a in case.feeds[0].items()})
             started = time.perf_counter()
             fixed = artifact.fixed_dims_mismatch({n: a.shape for n, a in case.feeds[0].items()}) if case.feeds else ""
+            symbols = fixed_dims(artifact, cases, [case]) if fixed else {}
             if case.source_error:
                 check.status, check.reason = "skipped", f"the source model itself fails at this shape: {case.source_error}"
+            elif symbols and not allow_fixed_shapes:
+                check.status, check.reason = "failed", f"{_fixed_reason(artifact, symbols)}; {ALLOW_FIXED_HINT}"
             elif fixed:
                 check.status, check.reason = "skipped", f"not run at this shape: {fixed}"
             else:
@@ -50,17 +64,118 @@ def checks_on(artifact: Artifact, runtime: str, device: str, cases, policy: Tole
                     except Exception as exc:
                         check.status, check.reason = "failed", f"the runtime failed: {type(exc).__name__}: {first_line(str(exc))}"
                         break
+                    if not per_sample:
+                        check.declared_mismatches = declared_mismatches(
+                            declared_inputs, {n: a.shape for n, a in feed.items()}, declared_outputs,
+                            {n: getattr(a, "shape", ()) for n, a in actual.items()}, check.shape)
                     per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
                 check.samples = len(per_sample)
                 if check.status == "passed":
                     check.outputs = [rm.OutputMetrics(**{k: v for k, v in r.__dict__.items() if k in rm.OutputMetrics.model_fields})
                                      for r in merge_results(per_sample)]
-                    failing = [o for o in check.outputs if o.status == "failed"]
+                    failing = [f"output '{o.name}': {o.reason}" for o in check.outputs if o.status == "failed"]
+                    failing += [m.reason for m in check.declared_mismatches]
                     if failing:
-                        check.status = "failed"
-                        check.reason = "; ".join(f"output '{o.name}': {o.reason}" for o in failing)
+                        check.status, check.reason = "failed", "; ".join(failing)
             check.seconds = round(time.perf_counter() - started, 3)
             checks.append(check)
     finally:
         runner.deactivate()
     return checks
+
+
+def declared_mismatches(inputs: dict, input_shapes: dict[str, tuple[int, ...]], outputs: dict | None,
+                        output_shapes: dict[str, tuple[int, ...]], at: str) -> list[rm.DeclaredShapeMismatch]:
+    """Where the declared shapes (a runner's metadata; None where it cannot read them) do not hold for the shapes of
+    one run at ``at``: a rank, a fixed size, or a dim name that takes two sizes."""
+    found: list[rm.DeclaredShapeMismatch] = []
+    named: dict[str, tuple[int, str]] = {}  # dim name → (its first size, where)
+    for role, declared, shapes in (("input", inputs, input_shapes), ("output", outputs or {}, output_shapes)):
+        for name, meta in declared.items():
+            shape = shapes.get(name)
+            if shape is None:
+                continue
+            record = rm.DeclaredShapeMismatch(tensor=name, role=role, declared=list(meta.shape), shape=[int(n) for n in shape])
+            text = f"{role} '{name}' is declared [{','.join('?' if d is None else str(d) for d in meta.shape)}]"
+            if len(meta.shape) != len(shape):
+                found.append(record.model_copy(update={"reason": f"{text} but had rank {len(shape)} at {at}"}))
+                continue
+            for axis, (want, size) in enumerate(zip(meta.shape, shape)):
+                if isinstance(want, int) and want != size:
+                    found.append(record.model_copy(update={"axis": axis, "reason": f"{text} but its axis {axis} was {size} at {at}"}))
+                elif isinstance(want, str):
+                    first, where = named.setdefault(want, (int(size), f"axis {axis} of {role} '{name}'"))
+                    if first != size:
+                        found.append(record.model_copy(update={"axis": axis, "reason": (
+                            f"{text} but its axis {axis} was {size} at {at}, while {where}, also declared {want}, was {first}")}))
+    return found
+
+
+def fixed_dims(artifact: Artifact, cases, at: Sequence | None = None) -> dict[str, str]:
+    """The symbols the artifact fixes although the source takes them dynamic (where it fixes each), at the cases
+    ``at`` (default: every case). A symbol is the one whose size an input axis took in every case."""
+    found: dict[str, str] = {}
+    for spec in artifact.inputs:
+        for axis, dim in enumerate(spec.dims):
+            if not isinstance(dim, int):
+                continue
+            symbol = _symbol_of(cases, spec.name, axis)
+            if symbol is None:
+                continue
+            moved = any(case.feeds and case.feeds[0][spec.name].shape[axis] != dim for case in (cases if at is None else at))
+            if moved:
+                found.setdefault(symbol, f"axis {axis} of '{spec.name}' is fixed at {dim}")
+    return found
+
+
+def _symbol_of(cases, name: str, axis: int) -> str | None:
+    """The symbol an input axis follows in every case (None where it follows none, or several alike)."""
+    fed = [case for case in cases if case.feeds and name in case.feeds[0] and case.feeds[0][name].ndim > axis]
+    if not fed:
+        return None
+    symbols = [s for s in fed[0].shape.sizes if all(c.feeds[0][name].shape[axis] == c.shape.sizes[s] for c in fed)]
+    return symbols[0] if len(symbols) == 1 else None
+
+
+def _fixed_reason(artifact: Artifact, symbols: dict[str, str]) -> str:
+    dims = ", ".join(symbols)
+    where = "; ".join(symbols.values())
+    why = f": {artifact.fixed_shape_reason}" if artifact.fixed_shape_reason else ""
+    several = len(symbols) > 1
+    return f"the artifact fixes dim{'s' * several} {dims} that {'were' if several else 'was'} asked dynamic ({where}{why})"
+
+
+def declared_repairs(checks: list[rm.Check], cases) -> dict[tuple[str, int], tuple[str, str]]:
+    """(output, axis) → (dim name, what was wrong) for every output axis whose declared shape did not hold: the symbol
+    its size followed in every check (and whose export size a fixed declaration froze), else a name of its own."""
+    sizes_at = {case.shape.describe(): case.shape.sizes for case in cases}
+    export = cases[0].shape.sizes if cases else {}
+    seen: dict[tuple[str, int], list[tuple[rm.DeclaredShapeMismatch, dict[str, int]]]] = {}
+    for check in checks:
+        for mismatch in check.declared_mismatches:
+            if mismatch.role == "output" and mismatch.axis is not None:
+                seen.setdefault((mismatch.tensor, mismatch.axis), []).append((mismatch, sizes_at.get(check.shape, {})))
+    repairs = {}
+    for (tensor, axis), found in seen.items():
+        declared = found[0][0].declared[axis]
+        symbols = [s for s in export if all(m.shape[axis] == sizes.get(s) for m, sizes in found)
+                   and (not isinstance(declared, int) or export[s] == declared)]
+        name = symbols[0] if len(symbols) == 1 else f"{tensor}_dim{axis}"
+        repairs[(tensor, axis)] = (name, f"{found[0][0].reason}: made axis {axis} of output '{tensor}' the dynamic dim "
+                                         f"'{name}' in the graph's declared outputs and validated again")
+    return repairs
+
+
+def name_onnx_output_dims(path, dims: dict[tuple[str, int], str]) -> None:
+    """Declare the given output axes of an ONNX file as named dynamic dims (the file is rewritten in place; external
+    data files are left as they are)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for output in model.graph.output:
+        for (name, axis), dim_name in dims.items():
+            if output.name == name:
+                dim = output.type.tensor_type.shape.dim[axis]
+                dim.Clear()
+                dim.dim_param = dim_name
+    onnx.save(model, str(path))

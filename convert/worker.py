@@ -108,10 +108,15 @@ class Session:
 
         return REGISTRY.get("optimizer", name).load()().export(replace(job, source=self.source))
 
-    def validate(self, artifact, runtime: str, device: str, cases, policy) -> list[rm.Check]:
+    def validate(self, artifact, runtime: str, device: str, cases, policy, allow_fixed_shapes: bool) -> list[rm.Check]:
         from convert.validation import checks_on
 
-        return checks_on(artifact, runtime, device, cases, policy)
+        return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
+
+    def name_onnx_output_dims(self, path, dims) -> None:
+        from convert.validation import name_onnx_output_dims
+
+        name_onnx_output_dims(path, dims)
 
     def benchmark_source(self, plan, settings) -> rm.Benchmark:
         from convert.benchmark import benchmark_source

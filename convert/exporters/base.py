@@ -31,6 +31,7 @@ class Attempt:
     seconds: float
     error: str = ""
     log: str = ""
+    note: str = ""  # what a successful strategy found or changed on the way (e.g. bounds torch.export put on a dim)
 
 
 @dataclass
@@ -112,7 +113,8 @@ class Exporter(abc.ABC):
             artifact.exporter, artifact.strategy = self.name, strategy
             artifact.inputs = artifact.inputs or job.source.signature.inputs
             artifact.output_names = artifact.output_names or job.source.signature.outputs
-            attempts.append(Attempt(strategy, "ok", time.perf_counter() - started, log=log.getvalue()[-MAX_ERROR_CHARS:]))
+            attempts.append(Attempt(strategy, "ok", time.perf_counter() - started, log=log.getvalue()[-MAX_ERROR_CHARS:],
+                                    note="; ".join(artifact.notes)))
             return ExportOutcome(artifact, attempts)
         return ExportOutcome(None, attempts)
 

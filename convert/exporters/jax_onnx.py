@@ -4,10 +4,21 @@ jax2tf → tf2onnx directly is not a strategy: current JAX serializes to StableH
 op, which tf2onnx cannot convert. The TFLite converter lowers that op, and tf2onnx reads TFLite. tf2onnx's
 TFLite reader mishandles some reshapes on dynamic axes (batch matmuls), so that route is smoke-run at the
 export shape and, when it fails there, tried once more with every axis fixed at the export shape.
+
+jax2onnx 0.17's patches of flax.linen's ``max_pool``, ``avg_pool`` and ``min_pool`` take ``window_shape`` by keyword
+only, so the usual ``nn.max_pool(x, (2, 2), strides=(2, 2))`` fails inside them ("patched_max_pool() takes 1
+positional argument but 2 ... were given") and only a route fixed at the export shape would remain; while exporting,
+their patches are called with flax's own signature instead.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +27,10 @@ from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.onnx import onnx_artifact, rename_values, save_onnx
 
 TF2ONNX_OPSET = 17
+# jax2onnx's plugins that patch a flax.linen pooling function with a keyword-only window_shape
+LINEN_POOLING_PLUGINS = (("jax2onnx.plugins.flax.linen.max_pool", "MaxPoolPlugin"),
+                         ("jax2onnx.plugins.flax.linen.avg_pool", "AvgPoolPlugin"),
+                         ("jax2onnx.plugins.flax.linen.min_pool", "MinPoolPlugin"))
 
 
 class JaxToOnnx(Exporter):
@@ -35,9 +50,11 @@ class JaxToOnnx(Exporter):
         import jax2onnx
 
         source = job.source
-        inputs = [jax.ShapeDtypeStruct(tuple(s.dims), s.dtype) for s in source.signature.inputs]
-        model = jax2onnx.to_onnx(source.bound(), inputs, model_name=job.stem, **({"opset": job.opset} if job.opset else {}),
-                                 input_names=[s.name for s in source.signature.inputs], output_names=list(source.signature.outputs))
+        symbolic = source.symbolic_dims()
+        inputs = [jax.ShapeDtypeStruct(tuple(symbolic.get(d, d) for d in s.dims), s.dtype) for s in source.signature.inputs]
+        with linen_pooling_by_position():
+            model = jax2onnx.to_onnx(source.bound(), inputs, model_name=job.stem, **({"opset": job.opset} if job.opset else {}),
+                                     input_names=[s.name for s in source.signature.inputs], output_names=list(source.signature.outputs))
         save_onnx(model, path)
         return onnx_artifact(path, job.opset)
 
@@ -78,3 +95,46 @@ def _smoke_run(path: Path, job: ExportJob) -> None:
     run_options = onnxruntime.RunOptions()
     run_options.log_severity_level = 4
     session.run(None, {i.name: job.feed[i.name] for i in session.get_inputs()}, run_options)
+
+
+@contextlib.contextmanager
+def linen_pooling_by_position() -> Iterator[None]:
+    """While jax2onnx exports, its flax.linen pooling patches take their arguments as flax's functions do (by position
+    or by name). A jax2onnx without these plugins is left as it is."""
+    replaced = []
+    for module_name, class_name in LINEN_POOLING_PLUGINS:
+        try:
+            plugin = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        replaced.append((plugin, plugin.__dict__.get("binding_specs")))
+        plugin.binding_specs = classmethod(functools.partial(_specs_by_position, plugin.binding_specs))
+    try:
+        yield
+    finally:
+        for plugin, original in replaced:
+            if original is None:
+                del plugin.binding_specs
+            else:
+                plugin.binding_specs = original
+
+
+def _specs_by_position(specs: Callable[[], list], cls) -> list:
+    return [dataclasses.replace(spec, make_value=functools.partial(_patched_by_position, spec.make_value))
+            if hasattr(spec, "make_value") else spec for spec in specs()]
+
+
+def _patched_by_position(make_value: Callable, original: Callable | None) -> Callable:
+    """jax2onnx's patch of ``original``, called with ``original``'s arguments bound to their names."""
+    patched = make_value(original)
+    if original is None:
+        return patched
+    signature = inspect.signature(original)
+    first = next(iter(signature.parameters))
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        arguments = signature.bind(*args, **kwargs).arguments
+        return patched(arguments.pop(first), **arguments)
+
+    return call

@@ -10,7 +10,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.onnx import onnx_artifact, rename_by_position
+from convert.exporters.onnx import onnx_artifact, rename_by_position, save_onnx
 from convert.exporters.tf_common import input_signature, serving_function
 from convert.sources.keras import tensorflow
 
@@ -35,6 +35,24 @@ def _register_missing_tf2onnx_ops() -> None:
             ctx.replace_inputs(node, [one.output[0], erf.output[0]])
 
 
+def _fold_captured_inputs(model, function, wanted: set[str]) -> bool:
+    """tf2onnx 1.17 turns some tensors a tf.function captures (Keras 3 Normalization's mean and variance) into graph
+    inputs: each becomes an initializer holding the captured value again. Whether the graph changed; an input that is
+    neither the model's nor a captured constant is an error."""
+    from onnx import numpy_helper
+
+    graph = function.get_concrete_function().graph
+    captured = {inner.name: outer for outer, inner in zip(graph.external_captures, graph.internal_captures)}
+    extra = [i for i in model.graph.input if i.name not in wanted]
+    for graph_input in extra:
+        value = captured.get(graph_input.name)
+        if value is None or not hasattr(value, "numpy"):
+            raise ValueError(f"tf2onnx left an input the model does not have: {graph_input.name}")
+        model.graph.initializer.append(numpy_helper.from_array(value.numpy(), graph_input.name))
+        model.graph.input.remove(graph_input)
+    return bool(extra)
+
+
 class KerasToOnnx(Exporter):
     format = "onnx"
     name = "keras-onnx"
@@ -53,7 +71,10 @@ class KerasToOnnx(Exporter):
         _register_missing_tf2onnx_ops()
         signature = input_signature(job)
         function = tf.function(serving_function(job), input_signature=signature)
-        tf2onnx.convert.from_function(function, input_signature=signature, opset=job.opset or DEFAULT_OPSET, output_path=str(path))
+        model, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=job.opset or DEFAULT_OPSET,
+                                                 output_path=str(path))
+        if _fold_captured_inputs(model, function, {s.name for s in job.source.signature.inputs}):
+            save_onnx(model, path)
         return onnx_artifact(path, job.opset)
 
     def _keras(self, job: ExportJob, path: Path) -> Artifact:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example_args
+from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example_arguments, exportable_module, record_bounds
 
 # Weights past this go to external data: torch.onnx's own threshold, which leaves the graph room under the limit.
 EXTERNAL_DATA_THRESHOLD = 1536 * 2**20
@@ -102,11 +102,9 @@ class TorchToOnnx(Exporter):
     suffix = ".onnx"
 
     def strategies(self, job: ExportJob):
-        strategies = [("torch.onnx.export(dynamo=True)", lambda path: self._dynamo(job, path)),
-                      ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path))]
-        if job.source.is_scripted:  # the torch.export-based exporter cannot take a ScriptModule
-            strategies = strategies[1:]
-        return strategies
+        converted = "TS2EPConverter, then " if job.source.is_scripted else ""  # see torch_common.exportable_module
+        return [(f"{converted}torch.onnx.export(dynamo=True)", lambda path: self._dynamo(job, path)),
+                ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path))]
 
     def _names(self, job: ExportJob) -> dict:
         return {"input_names": [s.name for s in job.source.signature.inputs],
@@ -115,18 +113,21 @@ class TorchToOnnx(Exporter):
     def _dynamo(self, job: ExportJob, path: Path) -> Artifact:
         import torch
 
+        args, kwargs = example_arguments(job)
         program = torch.onnx.export(
-            job.source.native, example_args(job), dynamo=True, dynamic_shapes=dynamic_shapes(job),
+            exportable_module(job), args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes(job),
             opset_version=job.opset, optimize=True, **self._names(job),
         )
         program.save(str(path), external_data=None)  # None: external data only past the 2 GB limit
-        return onnx_artifact(path, job.opset)
+        # torch.onnx applies torch.export's suggested fixes on its own (a bound on a dim): its program tells which
+        return record_bounds(onnx_artifact(path, job.opset), program.exported_program, job)
 
     def _torchscript(self, job: ExportJob, path: Path) -> Artifact:
         import torch
 
+        args, kwargs = example_arguments(job)
         torch.onnx.export(
-            job.source.native, example_args(job), str(path), dynamo=False, dynamic_axes=dynamic_axes(job) or None,
+            job.source.native, args, str(path), kwargs=kwargs or None, dynamo=False, dynamic_axes=dynamic_axes(job) or None,
             do_constant_folding=True, **({"opset_version": job.opset} if job.opset else {}), **self._names(job),
         )
         return onnx_artifact(path, job.opset)

@@ -1,18 +1,22 @@
-"""What the PyTorch exporters share: example tensors and dynamic shapes from the input specs."""
+"""What the PyTorch exporters share: example arguments and dynamic shapes from the input specs, shaped the way the
+source takes its inputs (positionally, by keyword, or as a torch.export program's ``(args, kwargs)``), and the
+bounds a torch.export program puts on the specs' symbols."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from convert.artifacts import Artifact
 from convert.exporters.base import ExportJob
 from convert.sources.torch import to_tensors
 
 
-def example_args(job: ExportJob) -> tuple:
-    return to_tensors(job.source.signature.inputs, job.feed)
+def example_arguments(job: ExportJob) -> tuple[tuple, dict[str, Any]]:
+    """Positional and keyword example arguments at the export shape."""
+    return job.source.convention.arguments(to_tensors(job.source.signature.inputs, job.feed))
 
 
-def dynamic_shapes(job: ExportJob) -> tuple[dict[int, Any], ...] | None:
+def dynamic_shapes(job: ExportJob) -> tuple | dict[str, Any] | None:
     """One torch.export Dim per symbol, shared by every input axis that names it."""
     import torch
 
@@ -25,9 +29,87 @@ def dynamic_shapes(job: ExportJob) -> tuple[dict[int, Any], ...] | None:
             if symbol not in dims:
                 low, high = job.dim_ranges.get(symbol, (1, None))
                 dims[symbol] = torch.export.Dim(symbol, min=max(low, 1), **({"max": high} if high else {}))
-    return tuple({axis: dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)} for spec in specs)
+    return job.source.convention.dynamic_shapes(
+        [{axis: dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)} for spec in specs])
 
 
 def dynamic_axes(job: ExportJob) -> dict[str, dict[int, str]]:
     return {spec.name: {axis: d for axis, d in enumerate(spec.dims) if isinstance(d, str)}
             for spec in job.source.signature.inputs if spec.symbols}
+
+
+def export_program(job: ExportJob) -> tuple[Any, str]:
+    """torch.export.export(strict=False) of the source with the specs' dynamic dims, and the fix it took ("" when
+    none). Where torch finds that a dim cannot take every size (a position table bounds the sequence), it says so with
+    a suggested fix; the fix is applied and the export retried once, and ``record_bounds`` tells what the program takes."""
+    import torch
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    args, kwargs = example_arguments(job)
+    shapes = dynamic_shapes(job)
+    module = exportable_module(job)
+    try:
+        return torch.export.export(module, args, kwargs, dynamic_shapes=shapes, strict=False), ""
+    except torch._dynamo.exc.UserError as exc:
+        message = getattr(exc, "msg", "") or str(exc)  # msg: without the advice torch appends after the fixes
+        if shapes is None or "Suggested fixes:" not in message:
+            raise
+        refined = refine_dynamic_shapes_from_suggested_fixes(message, shapes)
+    fixes = message.split("Suggested fixes:", 1)[1]
+    program = torch.export.export(module, args, kwargs, dynamic_shapes=refined, strict=False)
+    return program, "; ".join(line.strip() for line in fixes.splitlines() if line.strip())
+
+
+def exportable_module(job: ExportJob):
+    """The module torch.export traces. torch.export cannot take a ScriptModule: one is first converted into a static
+    program by torch's TorchScript converter (TS2EPConverter, which torch.export's own error suggests; a private API in
+    torch 2.13), and that program's module is then exported with the specs' dynamic dims like any module."""
+    if not job.source.is_scripted:
+        return job.source.native
+    from torch._export.converter import TS2EPConverter
+
+    args, kwargs = example_arguments(job)
+    return TS2EPConverter(job.source.native, args, kwargs).convert().module()
+
+
+def record_bounds(artifact: Artifact, program, job: ExportJob, fixes: str = "") -> Artifact:
+    """Record on the artifact the sizes the program takes for each symbol the specs made dynamic, where it does not
+    take every size: bounds (S <= 128) limit its checks to those sizes, and a symbol the program fixed (torch
+    specialized it) makes the artifact fixed at that size. Each finding is noted for the report."""
+    from dataclasses import replace
+
+    if program is None:
+        return artifact
+    specs = job.source.signature.inputs
+    user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    if len(user_inputs) != len(specs):
+        return artifact
+    by_name = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    ranges = {str(symbol): bounds for symbol, bounds in program.range_constraints.items()}
+    fixed: dict[str, int] = {}
+    for spec, name in zip(specs, user_inputs):
+        value = by_name[name].meta.get("val")
+        if value is None or not hasattr(value, "shape") or len(value.shape) != len(spec.dims):
+            continue
+        for dim, size in zip(spec.dims, value.shape):
+            if not isinstance(dim, str) or dim in artifact.dim_bounds or dim in fixed:
+                continue
+            if str(size).isdigit():
+                fixed[dim] = int(str(size))
+                continue
+            bounds = ranges.get(str(size))
+            if bounds is None:
+                continue
+            upper = None if str(bounds.upper) in ("int_oo", "oo") else int(bounds.upper)
+            if upper is not None or int(bounds.lower) > 1:
+                artifact.dim_bounds[dim] = (max(int(bounds.lower), 1), upper)
+    why = f"torch.export's suggested fix ({fixes}), applied" if fixes else "torch.export's bound"
+    for dim, (low, high) in artifact.dim_bounds.items():
+        artifact.notes.append(f"{dim} takes {low} to {'any size' if high is None else high} ({why}): "
+                              "the artifact is checked at those sizes only")
+    if fixed:
+        artifact.inputs = tuple(replace(spec, dims=tuple(fixed.get(d, d) if isinstance(d, str) else d for d in spec.dims))
+                                for spec in specs)
+        artifact.fixed_shape_reason = f"torch.export fixed {', '.join(f'{d}={n}' for d, n in fixed.items())} ({why})"
+        artifact.notes.append(artifact.fixed_shape_reason)
+    return artifact

@@ -1,4 +1,5 @@
-"""torch.export ``.pt2`` from PyTorch, with the input specs' symbols as dynamic dims."""
+"""torch.export ``.pt2`` from PyTorch, with the input specs' symbols as dynamic dims (bounded where torch says a dim
+cannot take every size, as recorded on the artifact)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.torch_common import dynamic_shapes, example_args
+from convert.exporters.torch_common import export_program, record_bounds
 
 
 class TorchToExportedProgram(Exporter):
@@ -15,11 +16,12 @@ class TorchToExportedProgram(Exporter):
     suffix = ".pt2"
 
     def strategies(self, job: ExportJob):
-        return [("torch.export.export(strict=False)", lambda path: self._export(job, path))]
+        converted = "TS2EPConverter, then " if job.source.is_scripted else ""
+        return [(f"{converted}torch.export.export(strict=False)", lambda path: self._export(job, path))]
 
     def _export(self, job: ExportJob, path: Path) -> Artifact:
         import torch
 
-        program = torch.export.export(job.source.native, example_args(job), dynamic_shapes=dynamic_shapes(job), strict=False)
+        program, fixes = export_program(job)
         torch.export.save(program, str(path))
-        return Artifact(format=self.format, path=path, files=[path])
+        return record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, fixes)

@@ -2,18 +2,21 @@
 
 Tracing an nn.Module records ``x.size(0)`` as a traced value, so dynamic dims stay dynamic. Tracing a
 torch.export program's module does not: its ``aten.sym_size`` calls hand the tracer plain ints, which
-become constants. Such an artifact is recorded as fixed at the export shape, and checks at other shapes
-are skipped with that reason (running it at another shape can even crash the interpreter).
+become constants. A program that computes with its symbolic sizes (a node whose value is a SymInt) is
+therefore recorded as fixed at the export shape: running it at another shape gives wrong values or even
+crashes the interpreter. A program that never reads a size (a CNN that flattens with ``flatten(1)``) traces
+to a graph that takes any size, and is validated at every size like any artifact.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.torch_common import example_args
+from convert.exporters.torch_common import example_arguments
 
 
 class TorchToTorchScript(Exporter):
@@ -36,9 +39,15 @@ class TorchToTorchScript(Exporter):
     def _trace(self, job: ExportJob, path: Path) -> Artifact:
         import torch
 
-        traced = torch.jit.trace(job.source.native, example_args(job), strict=False, check_trace=False)
+        module = job.source.native
+        args, kwargs = example_arguments(job)
+        if kwargs:  # a program's keyword inputs, or a forward's parameters the inputs skip: traced by name
+            named = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+            traced = torch.jit.trace(module, example_kwarg_inputs=dict(named), strict=False, check_trace=False)
+        else:
+            traced = torch.jit.trace(module, args, strict=False, check_trace=False)
         artifact = self._save(traced, path)
-        if job.source.info.kind in ("pt2", "exported-program") and job.source.signature.symbols:
+        if job.source.info.kind in ("pt2", "exported-program") and job.source.signature.symbols and _computes_with_sizes(module):
             artifact.inputs = tuple(replace(spec, dims=tuple(int(n) for n in job.feed[spec.name].shape))
                                     for spec in job.source.signature.inputs)
             artifact.fixed_shape_reason = "traced from a torch.export program, whose symbolic sizes tracing turns into constants"
@@ -48,3 +57,12 @@ class TorchToTorchScript(Exporter):
         import torch
 
         return self._save(torch.jit.script(job.source.native), path)
+
+
+def _computes_with_sizes(module) -> bool:
+    """Whether a torch.export program's module reads a symbolic size anywhere (tracing would freeze it)."""
+    import torch
+
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    graphs = [m.graph for m in module.modules() if isinstance(getattr(m, "graph", None), torch.fx.Graph)]
+    return any(isinstance(node.meta.get("val"), symbolic) for graph in graphs for node in graph.nodes)

@@ -43,6 +43,7 @@ class Optimizer(Exporter):
             outcome.artifact.precision = self.precision
             outcome.artifact.inputs = job.base.inputs or outcome.artifact.inputs
             outcome.artifact.fixed_shape_reason = job.base.fixed_shape_reason
+            outcome.artifact.dim_bounds = {**job.base.dim_bounds, **outcome.artifact.dim_bounds}  # a TensorRT profile narrows them
         return outcome
 
 

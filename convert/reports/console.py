@@ -43,11 +43,14 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
     for artifact in report.artifacts:
         if artifact.path:
             kept = "" if artifact.passed else " [red]failed validation: kept for inspection, not at a final path[/]"
-            console.print(f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}){kept}")
+            bounds = "".join(f", {symbol} {low}..{'' if high is None else high} only" for symbol, (low, high) in artifact.dim_bounds.items())
+            console.print(f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}{bounds}){kept}")
     cache = report.cache
     if cache.reused or cache.rebuilt:
         console.print(f"  cache: {len(cache.reused)} stage jobs reused from {escape(cache.folder or '-')}"
                       + "".join(f"; rebuilt {escape(r.stage)}: {escape(r.reason)}" for r in cache.rebuilt))
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if verdict:
         status = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
         console.print(f"Verdict: {status} (exit code {report.exit_code})" + (f"; report: {escape(report_path)}" if report_path else ""))

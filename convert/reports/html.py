@@ -306,6 +306,8 @@ def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> s
     details = [("format", _e(artifact.format)), ("precision", _e(artifact.precision))]
     if artifact.exporter or artifact.strategy:
         details.append(("exporter", _e(" · ".join(p for p in (artifact.exporter, artifact.strategy) if p))))
+    if artifact.dim_bounds or any(a.note for a in artifact.attempts):
+        details.append(("found on export", _e("; ".join(a.note for a in artifact.attempts if a.note))))
     if artifact.derived_from:
         details.append(("derived from", f"<code>{_e(artifact.derived_from)}</code>"))
     if artifact.reproduce:

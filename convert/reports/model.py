@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from validators.compare import ERROR_HISTOGRAM_EDGES
 
-SCHEMA_VERSION = "1.4"
+SCHEMA_VERSION = "1.5"
 
 
 class OutputMetrics(BaseModel):
@@ -43,6 +43,17 @@ class OutputMetrics(BaseModel):
     error_histogram: list[int] | None = Field(None, description="counts of |actual - expected| per bin of the report's error_histogram_edges")
 
 
+class DeclaredShapeMismatch(BaseModel):
+    """An input or output whose shape, as the artifact declares it, is not the shape it had in this check."""
+
+    tensor: str
+    role: Literal["input", "output"]
+    declared: list[int | str | None] = Field(description="the declared shape: a size, a dim name, or null for an unnamed dynamic dim")
+    shape: list[int] = Field(description="the shape it had")
+    axis: int | None = Field(None, description="the axis that differs; null when the rank does")
+    reason: str = ""
+
+
 class Check(BaseModel):
     runtime: str
     device: str
@@ -54,6 +65,8 @@ class Check(BaseModel):
     device_unsupported: bool = Field(False, description="skipped because the runtime never runs on this kind of device (TFLite on CUDA, TensorRT on CPU)")
     seconds: float = 0.0
     outputs: list[OutputMetrics] = []
+    declared_mismatches: list[DeclaredShapeMismatch] = Field(
+        [], description="inputs and outputs whose declared shape does not hold at this shape (a failure of the check)")
 
 
 class Attempt(BaseModel):
@@ -61,6 +74,7 @@ class Attempt(BaseModel):
     status: Literal["ok", "failed"]
     seconds: float
     error: str = ""
+    note: str = Field("", description="what a successful strategy found or changed on the way, e.g. a bound torch.export put on a dim")
 
 
 class Benchmark(BaseModel):
@@ -115,7 +129,13 @@ class ArtifactRecord(BaseModel):
     exporter: str = ""
     strategy: str = ""
     attempts: list[Attempt] = []
+    dim_bounds: dict[str, list[int | None]] = Field(
+        {}, description="the sizes [min, max] the artifact takes for a dynamic dim, where it does not take every size "
+                        "(max null: no upper bound); its checks ran within them")
     passed: bool = False
+    fixed_dims: list[str] = Field([], description="symbols asked dynamic that the artifact fixes: a failure unless fixed shapes are allowed")
+    repairs: list[str] = Field([], description="what was changed in the artifact after its first validation, and why "
+                                               "(e.g. a declared output dim made symbolic); its checks are those of the repaired artifact")
     checks: list[Check] = []
     benchmarks: list[Benchmark] = []
     reproduce: str = Field("", description="the command that reproduces this artifact")
@@ -253,6 +273,8 @@ class Report(BaseModel):
     error: str = ""
     isolation: str = Field("", description="where the framework work ran: a worker process (with its stage timeout), or in-process and why")
     source: SourceRecord = SourceRecord()
+    notes: list[str] = Field([], description="what the user should know that is no failure, e.g. that every input shape was fixed, "
+                                             "so one shape was validated, and how to make a dim dynamic")
     environment: Environment
     options: dict = {}
     calibration: str = Field("", description="where the calibration feeds of INT8 passes came from")

@@ -1,7 +1,8 @@
 """The runner protocol: load an artifact once on one device, then run feeds of named arrays.
 
 The base class checks every feed against the runner's input metadata (names, dtypes, ranks, fixed dims),
-so each runtime does not have to.
+so each runtime does not have to. A runner that can read its artifact's declared output shapes reports them too:
+validation holds the artifact to what it declares.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from convert.devices import absent_reason
 
 @dataclass(frozen=True)
 class InputMeta:
+    """An input's (or output's) declared dtype and shape."""
+
     dtype: str
     shape: tuple[int | str | None, ...]  # None or a name where the dim is dynamic
 
@@ -76,6 +79,10 @@ class Runner(abc.ABC):
     @abc.abstractmethod
     def input_metadata(self) -> dict[str, InputMeta]:
         ...
+
+    def output_metadata(self) -> dict[str, InputMeta] | None:
+        """The outputs' declared dtypes and shapes by name, once activated; None where this runtime cannot read them."""
+        return None
 
     @abc.abstractmethod
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

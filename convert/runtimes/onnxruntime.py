@@ -42,8 +42,15 @@ class OnnxRuntimeRunner(Runner):
         self.session = None
 
     def input_metadata(self) -> dict[str, InputMeta]:
-        return {i.name: InputMeta(_ORT_TYPES.get(i.type, i.type), tuple(i.shape)) for i in self.session.get_inputs()}
+        return _metadata(self.session.get_inputs())
+
+    def output_metadata(self) -> dict[str, InputMeta]:
+        return _metadata(self.session.get_outputs())
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         values = self.session.run(self.output_names, feed)
         return dict(zip(self.output_names, (np.asarray(v) for v in values)))
+
+
+def _metadata(values) -> dict[str, InputMeta]:
+    return {v.name: InputMeta(_ORT_TYPES.get(v.type, v.type), tuple(v.shape)) for v in values}

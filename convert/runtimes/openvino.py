@@ -31,10 +31,17 @@ class OpenVinoRunner(Runner):
         self.compiled = self.request = None
 
     def input_metadata(self) -> dict[str, InputMeta]:
+        return self._metadata(self.compiled.inputs, [s.name for s in self.artifact.inputs])
+
+    def output_metadata(self) -> dict[str, InputMeta]:
+        ranked = [port for port in self.compiled.outputs if port.get_partial_shape().rank.is_static]
+        return self._metadata(ranked, self.artifact.output_names)
+
+    def _metadata(self, ports, wanted) -> dict[str, InputMeta]:
         meta = {}
-        for port in self.compiled.inputs:
+        for port in ports:
             shape = tuple(d.get_length() if d.is_static else None for d in port.get_partial_shape())
-            meta[self._name(port, [s.name for s in self.artifact.inputs])] = InputMeta(np.dtype(port.get_element_type().to_dtype()).name, shape)
+            meta[self._name(port, wanted)] = InputMeta(np.dtype(port.get_element_type().to_dtype()).name, shape)
         return meta
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

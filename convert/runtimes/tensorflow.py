@@ -69,6 +69,13 @@ class SavedModelRunner(Runner):
         _, kwargs = self.function.structured_input_signature
         return {name: InputMeta(spec.dtype.name, tuple(spec.shape.as_list())) for name, spec in kwargs.items()}
 
+    def output_metadata(self) -> dict[str, InputMeta] | None:
+        outputs = self.function.structured_outputs
+        if not isinstance(outputs, dict):
+            return None
+        return {name: InputMeta(value.dtype.name, tuple(value.shape.as_list())) for name, value in outputs.items()
+                if value.shape.rank is not None}
+
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = tensorflow()
         with tf.device(_DEVICES[self.device]):
@@ -89,8 +96,10 @@ class TfliteRunner(Runner):
         self.interpreter = None
 
     def input_metadata(self) -> dict[str, InputMeta]:
-        return {name: InputMeta(np.dtype(d["dtype"]).name, tuple(None if n == -1 else int(n) for n in d["shape_signature"]))
-                for name, d in self.inputs.items()}
+        return _tflite_metadata(self.inputs)
+
+    def output_metadata(self) -> dict[str, InputMeta]:
+        return _tflite_metadata(self.outputs)
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         inputs = self.inputs
@@ -102,3 +111,8 @@ class TfliteRunner(Runner):
             self.interpreter.set_tensor(inputs[name]["index"], value)
         self.interpreter.invoke()
         return {name: self.interpreter.get_tensor(d["index"]).copy() for name, d in self.outputs.items()}
+
+
+def _tflite_metadata(details: dict[str, dict]) -> dict[str, InputMeta]:
+    return {name: InputMeta(np.dtype(d["dtype"]).name, tuple(None if n == -1 else int(n) for n in d["shape_signature"]))
+            for name, d in details.items()}

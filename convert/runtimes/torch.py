@@ -8,12 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from convert.runtimes.base import InputMeta, Runner
-from convert.sources.torch import flatten_outputs, to_numpy
+from convert.sources.torch import CallConvention, flatten_outputs, load_program, to_numpy
 
 
 class _TorchRunner(Runner):
     pins_threads = True
     _restore_threads: int | None = None
+    convention = CallConvention()
 
     def _pin_threads(self) -> None:
         import torch
@@ -36,9 +37,9 @@ class _TorchRunner(Runner):
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
-        args = tuple(torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(self.device) for s in self.artifact.inputs)
+        tensors = [torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(self.device) for s in self.artifact.inputs]
         with torch.inference_mode():
-            outputs = self.module(*args)
+            outputs = self.convention(self.module, tensors)
         return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
 
     def deactivate(self) -> None:
@@ -58,16 +59,19 @@ class TorchScriptRunner(_TorchRunner):
         self._pin_threads()
         self.module = torch.jit.load(str(self.path), map_location=self.device)
         self.module.eval()
+        names = tuple(s.name for s in self.artifact.inputs)
+        parameters = [a.name for a in self.module.forward.schema.arguments[1:]]
+        if set(names) <= set(parameters) and list(names) != parameters[: len(names)]:
+            self.convention = CallConvention(keywords=names)  # traced by keyword: inputs that skip some of the forward's parameters
 
 
 class ExportedProgramRunner(_TorchRunner):
     name = "torch.export"
 
     def activate(self) -> None:
-        import torch
-
         self._pin_threads()
-        program = torch.export.load(str(self.path))
+        program = load_program(self.path)
         self.module = program.module()
+        self.convention = CallConvention.of_program(program)
         if self.device != "cpu":
             self.module.to(self.device)

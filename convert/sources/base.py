@@ -28,6 +28,7 @@ class SourceModel(abc.ABC):
     signature: SourceSignature
     export_sizes: dict[str, int]  # sizes of symbolic dims in the example inputs (the export shape), if known
     example_feed: dict[str, np.ndarray] | None = None  # the user's example inputs, by input name
+    dim_ranges: dict[str, tuple[int, int | None]] = {}  # sizes a symbol may take (inclusive; None: no upper bound)
 
     @abc.abstractmethod
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -96,12 +96,27 @@ class JaxSource(SourceModel):
 
         specs = self.signature.inputs
         polymorphic = [None, *[f"({', '.join(str(d) for d in s.dims)})" if s.symbols else None for s in specs]]
-        converted = jax2tf.convert(self.apply_flat, polymorphic_shapes=polymorphic, with_gradient=False)
+        converted = jax2tf.convert(self.apply_flat, polymorphic_shapes=polymorphic, polymorphic_constraints=self.constraints(),
+                                   with_gradient=False)
         return named_outputs(converted(self.trackable.params, *[tensors[s.name] for s in specs]))
+
+    def constraints(self) -> tuple[str, ...]:
+        """The --shape-range bounds as JAX shape constraints ("S <= 128"): a model that slices a table to a symbolic
+        size (``positions[:S]``) broadcasts only where JAX knows the size fits the table."""
+        return tuple(text for symbol, (low, high) in self.dim_ranges.items()
+                     for text in (f"{symbol} >= {low}" if low > 1 else "", f"{symbol} <= {high}" if high else "") if text)
+
+    def symbolic_dims(self) -> dict[str, Any]:
+        """Each symbol as a JAX symbolic dim that knows the constraints."""
+        symbols = self.signature.symbols
+        if not symbols:
+            return {}
+        return dict(zip(symbols, jax().export.symbolic_shape(", ".join(symbols), constraints=self.constraints())))
 
     def at_shapes(self, shapes: dict[str, tuple[int, ...]]) -> "JaxSource":
         """The same model with every input fixed at the given shape (no symbolic axes)."""
         fixed = copy.copy(self)
+        fixed.dim_ranges = {}
         fixed.signature = SourceSignature(inputs=tuple(replace(s, dims=tuple(shapes[s.name])) for s in self.signature.inputs),
                                           outputs=self.signature.outputs)
         return fixed
@@ -161,6 +176,7 @@ def load_jax_source(request: SourceRequest) -> JaxSource:
     elif loaded is not None:
         _check_params_by_tracing(apply, params, specs, export_sizes, params_path, _describe(model))
     source = JaxSource(apply, params, info, specs, export_sizes)
+    source.dim_ranges = {symbol: bounds for symbol, bounds in request.dim_ranges.items() if symbol in source.signature.symbols}
     source.example_feed = arrays
     return source
 

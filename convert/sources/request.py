@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -14,45 +18,114 @@ import numpy as np
 from convert.errors import ConvertError
 from convert.specs import InputSpec
 
-FACTORY_HINT = "Give a model file, or the model's code as module.path:callable (importable from the current folder)."
+FACTORY_HINT = ("Give a model file, or the model's code as module.path:callable (importable from the current folder) "
+                "or path/to/file.py:callable.")
 
 
 @dataclass
 class SourceRequest:
-    model: Any  # a path, "package.module:callable", or a framework object
+    model: Any  # a path, "package.module:callable", "path/to/file.py:callable", or a framework object
     framework: str | None = None
     weights: Path | None = None
     params: Any = None  # a JAX model's params: a file path, or a pytree from Python
     inputs: tuple[InputSpec, ...] = ()
     example_inputs: dict[str, np.ndarray] | tuple | None = None
     trust_code: bool = False
+    dim_ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # the bounds of --shape-range
     kind: str = "object"  # set by resolve(): "path", "factory" or "object"
     factory: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+def split_reference(text: str) -> tuple[str, str] | None:
+    """(module or file, attribute) of ``module.path:callable`` or ``path/to/file.py:callable``, else None.
+
+    The split is on the last ':', so a drive (``C:\\models\\nets.py:build``) or a folder with ':' in its name stays
+    in the file part."""
+    target, sep, attribute = text.rpartition(":")
+    if not (sep and target and attribute) or not all(part.isidentifier() for part in attribute.split(".")):
+        return None
+    if _names_a_file(target) or all(part.isidentifier() for part in target.split(".")):
+        return target, attribute
+    return None
+
+
+def _names_a_file(target: str) -> bool:
+    return target.lower().endswith(".py") or "/" in target or "\\" in target or Path(target).is_file()
+
+
 def is_factory_reference(text: str) -> bool:
-    module, sep, attribute = text.partition(":")
-    return bool(sep) and bool(attribute) and all(p.isidentifier() for p in module.split(".") + attribute.split("."))
+    return split_reference(text) is not None
+
+
+def anchored_reference(text: str, folder: Path) -> str:
+    """A model path or factory reference written in a file in ``folder``: a relative file (a model, or a factory's
+    .py) is taken from ``folder``; a module reference imports as it would anywhere."""
+    parts = None if (folder / text).exists() else split_reference(text)
+    if parts is None:
+        return text if Path(text).is_absolute() else str(folder / text)
+    target, attribute = parts
+    if not _names_a_file(target) or Path(target).is_absolute():
+        return text
+    return f"{folder / target}:{attribute}"
 
 
 def import_reference(reference: str) -> Any:
-    """Import ``package.module:attribute`` (from the current folder too) without calling it."""
-    module_name, _, attribute = reference.partition(":")
-    if str(Path.cwd()) not in sys.path and "" not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConvertError(f"cannot import the module '{module_name}' of {reference}: {exc}", FACTORY_HINT) from exc
-    target: Any = module
+    """Import ``package.module:attribute`` (from the current folder too), or ``path/to/file.py:attribute``, without
+    calling it. Importing runs the module's code: naming it is trusting it, as with any import."""
+    parts = split_reference(reference)
+    if parts is None:
+        raise ConvertError(f"{reference} is not a factory reference", FACTORY_HINT)
+    target, attribute = parts
+    if _names_a_file(target):
+        module, where = _import_file(Path(target), reference), target
+    else:
+        if str(Path.cwd()) not in sys.path and "" not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise ConvertError(f"cannot import the module '{target}' of {reference}: {exc}", FACTORY_HINT) from exc
+        where = f"the module '{target}'"
+    found: Any = module
     for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise ConvertError(f"the module '{module_name}' has no attribute '{attribute}'", FACTORY_HINT)
-        target = getattr(target, part)
-    if not callable(target):
+        if not hasattr(found, part):
+            defined = sorted(name for name, value in vars(module).items()
+                             if callable(value) and not name.startswith("_") and getattr(value, "__module__", None) == module.__name__)
+            raise ConvertError(f"{where} has no attribute '{attribute}'" + (f" (it defines {', '.join(defined)})" if defined else ""),
+                               FACTORY_HINT)
+        found = getattr(found, part)
+    if not callable(found):
         raise ConvertError(f"{reference} is not callable", "Point at a function or class that builds the model with no arguments.")
-    return target
+    return found
+
+
+def _import_file(path: Path, reference: str) -> ModuleType:
+    """Run a .py file as a module of its own, with its folder on sys.path for its own imports."""
+    if not path.is_file():
+        raise ConvertError(f"the model file {path} of {reference} does not exist" if not path.exists()
+                           else f"{path} of {reference} is not a file", FACTORY_HINT)
+    if path.suffix.lower() != ".py":
+        raise ConvertError(f"{path} of {reference} is not a Python file (.py)",
+                           "Point at the .py file that defines the callable, as path/to/file.py:callable.")
+    path = path.resolve()
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    # a name of its own: a file called torch.py or model.py must not replace (or be replaced by) another module
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"_convert_file_{stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConvertError(f"cannot import {path} as a Python module", FACTORY_HINT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before running it: dataclasses and pickling look their module up there
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise ConvertError(f"running {path} (of {reference}) raised {type(exc).__name__}: {exc}",
+                           "Fix the file so that it imports; the folder it is in is on sys.path for its own imports.") from exc
+    return module
 
 
 def required_positional(function: Any) -> list[str] | None:

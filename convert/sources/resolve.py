@@ -30,6 +30,9 @@ def resolve_source(request: SourceRequest) -> SourceModel:
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
         if Path(text).exists():
+            if Path(text).suffix.lower() == ".py":
+                raise ConvertError(f"{text} is Python code, not a saved model, and names no callable in it",
+                                   f"Name the function or class that builds the model, e.g. {text}:build_model.")
             request.model, request.kind = Path(text), "path"
             if request.model.is_dir():
                 check_contained(request.model)

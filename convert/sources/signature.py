@@ -22,6 +22,22 @@ def specs_from_arrays(arrays: dict[str, np.ndarray]) -> tuple[InputSpec, ...]:
     return tuple(InputSpec(name, dtype_name(a), tuple(int(d) for d in a.shape)) for name, a in arrays.items())
 
 
+def fixed_shape_note(inputs: tuple[InputSpec, ...], specs_given: bool, examples_given: bool, kind: str) -> str:
+    """What to tell a user whose specs, not given, fix every dim: each artifact is checked at one shape only, though a
+    user who gave example inputs may well think the other sizes work too. Empty when a dim is dynamic."""
+    if specs_given or any(spec.symbols for spec in inputs) or not any(spec.dims for spec in inputs):
+        return ""
+    fixed = (f"every input shape is fixed ({', '.join(map(str, inputs))}: "
+             f"{'the example inputs set' if examples_given else 'the model declares'} each dim), so each artifact was "
+             "exported and validated at this one shape only")
+    if kind in ("pt2", "exported-program"):
+        return fixed + "; to make a dim dynamic, export the program with dynamic_shapes (torch.export.Dim)"
+    spec = next(spec for spec in inputs if spec.dims)
+    dynamic = InputSpec(spec.name, spec.dtype, ("B", *spec.dims[1:]), spec.low, spec.high)
+    return (fixed + f"; to make a dim dynamic, name it with a symbol in an input spec: inputs=[\"{dynamic}\"] in Python, "
+            f"--input \"{dynamic}\" on the command line")
+
+
 def export_sizes_from_arrays(specs: tuple[InputSpec, ...], arrays: dict[str, np.ndarray]) -> dict[str, int]:
     """Check example arrays against specs and return the size each symbol takes in them."""
     missing = [s.name for s in specs if s.name not in arrays]
@@ -47,8 +63,10 @@ def export_sizes_from_arrays(specs: tuple[InputSpec, ...], arrays: dict[str, np.
     return sizes
 
 
-def order_by_parameters(specs: tuple[InputSpec, ...], parameters: list[str], accepts_any: bool, what: str) -> tuple[InputSpec, ...]:
-    """Put specs in the model's call order; refuse names the model does not take."""
+def order_by_parameters(specs: tuple[InputSpec, ...], parameters: list[str], accepts_any: bool, what: str,
+                        keyword: bool = False) -> tuple[InputSpec, ...]:
+    """Put specs in the model's call order; refuse names the model does not take. A model called by ``keyword``
+    may be given inputs that skip some of its parameters; one called positionally may not."""
     if accepts_any:
         return specs
     unknown = [s.name for s in specs if s.name not in parameters]
@@ -60,7 +78,7 @@ def order_by_parameters(specs: tuple[InputSpec, ...], parameters: list[str], acc
     by_name = {s.name: s for s in specs}
     ordered = tuple(by_name[p] for p in parameters if p in by_name)
     skipped = [p for p in parameters[: len(ordered)] if p not in by_name]
-    if skipped:
+    if skipped and not keyword:
         raise ConvertError(
             f"no spec is given for the input '{skipped[0]}' of {what}, which comes before inputs that have one",
             "Give an --input spec for every input, in any order.",

@@ -3,6 +3,9 @@
 Nothing is unpickled silently. A full pickled module, a TorchScript archive and a .pt2 with pickled
 parts run code when loaded, so they need ``trust_code``; every other load uses torch's weights-only
 unpickler, which doubles as the allowlist scanner: whatever it refuses is not loaded without trust.
+A .pt2 whose input or output tree names a type of a well-known library (``PYTREE_LIBRARIES``, e.g. a
+transformers ModelOutput) imports the module that defines it, from that installed library, so that the
+type registers itself with pytree; no other module is imported on a file's say-so.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from convert.sources.request import SourceRequest
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
 from convert.specs import InputSpec, SourceSignature
 
+# Libraries whose installed modules a .pt2 may name as pytree node types (package to import: what to pip install).
+PYTREE_LIBRARIES = {"transformers": "transformers"}
+
 TRUST_HINT = "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a torch.export .pt2 without pickled parts, or as a state dict for a module:callable factory."
 
 
@@ -37,8 +43,9 @@ def _torch():
 def flatten_outputs(value: Any, prefix: str = "") -> dict[str, Any]:
     """Name every tensor in a model's output the way the exporters see it (pytree order).
 
-    A lone tensor is ``output``; a tuple gives ``output_0``, ``output_1``...; a dict keeps its keys;
-    nesting joins with dots (``hidden.0``). None entries are dropped, as the exporters drop them.
+    A lone tensor is ``output``; a tuple gives ``output_0``, ``output_1``...; a dict keeps its keys (so does a
+    transformers ModelOutput, an OrderedDict of its fields that are set); nesting joins with dots (``hidden.0``).
+    None entries are dropped, as the exporters drop them.
     """
     torch = _torch()
     if isinstance(value, torch.Tensor):
@@ -71,10 +78,45 @@ def to_tensors(specs: tuple[InputSpec, ...], feed: dict[str, np.ndarray], device
     return tuple(torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(device) for s in specs)
 
 
+class CallConvention:
+    """How a module takes its inputs (given in the specs' order): positionally; by keyword (a forward whose
+    named parameters the specs skip); or as a torch.export program's input tree ``(args, kwargs)``, whose
+    keyword inputs must come by name and in the order it was exported with."""
+
+    def __init__(self, keywords: tuple[str, ...] | None = None, in_spec: Any = None):
+        self.keywords = keywords
+        self.in_spec = in_spec
+
+    @classmethod
+    def of_program(cls, program) -> "CallConvention":
+        return cls(in_spec=program.call_spec.in_spec)
+
+    def arguments(self, values) -> tuple[tuple, dict[str, Any]]:
+        """Positional and keyword arguments from one value per input, in the specs' order."""
+        if self.in_spec is not None:
+            from torch.utils._pytree import tree_unflatten
+
+            return tree_unflatten(list(values), self.in_spec)
+        if self.keywords is not None:
+            return (), dict(zip(self.keywords, values))
+        return tuple(values), {}
+
+    def dynamic_shapes(self, per_input: list) -> tuple | dict[str, Any]:
+        """torch.export's dynamic_shapes from one entry per input: keyed by parameter name for a keyword call,
+        else a tuple in call order (arguments, then keyword arguments as the program orders them)."""
+        args, kwargs = self.arguments(per_input)
+        return kwargs if self.keywords is not None else (*args, *kwargs.values())
+
+    def __call__(self, module, values):
+        args, kwargs = self.arguments(values)
+        return module(*args, **kwargs)
+
+
 class TorchSource(SourceModel):
     def __init__(self, module: Any, info: SourceInfo, inputs: tuple[InputSpec, ...], export_sizes: dict[str, int],
-                 dim_ranges: dict[str, tuple[int, int | None]] | None = None):
+                 dim_ranges: dict[str, tuple[int, int | None]] | None = None, convention: CallConvention | None = None):
         self.module = module
+        self.convention = convention or CallConvention()
         self.info = info
         self.export_sizes = export_sizes
         self.dim_ranges = dim_ranges or {}
@@ -91,7 +133,7 @@ class TorchSource(SourceModel):
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = _torch()
         with torch.inference_mode():
-            outputs = self.module(*to_tensors(self.signature.inputs, feed))
+            outputs = self.convention(self.module, to_tensors(self.signature.inputs, feed))
         return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
 
     @contextlib.contextmanager
@@ -133,18 +175,107 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
     what = f"{info.description}.forward"
     arrays = _example_arrays(request.example_inputs, parameters)
     dim_ranges: dict[str, tuple[int, int | None]] = {}
+    named = exported is None and not accepts_any and not isinstance(model, torch.jit.ScriptModule)
     if request.inputs:
-        specs = order_by_parameters(request.inputs, parameters, accepts_any, what)
+        specs = order_by_parameters(request.inputs, parameters, accepts_any, what, keyword=named)
     elif arrays is not None:
-        specs = order_by_parameters(specs_from_arrays(arrays), parameters, accepts_any, what)
+        specs = order_by_parameters(specs_from_arrays(arrays), parameters, accepts_any, what, keyword=named)
     elif exported is not None:
         specs, dim_ranges, arrays = _specs_from_exported(exported)
     else:
         raise ConvertError(f"the input shapes and dtypes of {what} are not known", SPEC_HINT)
+    if exported is not None:
+        convention = CallConvention.of_program(exported)
+    elif named:
+        convention = _module_convention(model, specs, parameters, what)
+    else:
+        convention = CallConvention()
     export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
-    source = TorchSource(model, info, specs, export_sizes, dim_ranges)
+    source = TorchSource(model, info, specs, export_sizes, dim_ranges, convention)
     source.example_feed = arrays
     return source
+
+
+def _module_convention(module, specs: tuple[InputSpec, ...], parameters: list[str], what: str) -> CallConvention:
+    """Positional where the specs are the forward's leading parameters (as the module expects); by keyword where
+    they skip some (GPT-2's ``past_key_values`` comes before ``attention_mask``), which then need defaults."""
+    names = [s.name for s in specs]
+    given = set(names)
+    for parameter in inspect.signature(module.forward).parameters.values():
+        if (parameter.name not in given and parameter.default is parameter.empty
+                and parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)):
+            raise ConvertError(f"no spec is given for the input '{parameter.name}' of {what}, which it requires",
+                               "Give an --input spec for every input the model requires, in any order.")
+    return CallConvention() if names == parameters[: len(names)] else CallConvention(keywords=tuple(names))
+
+
+def load_program(path: Path):
+    """torch.export.load, after the library types its input and output trees name have registered with pytree
+    (see PYTREE_LIBRARIES); a ConvertError names the package to install where one is missing."""
+    torch = _torch()
+    missing = register_pytree_types(path)
+    if missing:
+        raise ConvertError(f"cannot load the torch.export archive {path}: {missing[0]}", missing[1])
+    return torch.export.load(str(path))
+
+
+def register_pytree_types(path: Path) -> tuple[str, str] | None:
+    """Import the installed, allowlisted modules that define the pytree node types the archive's programs name,
+    so that torch can rebuild their input and output trees; (problem, next step) for a type that stays unknown."""
+    import importlib
+    import importlib.util
+
+    from torch.utils._pytree import SERIALIZED_TYPE_TO_PYTHON_TYPE
+
+    for name in sorted(_pytree_type_names(path)):
+        if name in SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            continue
+        module, _, _ = name.rpartition(".")
+        package = module.split(".")[0]
+        if package not in PYTREE_LIBRARIES:
+            return (f"its input or output tree holds a {name}, a type from {package}, which this tool does not import "
+                    "on a file's say-so", "Export the program with tensors, tuples and dicts as its inputs and outputs; "
+                    "or, in Python, import the package and pass torch.export.load(path) to convert.convert(..., isolate=False).")
+        install = f"pip install {PYTREE_LIBRARIES[package]}"
+        if importlib.util.find_spec(package) is None:
+            return (f"its input or output tree holds a {name}, a type from the {package} library, which is not installed here",
+                    f"Install it ({install}, the version the program was exported with), then run the same command again.")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return (f"its input or output tree holds a {name}, but {module} cannot be imported: {exc}",
+                    f"Install the {package} version the program was exported with ({install}==VERSION).")
+        if name not in SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            return (f"its input or output tree holds a {name}, which the installed {package} does not register with pytree",
+                    f"Install the {package} version the program was exported with ({install}==VERSION).")
+    return None
+
+
+def _pytree_type_names(path: Path) -> set[str]:
+    """The node type names of every input and output tree in the archive's serialized programs."""
+    def walk(node) -> Iterator[str]:
+        if isinstance(node, dict):
+            if node.get("type"):
+                yield node["type"]
+            for child in node.get("children_spec") or ():
+                yield from walk(child)
+
+    names: set[str] = set()
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                inner = member.split("/", 1)[-1]
+                if not (inner.startswith("models/") and inner.endswith(".json")):
+                    continue
+                program = json.loads(archive.read(member))
+                for entry in program.get("graph_module", {}).get("module_call_graph", ()):
+                    signature = entry.get("signature") or {}
+                    for tree in (signature.get("in_spec"), signature.get("out_spec")):
+                        if isinstance(tree, str):
+                            names.update(walk(json.loads(tree)[1]))
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError, OSError, zipfile.BadZipFile, zlib.error):
+        return set()  # torch.export.load reports an unreadable archive
+    return names
 
 
 def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
@@ -155,7 +286,9 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
         if reasons and not trust_code:
             raise ConvertError(f"{path} is a torch.export archive whose loading runs code: {'; '.join(reasons)}", TRUST_HINT)
         try:
-            return torch.export.load(str(path)), "pt2"
+            return load_program(path), "pt2"
+        except ConvertError:
+            raise
         except Exception as exc:
             raise ConvertError(f"cannot load the torch.export archive {path}: {type(exc).__name__}: {exc}",
                                "Re-save it with torch.export.save from this torch version, or check that the file is complete.") from exc
@@ -280,7 +413,7 @@ def _load_weights(module, path: Path) -> None:
 def _parameters(module, exported) -> tuple[list[str], bool]:
     """The forward's input names in call order, and whether it takes *args."""
     if exported is not None:
-        return [spec.arg.name for spec in exported.graph_signature.input_specs if spec.kind.name == "USER_INPUT"], False
+        return program_input_names(exported), False
     torch = _torch()
     if isinstance(module, torch.jit.ScriptModule):
         return [a.name for a in module.forward.schema.arguments[1:]], False
@@ -288,6 +421,20 @@ def _parameters(module, exported) -> tuple[list[str], bool]:
     names = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     accepts_any = any(p.kind == p.VAR_POSITIONAL for p in signature.parameters.values())
     return names, accepts_any
+
+
+def program_input_names(program) -> list[str]:
+    """A torch.export program's inputs in call order: a positional input by its placeholder's name, a keyword input
+    by its keyword (torch names the placeholder after it too, unless that name is taken)."""
+    from torch.utils._pytree import MappingKey, tree_flatten_with_path, tree_unflatten
+
+    placeholders = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    in_spec = program.call_spec.in_spec
+    if in_spec is None or in_spec.num_leaves != len(placeholders):
+        return placeholders
+    leaves, _ = tree_flatten_with_path(tree_unflatten(list(range(in_spec.num_leaves)), in_spec))
+    return [path[1].key if len(path) == 2 and isinstance(path[1], MappingKey) else placeholder
+            for placeholder, (path, _) in zip(placeholders, leaves)]
 
 
 def _example_arrays(example, parameters: list[str]) -> dict[str, np.ndarray] | None:
@@ -309,13 +456,14 @@ _TORCH_DTYPES = {
 
 def _specs_from_exported(exported) -> tuple[tuple[InputSpec, ...], dict[str, tuple[int, int | None]], dict[str, np.ndarray] | None]:
     """Specs from a .pt2's own placeholders: symbolic sizes become symbols, with the program's ranges."""
-    user_inputs = [s.arg.name for s in exported.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    placeholder_names = [s.arg.name for s in exported.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    user_inputs = program_input_names(exported)
     placeholders = {n.name: n for n in exported.graph.nodes if n.op == "placeholder"}
     specs, ranges = [], {}
     range_by_symbol = {str(k): v for k, v in exported.range_constraints.items()}
     friendly: dict[str, str] = {}  # torch's own symbols (s77) become d0, d1... in order of appearance
-    for name in user_inputs:
-        value = placeholders[name].meta.get("val")
+    for name, placeholder in zip(user_inputs, placeholder_names):
+        value = placeholders[placeholder].meta.get("val")
         if value is None or not hasattr(value, "shape"):
             raise ConvertError(f"the input '{name}' of the .pt2 program is not a tensor", "Only tensor inputs are supported.")
         dims = []
@@ -334,7 +482,9 @@ def _specs_from_exported(exported) -> tuple[tuple[InputSpec, ...], dict[str, tup
     arrays = None
     example = getattr(exported, "example_inputs", None)
     if example:
-        args, kwargs = example
-        if len(args) == len(user_inputs) and not kwargs:
-            arrays = {n: to_numpy(a) for n, a in zip(user_inputs, args)}
+        from torch.utils._pytree import tree_leaves
+
+        values = tree_leaves(example)  # (args, kwargs) in the program's input order
+        if len(values) == len(user_inputs) and all(hasattr(v, "detach") for v in values):
+            arrays = {n: to_numpy(v) for n, v in zip(user_inputs, values)}
     return tuple(specs), ranges, arrays

@@ -187,8 +187,6 @@ BAD_INPUTS = [
         ("the onnx export failed with every strategy", "The report lists every attempt")),
     Bad("unsupported opset", lambda f: ["fixtures.torch_models:build_cnn", *CNN_SPEC, "--to", "onnx", "--opset", "1"], 2,
         ("opset", "The report lists every attempt")),
-    Bad("TorchScript to torch.export", lambda f: [str(f.copy(f.torch / "cnn.torchscript.pt", "scripted.pt")), "--trust-code",
-                                                   *CNN_SPEC, "--to", "torch_export"], 2, ("ScriptModule",)),
     # models that convert, but wrong: exit 1, the artifact kept in OUT/failed/
     Bad("NaN only in the artifact", lambda f: ["fixtures.torch_models:build_nan_in_onnx", *X8, "--to", "onnx"], 1,
         ("failed validation", "NaN", "--tolerance")),

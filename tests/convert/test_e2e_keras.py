@@ -156,9 +156,10 @@ def test_python_api_takes_a_keras_model_object(tmp_path):
     assert set(result.artifacts) == {"onnx", "tflite"} and result.artifacts["tflite"].path.is_file()
 
 
-def test_tflite_with_a_fixed_axis_skips_other_sizes_with_the_reason(tmp_path):
+def test_tflite_with_a_fixed_axis_records_it_for_the_checks_at_other_sizes(tmp_path):
     """A TFLite model whose signature fixes the batch axis: the exporter records it, so checks at other sizes
-    are skipped with the reason; the interpreter itself refuses to resize that axis."""
+    fail with the reason (are skipped with it where fixed shapes are allowed); the interpreter itself refuses to
+    resize that axis."""
     import numpy as np
     import tensorflow as tf
 

@@ -96,13 +96,21 @@ def test_a_required_artifact_that_could_not_be_built_rejects(tmp_path):
 
 
 def test_a_required_check_skipped_rejects(tmp_path, torch_files):
-    """TorchScript traced from a torch.export program fixes its batch: the check at batch 4 is skipped, and a skipped
-    required check rejects."""
-    run, verdict = gate(write_policy(tmp_path, model={"path": str(torch_files / "cnn.pt2")}, require={"targets": ["torchscript"]},
-                                     validation={"dims": ["d0=2,4"]}))
+    """TorchScript traced from a torch.export program that computes with its batch size fixes its batch: with fixed
+    shapes allowed, the check at batch 4 is skipped, and a skipped required check still rejects (the gate fails closed)."""
+    run, verdict = gate(write_policy(tmp_path, model={"path": str(torch_files / "lstm.pt2")}, require={"targets": ["torchscript"]},
+                                     validation={"dims": ["d0=2,4"], "allow_fixed_shapes": True}))
     assert run.returncode == 1, run.output
     assert codes(verdict) == ["skipped_check"]
     assert "at d0=4" in verdict["reasons"][0]["message"] and "fixes axis 0" in verdict["reasons"][0]["message"]
+
+
+def test_an_artifact_that_fixes_a_dim_asked_dynamic_rejects_as_a_failed_check(tmp_path, torch_files):
+    run, verdict = gate(write_policy(tmp_path, model={"path": str(torch_files / "lstm.pt2")}, require={"targets": ["torchscript"]},
+                                     validation={"dims": ["d0=2,4"]}))
+    assert run.returncode == 1, run.output
+    assert codes(verdict) == ["failed_check"]
+    assert "at d0=4" in verdict["reasons"][0]["message"] and "fixes dim d0 that was asked dynamic" in verdict["reasons"][0]["message"]
 
 
 @pytest.mark.parametrize("budget, metric", [

@@ -17,6 +17,12 @@ def test_parses_symbols_integers_and_domain():
     assert parse_input_spec("scale:float32[]").dims == ()
 
 
+def test_integer_and_bool_domains_are_inclusive_so_one_value_is_a_domain():
+    assert (parse_input_spec("mask:bool[B,S]{0..0}").low, parse_input_spec("mask:bool[B,S]{0..0}").high) == (0, 0)
+    assert str(parse_input_spec("mask:bool[B,S]{1..1}")) == "mask:bool[B,S]{1..1}"
+    assert parse_input_spec("ids:int64[B]{3..3}").high == 3
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("x:float33[B]", "unknown dtype"),
     ("x[B]", "cannot read"),
@@ -24,6 +30,10 @@ def test_parses_symbols_integers_and_domain():
     ("x:float32[B,-3]", "neither"),
     ("ids:int64[B]{0.5..3}", "fractional"),
     ("ids:int64[B]{9..1}", "empty value domain"),
+    ("x:float32[B]{1..1}", "empty value domain"),
+    ("mask:bool[B]{1..0}", "empty value domain"),
+    ("mask:bool[B]{0..2}", "a bool input a domain outside 0..1"),
+    ("mask:bool[B]{-1..0}", "a bool input a domain outside 0..1"),
     ("x:float32[B]{a..b}", "not low..high"),
 ])
 def test_bad_specs_give_a_clear_error(text, fragment):

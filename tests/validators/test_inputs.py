@@ -41,3 +41,15 @@ def test_dim_choice_and_ranges_are_respected():
 
 def test_no_symbols_means_one_static_case():
     assert [c.describe() for c in plan_shape_cases(())] == ["static"]
+
+
+def test_a_padding_mask_is_ones_then_zeros_with_no_row_fully_masked():
+    specs = parse_input_specs(["attention_mask:int64[B,S]{0..1}", "padding_mask:bool[B,S]", "keep_mask:int64[B,S]{1..1}"])
+    for sample in range(5):
+        feed = generate_feed(specs, {"B": 6, "S": 9}, sample)
+        for name in ("attention_mask", "padding_mask"):
+            mask = feed[name].astype(int)
+            assert mask[0].all() and (mask.sum(axis=1) >= 1).all(), mask
+            assert (np.diff(mask, axis=1) <= 0).all(), mask  # never a 1 after a 0
+        assert feed["keep_mask"].all()
+    assert generate_feed(specs, {"B": 6, "S": 9}, 0)["padding_mask"].dtype == bool

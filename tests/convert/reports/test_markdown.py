@@ -55,7 +55,7 @@ def _rendered(markdown: str) -> _Rendered:
 def test_a_passing_report_renders_its_checks_and_benchmarks_as_tables(exported_report):
     report = load(exported_report)
     rendered = _rendered(render_markdown(report))
-    assert rendered.headings[0] == "✅ PASSED: cnn.pt2" and not rendered.items
+    assert rendered.headings[0] == "✅ PASSED: lstm.pt2" and not rendered.items
     checks, benchmarks = rendered.tables
     assert checks[0] == CHECK_HEADER and benchmarks[0] == BENCHMARK_HEADER
     assert len(checks) - 1 == sum(len(a.checks) for a in report.artifacts)
@@ -87,7 +87,7 @@ def test_a_failed_report_lists_what_failed_first(failed_report):
 def test_the_gate_verdict_adds_reasons_budgets_and_baseline_deltas(exported_report):
     markdown = render_markdown(with_hand_made_verdict(load(exported_report)))
     rendered = _rendered(markdown)
-    assert rendered.headings[0] == "❌ REJECT: cnn.pt2"
+    assert rendered.headings[0] == "❌ REJECT: lstm.pt2"
     assert rendered.headings[-2:] == ["Budgets", "Baseline deltas (against baseline/report.json: same source, different environment)"]
     assert rendered.items[:4] == ["budget fp16: fp16: cosine 0.97 on 'output' is below 0.999",
                                   f"regression onnx: onnx: latency_ms_p50 regressed: {TRICKY}",
@@ -141,7 +141,7 @@ def test_write_markdown_appends_like_a_step_summary_or_replaces(exported_report,
     write_markdown(failed, summary, append=True)
     text = summary.read_text(encoding="utf-8")
     assert text == "# Earlier step\n\n" + render_markdown(passed) + "\n" + render_markdown(failed)
-    assert [h for h in _rendered(text).headings if h.startswith(("✅", "❌"))] == ["✅ PASSED: cnn.pt2", "❌ FAILED: OffInOnnxExport"]
+    assert [h for h in _rendered(text).headings if h.startswith(("✅", "❌"))] == ["✅ PASSED: lstm.pt2", "❌ FAILED: OffInOnnxExport"]
     write_markdown(failed, summary)
     assert summary.read_text(encoding="utf-8") == render_markdown(failed)
 
