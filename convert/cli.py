@@ -328,7 +328,7 @@ def _failed_validation(artifact, report_path: str) -> str:
 
     key = artifact.optimization or artifact.format
     check = next((c for c in artifact.checks if c.status == "failed"), None)
-    problem = (f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason).rstrip('.')}"
+    problem = (f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
                if check else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}")
     values_failed = check is None or any(o.status == "failed" for o in check.outputs)
     advice = ("Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "

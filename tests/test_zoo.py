@@ -10,10 +10,14 @@ import pytest
 from benchmarks.zoo import Cell, classify, run_conversion
 from fixtures.zoo import ENTRIES
 
-# (entry, form, target): a transformers model exported with keyword inputs, a plain torch module with keyword inputs
-# and a dict output, keras.applications from a .keras file, flax linen and NNX CNNs with max pooling and BatchNorm.
+# (entry, form, target): transformers models exported with keyword inputs (BERT scripted from its program's graph, T5's
+# encoder through torch's default decompositions), transformers ResNet (its guard bounds H and W below), a plain torch
+# module with keyword inputs and a dict output, keras.applications from a .keras file, flax linen and NNX CNNs with max
+# pooling and BatchNorm.
 SLICE = (
-    ("bert", "pt2", "onnx"),
+    ("bert", "pt2", "torchscript"),
+    ("t5_encoder", "pt2", "onnx"),
+    ("resnet", "object", "torch_export"),
     ("keyword_dict", "pt2", "onnx"),
     ("mobilenet_v3_small", "keras", "onnx"),
     ("linen_cnn", "module", "onnx"),

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example_arguments, exportable_module, record_bounds
+from convert.exporters.torch_common import (dynamic_axes, dynamic_shapes, example_arguments, export_program, exportable_module,
+                                           record_bounds)
 
 # Weights past this go to external data: torch.onnx's own threshold, which leaves the graph room under the limit.
 EXTERNAL_DATA_THRESHOLD = 1536 * 2**20
@@ -104,6 +105,8 @@ class TorchToOnnx(Exporter):
     def strategies(self, job: ExportJob):
         converted = "TS2EPConverter, then " if job.source.is_scripted else ""  # see torch_common.exportable_module
         return [(f"{converted}torch.onnx.export(dynamo=True)", lambda path: self._dynamo(job, path)),
+                (f"{converted}torch.export.export, its default decompositions, then torch.onnx.export",
+                 lambda path: self._decomposed(job, path)),
                 ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path))]
 
     def _names(self, job: ExportJob) -> dict:
@@ -121,6 +124,18 @@ class TorchToOnnx(Exporter):
         program.save(str(path), external_data=None)  # None: external data only past the 2 GB limit
         # torch.onnx applies torch.export's suggested fixes on its own (a bound on a dim): its program tells which
         return record_bounds(onnx_artifact(path, job.opset), program.exported_program, job)
+
+    def _decomposed(self, job: ExportJob, path: Path) -> Artifact:
+        """torch.onnx's own decomposition of a re-exported program can fail where torch's default table does not
+        (T5's attention from a .pt2: a view of a transposed tensor, "Cannot view a tensor with shape [s43, s53, 4, 8]
+        and strides (32*s53, 8, 8*s53, 1)"): the program is decomposed first, and torch.onnx exports that."""
+        import torch
+
+        program, bounded = export_program(job)
+        onnx_program = torch.onnx.export(program.run_decompositions(), dynamo=True, opset_version=job.opset, optimize=True,
+                                         **self._names(job))
+        onnx_program.save(str(path), external_data=None)
+        return record_bounds(onnx_artifact(path, job.opset), program, job, bounded)
 
     def _torchscript(self, job: ExportJob, path: Path) -> Artifact:
         import torch

@@ -16,8 +16,8 @@ def example_arguments(job: ExportJob) -> tuple[tuple, dict[str, Any]]:
     return job.source.convention.arguments(to_tensors(job.source.signature.inputs, job.feed))
 
 
-def dynamic_shapes(job: ExportJob) -> tuple | dict[str, Any] | None:
-    """One torch.export Dim per symbol, shared by every input axis that names it."""
+def dynamic_shapes(job: ExportJob, lowest: dict[str, int] | None = None) -> tuple | dict[str, Any] | None:
+    """One torch.export Dim per symbol, shared by every input axis that names it; ``lowest`` raises a symbol's min."""
     import torch
 
     specs = job.source.signature.inputs
@@ -28,7 +28,8 @@ def dynamic_shapes(job: ExportJob) -> tuple | dict[str, Any] | None:
         for symbol in spec.symbols:
             if symbol not in dims:
                 low, high = job.dim_ranges.get(symbol, (1, None))
-                dims[symbol] = torch.export.Dim(symbol, min=max(low, 1), **({"max": high} if high else {}))
+                low = max(low, 1, (lowest or {}).get(symbol, 1))
+                dims[symbol] = torch.export.Dim(symbol, min=low, **({"max": high} if high else {}))
     return job.source.convention.dynamic_shapes(
         [{axis: dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)} for spec in specs])
 
@@ -39,9 +40,10 @@ def dynamic_axes(job: ExportJob) -> dict[str, dict[int, str]]:
 
 
 def export_program(job: ExportJob) -> tuple[Any, str]:
-    """torch.export.export(strict=False) of the source with the specs' dynamic dims, and the fix it took ("" when
-    none). Where torch finds that a dim cannot take every size (a position table bounds the sequence), it says so with
-    a suggested fix; the fix is applied and the export retried once, and ``record_bounds`` tells what the program takes."""
+    """torch.export.export(strict=False) of the source with the specs' dynamic dims, and what bounds its sizes. Where torch finds that a dim cannot take every size (a position table bounds the
+    sequence), it says so with a suggested fix; the fix is applied and the export retried once. Where its guard has no
+    suggested fix (ResNet's ``1 + (H - 1) // 16 != 1``), the dims it names are bounded below by their export size,
+    where the trace held, and the export retried once. ``record_bounds`` tells what the program takes."""
     import torch
     from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
 
@@ -49,15 +51,36 @@ def export_program(job: ExportJob) -> tuple[Any, str]:
     shapes = dynamic_shapes(job)
     module = exportable_module(job)
     try:
-        return torch.export.export(module, args, kwargs, dynamic_shapes=shapes, strict=False), ""
+        return torch.export.export(module, args, kwargs, dynamic_shapes=shapes, strict=False), "torch.export's bound"
     except torch._dynamo.exc.UserError as exc:
         message = getattr(exc, "msg", "") or str(exc)  # msg: without the advice torch appends after the fixes
-        if shapes is None or "Suggested fixes:" not in message:
+        violated = _violated_symbols(message, job)
+        if shapes is None or ("Suggested fixes:" not in message and not violated):
             raise
+    if "Suggested fixes:" in message:
         refined = refine_dynamic_shapes_from_suggested_fixes(message, shapes)
-    fixes = message.split("Suggested fixes:", 1)[1]
-    program = torch.export.export(module, args, kwargs, dynamic_shapes=refined, strict=False)
-    return program, "; ".join(line.strip() for line in fixes.splitlines() if line.strip())
+        fixes = message.split("Suggested fixes:", 1)[1]
+        why = "torch.export's suggested fix ({}), applied".format("; ".join(line.strip() for line in fixes.splitlines() if line.strip()))
+    else:
+        refined = dynamic_shapes(job, lowest=violated)
+        why = ("torch.export's guard on {} had no suggested fix: bounded below by the export size".format(", ".join(violated)))
+    return torch.export.export(module, args, kwargs, dynamic_shapes=refined, strict=False), why
+
+
+def _violated_symbols(message: str, job: ExportJob) -> dict[str, int]:
+    """The symbols of a "Constraints violated (H, W)!" message whose values do not all satisfy a guard, with their
+    export sizes."""
+    import re
+
+    named = re.search(r"Constraints violated \(([^)]*)\)", message)
+    if not named or "satisfy the generated guard" not in message:
+        return {}
+    sizes: dict[str, int] = {}
+    for spec in job.source.signature.inputs:
+        for axis, dim in enumerate(spec.dims):
+            if isinstance(dim, str):
+                sizes.setdefault(dim, int(job.feed[spec.name].shape[axis]))
+    return {symbol: sizes[symbol] for symbol in (s.strip() for s in named.group(1).split(",")) if symbol in sizes}
 
 
 def exportable_module(job: ExportJob):
@@ -72,7 +95,7 @@ def exportable_module(job: ExportJob):
     return TS2EPConverter(job.source.native, args, kwargs).convert().module()
 
 
-def record_bounds(artifact: Artifact, program, job: ExportJob, fixes: str = "") -> Artifact:
+def record_bounds(artifact: Artifact, program, job: ExportJob, why: str = "torch.export's bound") -> Artifact:
     """Record on the artifact the sizes the program takes for each symbol the specs made dynamic, where it does not
     take every size: bounds (S <= 128) limit its checks to those sizes, and a symbol the program fixed (torch
     specialized it) makes the artifact fixed at that size. Each finding is noted for the report."""
@@ -103,7 +126,6 @@ def record_bounds(artifact: Artifact, program, job: ExportJob, fixes: str = "") 
             upper = None if str(bounds.upper) in ("int_oo", "oo") else int(bounds.upper)
             if upper is not None or int(bounds.lower) > 1:
                 artifact.dim_bounds[dim] = (max(int(bounds.lower), 1), upper)
-    why = f"torch.export's suggested fix ({fixes}), applied" if fixes else "torch.export's bound"
     for dim, (low, high) in artifact.dim_bounds.items():
         artifact.notes.append(f"{dim} takes {low} to {'any size' if high is None else high} ({why}): "
                               "the artifact is checked at those sizes only")

@@ -22,6 +22,6 @@ class TorchToExportedProgram(Exporter):
     def _export(self, job: ExportJob, path: Path) -> Artifact:
         import torch
 
-        program, fixes = export_program(job)
+        program, bounded = export_program(job)
         torch.export.save(program, str(path))
-        return record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, fixes)
+        return record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, bounded)

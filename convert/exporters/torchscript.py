@@ -2,10 +2,12 @@
 
 Tracing an nn.Module records ``x.size(0)`` as a traced value, so dynamic dims stay dynamic. Tracing a
 torch.export program's module does not: its ``aten.sym_size`` calls hand the tracer plain ints, which
-become constants. A program that computes with its symbolic sizes (a node whose value is a SymInt) is
-therefore recorded as fixed at the export shape: running it at another shape gives wrong values or even
-crashes the interpreter. A program that never reads a size (a CNN that flattens with ``flatten(1)``) traces
-to a graph that takes any size, and is validated at every size like any artifact.
+become constants. A program is therefore scripted from its own graph first: the graph already holds every
+size computation as a node, so once its calling convention is flattened (TorchScript cannot compile the
+pytree code an unlifted program runs) and its ``sym_size`` reads become ``Tensor.size`` calls, the script
+keeps every dim dynamic. Where that fails, tracing is the fallback; a traced program that computes with its
+symbolic sizes (a node whose value is a SymInt) is recorded as fixed at the export shape, since running it at
+another shape gives wrong values or even crashes the interpreter.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.torch_common import example_arguments
+from convert.sources.torch import flatten_outputs
 
 
 class TorchToTorchScript(Exporter):
@@ -27,6 +30,9 @@ class TorchToTorchScript(Exporter):
     def strategies(self, job: ExportJob):
         if job.source.is_scripted:
             return [("torch.jit.save", lambda path: self._save(job.source.native, path))]
+        if job.source.info.kind in ("pt2", "exported-program"):
+            return [("torch.jit.script (program graph)", lambda path: self._script_program(job, path)),
+                    ("torch.jit.trace", lambda path: self._trace(job, path))]
         return [("torch.jit.trace", lambda path: self._trace(job, path)),
                 ("torch.jit.script", lambda path: self._script(job, path))]
 
@@ -57,6 +63,58 @@ class TorchToTorchScript(Exporter):
         import torch
 
         return self._save(torch.jit.script(job.source.native), path)
+
+
+    def _script_program(self, job: ExportJob, path: Path) -> Artifact:
+        import torch
+
+        module = job.source.native
+        args, kwargs = example_arguments(job)
+        with torch.inference_mode():
+            names = list(flatten_outputs(module(*args, **kwargs)))
+        return self._save(torch.jit.script(_flat_program_module(module, names)), path)
+
+
+def _flat_program_module(module, output_names: list[str]):
+    """A GraphModule TorchScript can compile from an unlifted program's module: positional inputs named as the
+    program's, the outputs as a dict under the names ``flatten_outputs`` gives them (a tensor or a tuple where
+    the program returns those), its runtime checks dropped (TorchScript has no symbolic shapes to check them
+    against), its ops called through their overload packets (TorchScript resolves those by schema)."""
+    import copy
+
+    import torch
+    from torch import fx
+
+    checks = {torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default,
+              torch.ops.aten._assert_tensor_metadata.default}
+    graph = copy.deepcopy(module.graph)
+    graph._codegen = fx.graph.CodeGen()
+    for node in list(graph.nodes):
+        if (node.op == "call_function" and node.target in checks) or (node.op == "call_module" and node.target == "_guards_fn"):
+            graph.erase_node(node)
+        elif node.op == "call_function" and node.target is torch.ops.aten.sym_size.int:
+            node.op, node.target = "call_method", "size"
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            node.target = node.target.overloadpacket
+        elif node.op == "output":
+            leaves = list(node.args[0])
+            if output_names == ["output"] and len(leaves) == 1:
+                node.args = (leaves[0],)
+            elif len(output_names) == len(leaves) and output_names != [f"output_{i}" for i in range(len(leaves))]:
+                node.args = (dict(zip(output_names, leaves)),)
+            else:
+                node.args = (tuple(leaves),)
+    attributes = {node.target: _attribute(module, node.target) for node in graph.nodes if node.op == "get_attr"}
+    flat = fx.GraphModule(attributes, graph)
+    flat.graph.eliminate_dead_code()
+    flat.recompile()
+    return flat
+
+
+def _attribute(module, qualified_name: str):
+    for part in qualified_name.split("."):
+        module = getattr(module, part)
+    return module
 
 
 def _computes_with_sizes(module) -> bool:

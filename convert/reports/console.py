@@ -130,4 +130,4 @@ def cell(text: str, limit: int) -> str:
 def first_line(text: str, limit: int = 160) -> str:
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     line = lines[0].strip() if lines else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -19,9 +19,7 @@ def pt2_runs(torch_files, tmp_path_factory):
     outs = {name: tmp_path_factory.mktemp(f"out_{name}") for name in FIXTURES}
 
     def run(name: str):
-        # TorchScript traced from a program is fixed at the export shape (tests/convert/test_fixed_dims.py): accepted here
-        return run_cli(str(torch_files / f"{name}.pt2"), "--to", ",".join(TARGETS), "--allow-fixed-shapes",
-                       "--out", str(outs[name])), outs[name]
+        return run_cli(str(torch_files / f"{name}.pt2"), "--to", ",".join(TARGETS), "--out", str(outs[name])), outs[name]
 
     with ThreadPoolExecutor(2) as pool:  # two runs at a time: each waits on its process start and imports part of the time
         return dict(zip(FIXTURES, pool.map(run, FIXTURES)))

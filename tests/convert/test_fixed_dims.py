@@ -8,7 +8,7 @@ import pytest
 
 import convert
 from convert.specs import parse_input_specs
-from tests.conftest import load_report, run_cli
+from tests.conftest import REPO, load_report, run_cli
 
 
 def test_a_linen_cnn_with_max_pool_by_position_keeps_its_batch_through_jax2onnx(tmp_path):
@@ -33,31 +33,12 @@ def test_a_linen_cnn_with_max_pool_by_position_keeps_its_batch_through_jax2onnx(
     assert {c.shape for c in record.checks if c.status == "passed"} == {"B=2", "B=1", "B=5"}
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory):
-    """A .pt2 with a dynamic batch that it computes with (a view to the batch size): TorchScript traced from it is fixed
-    at the export shape (torch.jit.trace turns the program's symbolic sizes into constants, and torch 2.13 cannot script
-    a program's module)."""
-    import torch
-
-    class SplitHeads(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(6, 4)
-
-        def forward(self, x):
-            return torch.tanh(self.linear(x)).view(x.size(0), 2, 2)
-
-    torch.manual_seed(0)
-    module = SplitHeads().eval()
-    path = tmp_path_factory.mktemp("pt2") / "heads.pt2"
-    program = torch.export.export(module, (torch.randn(3, 6),), dynamic_shapes=({0: torch.export.Dim("B")},), strict=False)
-    torch.export.save(program, str(path))
-    return path
+# A module that branches on its batch: torch.export specializes B to the export size, so its program fixes B.
+FIXED_BATCH = (str(REPO / "fixtures" / "torch_models.py") + ":branches_on_its_batch", "--input", "x:float32[B,6]")
 
 
-def test_an_artifact_that_fixes_a_dim_asked_dynamic_fails_by_default(program, tmp_path):
-    run = run_cli(str(program), "--to", "torchscript", "--out", str(tmp_path))
+def test_an_artifact_that_fixes_a_dim_asked_dynamic_fails_by_default(tmp_path):
+    run = run_cli(*FIXED_BATCH, "--to", "torch_export", "--out", str(tmp_path))
     assert run.returncode == 1, run.output
     assert "fixes dim" in run.stderr and "--allow-fixed-shapes" in run.stderr and "Traceback" not in run.output
     report = load_report(tmp_path / "report.json")
@@ -72,8 +53,8 @@ def test_an_artifact_that_fixes_a_dim_asked_dynamic_fails_by_default(program, tm
     assert "/failed/" in record["path"] or "\\failed\\" in record["path"]
 
 
-def test_fixed_shapes_are_accepted_when_asked_and_their_checks_are_skipped(program, tmp_path):
-    run = run_cli(str(program), "--to", "torchscript", "--allow-fixed-shapes", "--out", str(tmp_path))
+def test_fixed_shapes_are_accepted_when_asked_and_their_checks_are_skipped(tmp_path):
+    run = run_cli(*FIXED_BATCH, "--to", "torch_export", "--allow-fixed-shapes", "--out", str(tmp_path))
     assert run.returncode == 0, run.output
     report = load_report(tmp_path / "report.json")
     record = report["artifacts"][0]
@@ -83,17 +64,27 @@ def test_fixed_shapes_are_accepted_when_asked_and_their_checks_are_skipped(progr
     assert all(c["status"] == "skipped" and "fixes axis 0" in c["reason"] for c in cpu[1:])
 
 
-def test_a_program_that_never_reads_a_size_traces_to_torchscript_that_takes_every_size(tmp_path_factory, tmp_path):
-    """Linear + Tanh reads no size: its trace is not frozen, so it is validated at every size and passes."""
+def test_a_program_that_computes_with_its_batch_scripts_to_torchscript_that_takes_every_size(tmp_path_factory, tmp_path):
+    """A view to the batch size: torch.jit.trace of the program's module froze it (its sym_size reads hand the tracer
+    plain ints); the program's own graph, scripted, keeps B, and is validated at every size."""
     import torch
 
+    class SplitHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(6, 4)
+
+        def forward(self, x):
+            return torch.tanh(self.linear(x)).view(x.size(0), 2, 2)
+
     torch.manual_seed(0)
-    module = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Tanh()).eval()
-    path = tmp_path_factory.mktemp("pt2") / "tanh.pt2"
+    module = SplitHeads().eval()
+    path = tmp_path_factory.mktemp("pt2") / "heads.pt2"
     torch.export.save(torch.export.export(module, (torch.randn(3, 6),), dynamic_shapes=({0: torch.export.Dim("B")},), strict=False),
                       str(path))
     run = run_cli(str(path), "--to", "torchscript", "--out", str(tmp_path))
     assert run.returncode == 0, run.output
     record = load_report(tmp_path / "report.json")["artifacts"][0]
     cpu = [c for c in record["checks"] if c["device"] == "cpu"]
+    assert record["strategy"] == "torch.jit.script (program graph)"
     assert record["fixed_dims"] == [] and len(cpu) >= 3 and all(c["status"] == "passed" for c in cpu)

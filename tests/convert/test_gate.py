@@ -13,6 +13,8 @@ from convert.devices import present_devices
 from tests.conftest import load_report, run_cli
 
 CNN = {"path": "fixtures.torch_models:build_cnn", "inputs": ["x:float32[B,3,32,32]"]}
+# torch.export specializes this module's batch (it branches on it): its program fixes B
+FIXED_BATCH_MODEL = {"path": "fixtures.torch_models:branches_on_its_batch", "inputs": ["x:float32[B,6]"]}
 NO_CUDA = pytest.mark.skipif("cuda" in present_devices(), reason="needs a machine without CUDA")
 
 
@@ -95,22 +97,22 @@ def test_a_required_artifact_that_could_not_be_built_rejects(tmp_path):
     assert verdict["reasons"][0]["artifact"] == "trt" and "TensorRT" in verdict["reasons"][0]["message"]
 
 
-def test_a_required_check_skipped_rejects(tmp_path, torch_files):
-    """TorchScript traced from a torch.export program that computes with its batch size fixes its batch: with fixed
-    shapes allowed, the check at batch 4 is skipped, and a skipped required check still rejects (the gate fails closed)."""
-    run, verdict = gate(write_policy(tmp_path, model={"path": str(torch_files / "lstm.pt2")}, require={"targets": ["torchscript"]},
-                                     validation={"dims": ["d0=2,4"], "allow_fixed_shapes": True}))
+def test_a_required_check_skipped_rejects(tmp_path):
+    """torch.export specializes the batch of a module that branches on it: with fixed shapes allowed, the check at
+    batch 4 is skipped, and a skipped required check still rejects (the gate fails closed)."""
+    run, verdict = gate(write_policy(tmp_path, model=FIXED_BATCH_MODEL, require={"targets": ["torch_export"]},
+                                     validation={"dims": ["B=2,4"], "allow_fixed_shapes": True}))
     assert run.returncode == 1, run.output
     assert codes(verdict) == ["skipped_check"]
-    assert "at d0=4" in verdict["reasons"][0]["message"] and "fixes axis 0" in verdict["reasons"][0]["message"]
+    assert "at B=4" in verdict["reasons"][0]["message"] and "fixes axis 0" in verdict["reasons"][0]["message"]
 
 
-def test_an_artifact_that_fixes_a_dim_asked_dynamic_rejects_as_a_failed_check(tmp_path, torch_files):
-    run, verdict = gate(write_policy(tmp_path, model={"path": str(torch_files / "lstm.pt2")}, require={"targets": ["torchscript"]},
-                                     validation={"dims": ["d0=2,4"]}))
+def test_an_artifact_that_fixes_a_dim_asked_dynamic_rejects_as_a_failed_check(tmp_path):
+    run, verdict = gate(write_policy(tmp_path, model=FIXED_BATCH_MODEL, require={"targets": ["torch_export"]},
+                                     validation={"dims": ["B=2,4"]}))
     assert run.returncode == 1, run.output
     assert codes(verdict) == ["failed_check"]
-    assert "at d0=4" in verdict["reasons"][0]["message"] and "fixes dim d0 that was asked dynamic" in verdict["reasons"][0]["message"]
+    assert "at B=4" in verdict["reasons"][0]["message"] and "fixes dim B that was asked dynamic" in verdict["reasons"][0]["message"]
 
 
 @pytest.mark.parametrize("budget, metric", [
