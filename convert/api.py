@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from convert import options
 from convert.pipeline import ConversionResult, ConvertRequest, run
 from convert.sources.base import SourceModel
 from convert.sources.request import SourceRequest
@@ -63,16 +64,9 @@ def convert(
     says what was reused. Raises ``convert.ConvertError`` for bad input; a failed validation is not an
     exception: check ``result.passed``.
     """
+    values = dict(locals())
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
-    request = ConvertRequest(
-        model=model, to=_names(to), out=out, framework=framework, weights=Path(weights) if weights else None,
-        params=_params(params), inputs=tuple(inputs), example_inputs=example_inputs, dims=tuple(dims), opset=opset,
-        tolerances=tuple(tolerance), samples=samples, seed=seed, allow_fixed_shapes=allow_fixed_shapes, trust_code=trust_code, force=force,
-        optimize=_names(optimize), calibration_data=Path(calibration_data) if calibration_data else None,
-        accuracy=tuple(accuracy), shape_ranges=tuple(shape_ranges), benchmark=benchmark, threads=threads,
-        benchmark_batch=benchmark_batch, stage_timeout=stage_timeout, isolate=isolate, cache=cache,
-        cache_dir=Path(cache_dir) if cache_dir is not None else None,
-    )
+    request = ConvertRequest(model=model, **{**options.from_api(values), "out": out, "params": _params(params)})
     return run(request)
 
 

@@ -223,6 +223,7 @@ class RunCache:
         self.store = store
         self.record = rm.CacheRecord(folder=str(store.folder) if store else None, used=store is not None, reason=reason)
         self.source_key: str | None = None
+        self.option_digests: dict[str, str] = {}
         self.source_packages: tuple[str, ...] = ()
         self._cases: tuple[int, str] | None = None
 
@@ -234,26 +235,32 @@ class RunCache:
             return cls(None, "turned off (CONVERT_NO_CACHE is set)")
         return cls(StageCache(folder or default_folder()))
 
-    def attach(self, source, trust_code: bool) -> None:
-        """Key the run on the model file's content; a model whose code lives outside its file turns the cache off."""
+    def attach(self, source, request) -> None:
+        """Key the run on the model file's content and on the options that change each stage's results (declared in
+        convert/options.py); a model whose code lives outside its file turns the cache off."""
+        from convert import options
+
         info = source.info
         if self.store is None:
             return
-        if info.kind not in SELF_CONTAINED_KINDS or not info.sha256 or (info.kind == "keras" and trust_code):
+        self.option_digests = {stage: options.digest(request, stage) for stage in ("load", "reference", "export", "optimize", "validate")}
+        if info.kind not in SELF_CONTAINED_KINDS or not info.sha256 or (info.kind == "keras" and request.trust_code):
             self.store, self.record.used = None, False
             self.record.folder = None
             self.record.reason = (f"not used for a {info.kind} model: its code lives in Python files that can change while "
                                   "the model file does not (a .pt2, TorchScript, SavedModel or .keras file holds all of it)")
             return
         self.source_key = digest("source", info.framework, info.kind, info.sha256, [str(s) for s in source.signature.inputs],
-                                 source.export_sizes, source.dim_ranges, source.example_feed, trust_code)
+                                 source.export_sizes, source.dim_ranges, source.example_feed, self.option_digests["load"])
         self.source_packages = FRAMEWORK_PACKAGES.get(info.framework, ("numpy",))
 
     def find(self, label: str, packages: tuple[str, ...], *parts: Any) -> Lookup:
         """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``."""
         if self.store is None or self.source_key is None:
             return Lookup(None)
-        key = digest(label.split(" ")[0].partition(":")[0], self.source_key, *parts)
+        kind = label.split(" ")[0].partition(":")[0]
+        options = self.option_digests.get("optimize" if kind == "auto" else kind, "")  # auto builds the passes optimize would
+        key = digest(kind, self.source_key, options, *parts)
         found = self.store.lookup(key, packages)
         if isinstance(found, Hit):
             self.record.reused.append(label)

@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from convert import __version__
+from convert import __version__, options
 from convert.errors import ConvertError
 from convert.registry import REGISTRY
-from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 EXIT_USER, EXIT_INTERNAL = 2, 3
-stderr = Console(stderr=True, highlight=False)
+# soft wrap: off a terminal rich would break stderr's paragraphs at 80 columns; a terminal wraps them, a CI log keeps each whole
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class _DefaultGroup(click.Group):
@@ -70,13 +70,8 @@ def main() -> None:
 
 
 def _cache_options(command):
-    """--cache-dir and --no-cache, shared by every command that runs the pipeline."""
-    command = click.option("--no-cache", is_flag=True,
-                           help="Run every stage even when an unchanged model, options and libraries have a cached result "
-                                "(also: CONVERT_NO_CACHE=1).")(command)
-    return click.option("--cache-dir", type=click.Path(path_type=Path), default=None, metavar="FOLDER",
-                        help="Where cached artifacts and validation results live (default: $CONVERT_CACHE_DIR, else "
-                             "~/.cache/convert; deleting it is always safe).")(command)
+    """--no-cache and --cache-dir, shared by every command that runs the pipeline."""
+    return options.click_options(options.CACHE_OPTIONS)(command)
 
 
 def _formats_help() -> str:
@@ -85,62 +80,9 @@ def _formats_help() -> str:
 
 @main.command("export")
 @click.argument("model")
-@click.option("--to", "to", required=True, metavar="FORMATS",
-              help=f"Comma-separated target formats: {_formats_help()}.")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=Path("out"), show_default=True,
-              help="Output folder for the artifacts and report.json.")
-@click.option("--framework", type=click.Choice([e.name for e in REGISTRY.entries("source")]), default=None,
-              help="The source framework, when it cannot be told from the model.")
-@click.option("--weights", type=click.Path(path_type=Path), default=None,
-              help="Weights for a module:callable factory: .safetensors or a torch.save'd state dict (torch), .weights.h5 (keras).")
-@click.option("--params", type=click.Path(path_type=Path), default=None,
-              help="Params of a JAX function f(params, *inputs), or variables of a flax linen module: .msgpack "
-                   "(flax.serialization.to_bytes), .npz or .safetensors (keys joined by '/'). Never unpickled.")
-@click.option("--input", "inputs", multiple=True, metavar="SPEC",
-              help='An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]". Repeat per input; symbols are dynamic axes.')
-@click.option("--example-inputs", type=click.Path(path_type=Path), default=None,
-              help="An .npz with one example array per input (by name): the export shape.")
-@click.option("--dim", "dims", multiple=True, metavar="SYMBOL=SIZES",
-              help="Sizes of a symbolic dim: the export size, then other validation sizes, e.g. B=2,1,8.")
-@click.option("--optimize", "optimize", default="", metavar="PASSES",
-              help=f"Comma-separated optimizations of the exported artifacts, each validated: {', '.join(e.name for e in REGISTRY.entries('optimizer'))}; "
-                   "or auto: build every pass this machine can run, validate and benchmark them, keep the fastest within the accuracy budget.")
-@click.option("--calibration-data", type=click.Path(path_type=Path), default=None,
-              help="Inputs for INT8 calibration: an .npz (arrays by input name) or a folder of them (default: generated from the specs).")
-@click.option("--accuracy", "accuracy", multiple=True, metavar="[OUTPUT:]BUDGET",
-              help="Accuracy budget of FP16/INT8 artifacts, e.g. \"cosine>=0.995\" or \"logits:top1>=0.98,rel_rms<=0.05\".")
-@click.option("--shape-range", "shape_ranges", multiple=True, metavar="SYMBOL=MIN..OPT..MAX",
-              help="Sizes a symbolic dim must support, e.g. \"B=1..8..32,S=16..128..512\": TensorRT optimization profiles; "
-                   "min, opt and max are validated, opt is the export size.")
-@click.option("--benchmark", is_flag=True,
-              help="Measure the source model and every artifact that passed: p50/p90/p99 latency, throughput, peak memory.")
-@click.option("--threads", type=int, default=None,
-              help="Intra-op threads every benchmarked runtime is pinned to (default: every core).")
-@click.option("--benchmark-batch", type=int, default=8, show_default=True,
-              help="Batch size of the throughput measurement (the first input's leading symbolic dim).")
-@click.option("--opset", type=int, default=None, help="ONNX opset version (default: the exporter's).")
-@click.option("--tolerance", "tolerances", multiple=True, metavar="[OUTPUT:]atol=A,rtol=R",
-              help="Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or one.")
-@click.option("--samples", type=int, default=3, show_default=True, help="Input samples per shape.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the generated inputs.")
-@click.option("--allow-fixed-shapes", is_flag=True,
-              help="Accept an artifact that fixes a dim asked dynamic (its checks at other sizes are skipped); by default it fails.")
-@click.option("--trust-code", is_flag=True,
-              help="Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 with pickled parts, "
-                   "SavedModel folders, legacy .h5, .keras naming code outside Keras).")
-@click.option("--force", is_flag=True, help="Replace what an earlier run wrote in the output folder (never the model or any other input).")
-@click.option("--stage-timeout", type=float, default=DEFAULT_STAGE_TIMEOUT, show_default=True, metavar="SECONDS",
-              help="Stop a stage (loading, an export, a validation, a benchmark) that runs longer, and fail it; the run goes on.")
-@click.option("--no-isolation", is_flag=True,
-              help="Run the framework work in this process instead of a worker process: no crash isolation and no stage "
-                   "timeout (for debuggers and profilers).")
-@_cache_options
-@click.option("--report-json", type=click.Path(path_type=Path), default=None,
-              help="Where to write the JSON report (default: OUT/report.json).")
+@options.click_options(formats=_formats_help(), optimizers=", ".join(e.name for e in REGISTRY.entries("optimizer")))
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
-def export_command(model, to, out, framework, weights, params, inputs, example_inputs, dims, optimize, calibration_data, accuracy,
-                   shape_ranges, benchmark, threads, benchmark_batch, opset, tolerances, samples,
-                   seed, allow_fixed_shapes, trust_code, force, stage_timeout, no_isolation, cache_dir, no_cache, report_json, quiet):
+def export_command(model, quiet, **values):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
     MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder,
@@ -149,17 +91,11 @@ def export_command(model, to, out, framework, weights, params, inputs, example_i
     """
     from convert.pipeline import ConvertRequest, run
 
-    request = ConvertRequest(
-        model=model, to=tuple(to.split(",")), out=out, framework=framework, weights=weights, params=params, inputs=inputs,
-        example_inputs=example_inputs, dims=dims, optimize=tuple(optimize.split(",")) if optimize else (),
-        calibration_data=calibration_data, accuracy=accuracy, shape_ranges=shape_ranges, benchmark=benchmark, threads=threads,
-        benchmark_batch=benchmark_batch, opset=opset, tolerances=tolerances, samples=samples, seed=seed,
-        allow_fixed_shapes=allow_fixed_shapes, trust_code=trust_code, force=force, stage_timeout=stage_timeout, isolate=not no_isolation, cache=not no_cache,
-        cache_dir=cache_dir, report_json=report_json, command=shlex.join(["convert", *sys.argv[1:]]),
-    )
-    stdout = Console(highlight=False)
+    request = ConvertRequest(model=model, **options.from_cli(values), command=shlex.join(["convert", *sys.argv[1:]]))
+    from convert.reports.console import first_line, print_summary, stdout_console
+
+    stdout = stdout_console()
     result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
-    from convert.reports.console import first_line, print_summary
 
     if quiet:
         stdout.print(f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {escape(str(result.report_path))}")
@@ -205,14 +141,14 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
     2 bad policy, baseline or input; 3 internal error.
     """
     from convert.promotion import gate
-    from convert.reports.console import print_summary, print_verdict
+    from convert.reports.console import print_summary, print_verdict, stdout_console
     from convert.reports.model import Report
 
     verdict = _guarded(lambda: gate(policy, baseline=baseline, out=out, force=force, html=html, markdown=markdown, junit=junit,
                                     mlflow=log_mlflow, cache=not no_cache, cache_dir=cache_dir,
                                     progress=None if quiet else _ConsoleProgress(),
                                     command=shlex.join(["convert", *sys.argv[1:]])))
-    stdout = Console(highlight=False)
+    stdout = stdout_console()
 
     def show() -> None:
         if not quiet:
@@ -245,8 +181,9 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
     2 bad manifest or options (nothing ran); 3 internal error; 130 interrupted.
     """
     from convert.batch import run_batch
+    from convert.reports.console import stdout_console
 
-    stdout = Console(highlight=False)
+    stdout = stdout_console()
 
     def finished(outcome) -> None:
         if not quiet:
@@ -281,11 +218,11 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
 def report_command(report_json, html, markdown, junit):
     """Render a JSON report (from convert or convert gate) as HTML, Markdown or JUnit XML; with none of them, print it."""
     from convert.promotion import load_report
-    from convert.reports.console import print_summary, print_verdict
+    from convert.reports.console import print_summary, print_verdict, stdout_console
     from convert.reports.render import render_files
 
     report = _guarded(lambda: load_report(report_json, "report"))
-    stdout = Console(highlight=False)
+    stdout = stdout_console()
     if html is None and markdown is None and junit is None:
         print_summary(report, stdout, str(report_json), verdict=report.gate is None)
         if report.gate is not None:
@@ -299,8 +236,9 @@ def report_command(report_json, html, markdown, junit):
 def doctor_command():
     """Show which frameworks, runtimes and devices are usable here, with versions."""
     from convert import doctor
+    from convert.reports.console import stdout_console
 
-    console = Console(highlight=False)
+    console = stdout_console()
     for title, rows in (("Frameworks and tools", doctor.package_rows()), ("Runtimes", doctor.runtime_rows()),
                         ("Devices", doctor.device_rows())):
         table = Table(title=title)
@@ -313,13 +251,26 @@ def doctor_command():
 
 
 class _ConsoleProgress:
+    """Stage events on stderr: on a terminal a transient spinner names the stage that runs (an export may take minutes);
+    anywhere else a line says when it started, so a CI log shows which stage hung."""
+
+    def __init__(self) -> None:
+        self._spinner = None  # the running stage's rich Status, on a terminal
+
     def started(self, name: str) -> None:
-        stderr.print(f"[dim]… {name}[/]")
+        if stderr.is_terminal:
+            self._spinner = stderr.status(f"[dim]{escape(name)}[/]")
+            self._spinner.start()
+        else:
+            stderr.print(f"[dim]… {escape(name)}[/]")
 
     def finished(self, stage, detail: str = "") -> None:
+        if self._spinner is not None:
+            self._spinner.stop()
+            self._spinner = None
         mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
         note = f" [dim]{escape(stage.reason)}[/]" if stage.status == "skipped" else " [dim]reused from the cache[/]" if stage.reused else ""
-        stderr.print(f"{mark} {stage.name} ({stage.seconds:.1f} s){note}", soft_wrap=True)
+        stderr.print(f"{mark} {escape(stage.name)} ({stage.seconds:.1f} s){note}", soft_wrap=True)
 
 
 def _failed_validation(artifact, report_path: str) -> str:

@@ -17,7 +17,6 @@ import contextlib
 import functools
 import os
 import platform
-import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from convert import __version__
+from convert import __version__, options
 from convert.artifacts import Artifact
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_benchmark
 from convert.cache import OPTIMIZER_PACKAGES, Lookup, RunCache, artifact_data, cached_artifact
@@ -177,7 +176,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
 
     stages = _Stages(progress)
     report = rm.Report(tool_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       command=request.command, environment=_environment(), options=_options(request, targets))
+                       command=request.command, environment=_environment(), options=options.record(request))
     artifacts: dict[str, Artifact] = {}
     staging: Staging | None = None
     source_request = SourceRequest(model=request.model, framework=request.framework,
@@ -194,7 +193,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         report.source = _source_record(source)
         if note := fixed_shape_note(source.signature.inputs, bool(specs), example is not None, source.info.kind):
             report.notes.append(note)
-        cache.attach(source, request.trust_code)
+        cache.attach(source, request)
         exporters = {t: _exporter_for(t, source.info.framework) for t in targets}
 
         with stages.run("reference") as stage:
@@ -209,12 +208,12 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         staging = Staging(out_dir, [*finals.values(), report_path], request.force)
         export_feed = cases[0].feeds[0]
         for target in targets:
-            record = rm.ArtifactRecord(format=target, reproduce=_reproduce(request, target, out_dir))
+            record = rm.ArtifactRecord(format=target, reproduce=options.reproduce_command(request, target, out_dir))
             report.artifacts.append(record)
             with stages.run(f"export:{target}") as stage:
                 job = ExportJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
                                 dim_ranges=source.dim_ranges)
-                lookup = cache.find(stage.name, cache.source_packages, exporters[target], stem, request.opset, export_feed,
+                lookup = cache.find(stage.name, cache.source_packages, exporters[target], stem, export_feed,
                                     source.dim_ranges)
                 artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "export", exporters[target], job), record, stage)
             if artifact is not None:
@@ -335,7 +334,7 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
     optimizer = entry.load()
     base = artifacts.get(entry.meta["takes"])
     record = rm.ArtifactRecord(format=entry.meta["format"], optimization=name, candidate=candidates is not None, precision=optimizer.precision,
-                               reproduce=_reproduce(request, entry.meta["takes"], out_dir, name))
+                               reproduce=options.reproduce_command(request, entry.meta["takes"], out_dir, name))
     report.artifacts.append(record)
     with stages.run(f"{'auto' if candidates is not None else 'optimize'}:{name}") as stage:
         missing = [p for p in entry.meta.get("packages", ()) if not _importable(p)]
@@ -352,7 +351,7 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
                           base=base, calibration=calibration, shape_ranges=ranges)
         # a TensorRT engine is made for one GPU model and driver, and its runner checks only engines built in this run
         lookup = Lookup(None) if entry.meta["format"] == "tensorrt" else cache.find(
-            stage.name, OPTIMIZER_PACKAGES, name, stem, base.sha256, request.opset, export_feed, calibration, ranges)
+            stage.name, OPTIMIZER_PACKAGES, name, stem, base.sha256, export_feed, calibration, ranges)
         artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "optimize", name, job), record, stage)
     if artifact is None:
         return
@@ -541,11 +540,8 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
                       cache: RunCache, allow_fixed_shapes: bool = False) -> list[rm.Check]:
     """Every runtime that can run the artifact × every device × every shape case; a runtime that crashes the
     worker fails its checks on that device, and the others still run. Each runtime × device is cached on its own."""
-    from convert.validation import fixed_dims
-
     checks: list[rm.Check] = []
     jobs = reused = 0
-    fixed_allowed = allow_fixed_shapes and bool(fixed_dims(artifact, cases))  # the option changes only such checks
     for entry in REGISTRY.entries("runtime", formats=artifact.format):
         runner_class = entry.load()
         for device in ALL_DEVICES:
@@ -557,7 +553,7 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
             jobs += 1
             lookup = cache.find(f"{stage.name} {entry.name} {device}", (entry.meta["package"], "numpy"), artifact.sha256,
                                 artifact_data(artifact), entry.name, device, cuda_gpus() if device != "cpu" else [],
-                                cache.cases_digest(cases), policy.given, fixed_allowed)
+                                cache.cases_digest(cases))
             if lookup.hit is not None:
                 checks += [rm.Check.model_validate(check) for check in lookup.hit.data["checks"]]
                 reused += 1
@@ -719,50 +715,5 @@ def _source_record(source: SourceSummary) -> rm.SourceRecord:
     info = source.info
     return rm.SourceRecord(framework=info.framework, kind=info.kind, path=info.path, sha256=info.sha256,
                            description=info.description, inputs=[str(s) for s in source.signature.inputs])
-
-
-def _options(request: ConvertRequest, targets: list[str]) -> dict:
-    return {"to": targets, "optimize": list(request.optimize), "accuracy": list(request.accuracy),
-            "shape_ranges": list(request.shape_ranges), "benchmark": request.benchmark, "threads": request.threads,
-            "benchmark_batch": request.benchmark_batch,
-            "calibration_data": str(request.calibration_data) if request.calibration_data else None,
-            "opset": request.opset, "tolerances": list(request.tolerances), "dims": list(request.dims),
-            "samples": request.samples, "seed": request.seed, "trust_code": request.trust_code,
-            "allow_fixed_shapes": request.allow_fixed_shapes, "stage_timeout": request.stage_timeout, "isolate": request.isolate, "cache": request.cache,
-            "inputs": list(request.inputs), "weights": str(request.weights) if request.weights else None,
-            "params": str(request.params) if isinstance(request.params, (str, os.PathLike)) else None,
-            "framework": request.framework}
-
-
-def _reproduce(request: ConvertRequest, target: str, out_dir: Path, optimization: str = "") -> str:
-    if not isinstance(request.model, (str, os.PathLike)):
-        return (f"convert.convert(<{type(request.model).__name__} object>, to=[{target!r}]"
-                + "".join(f", {k}={v!r}" for k, v in (("inputs", list(request.inputs)), ("opset", request.opset),
-                                                         ("optimize", [optimization] if optimization else None),
-                                                         ("allow_fixed_shapes", request.allow_fixed_shapes)) if v) + ")")
-    parts = ["python", "-m", "convert", os.fspath(request.model), "--to", target, "--out", str(out_dir)]
-    if optimization:
-        parts += ["--optimize", optimization]
-        if request.calibration_data is not None:
-            parts += ["--calibration-data", os.fspath(request.calibration_data)]
-    params = request.params if isinstance(request.params, (str, os.PathLike)) else None
-    for flag, value in (("--framework", request.framework), ("--weights", request.weights), ("--params", params), ("--opset", request.opset)):
-        if value is not None:
-            parts += [flag, str(value)]
-    if isinstance(request.example_inputs, (str, os.PathLike)):
-        parts += ["--example-inputs", os.fspath(request.example_inputs)]
-    for flag, values in (("--input", request.inputs), ("--dim", request.dims), ("--tolerance", request.tolerances),
-                         ("--accuracy", request.accuracy if optimization else ())):
-        for value in values:
-            parts += [flag, value]
-    if request.samples != 3:
-        parts += ["--samples", str(request.samples)]
-    if request.seed:
-        parts += ["--seed", str(request.seed)]
-    if request.trust_code:
-        parts.append("--trust-code")
-    if request.allow_fixed_shapes:
-        parts.append("--allow-fixed-shapes")
-    return shlex.join(parts)
 
 

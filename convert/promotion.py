@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from convert import options
 from convert.errors import ConvertError, require
 from convert.pipeline import ConvertRequest, Progress, run
 from convert.policy import Allowance, ArtifactBudget, Policy, load_policy
@@ -113,16 +114,8 @@ def _has_benchmarks(report: rm.Report | None) -> bool:
 
 
 def _request(policy: Policy, out: Path, force: bool, command: str, benchmark: bool) -> ConvertRequest:
-    model, validation = policy.model, policy.validation
-    return ConvertRequest(
-        model=model.path, to=tuple(policy.require.targets), out=out, framework=model.framework,
-        weights=Path(model.weights) if model.weights else None, params=Path(model.params) if model.params else None,
-        inputs=tuple(model.inputs), example_inputs=model.example_inputs, dims=tuple(validation.dims), opset=validation.opset,
-        tolerances=tuple(validation.tolerances), optimize=tuple(policy.require.optimizations),
-        calibration_data=Path(validation.calibration_data) if validation.calibration_data else None,
-        accuracy=tuple(validation.accuracy), shape_ranges=tuple(validation.shape_ranges), benchmark=benchmark,
-        threads=policy.benchmark.threads, benchmark_batch=policy.benchmark.batch, samples=validation.samples,
-        seed=validation.seed, allow_fixed_shapes=validation.allow_fixed_shapes, trust_code=model.trust_code, force=force, stage_timeout=validation.stage_timeout, command=command)
+    return ConvertRequest(model=policy.model.path, **{**options.from_policy(policy), "out": out}, benchmark=benchmark, force=force,
+                          command=command)
 
 
 def artifact_key(record: rm.ArtifactRecord) -> str:

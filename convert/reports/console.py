@@ -1,4 +1,6 @@
-"""The console summary: one row per artifact × runtime × device (shapes folded in), then the verdict."""
+"""The console summary, then the verdict. On a terminal: tables, one row per artifact × runtime × device (shapes folded
+in). Anywhere else (CI logs, pipes, tee): plain lines, one per check, stage, benchmark and candidate, never wrapped or
+cut, so that grep finds each whole."""
 
 from __future__ import annotations
 
@@ -7,17 +9,116 @@ from itertools import groupby
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from convert.reports.model import Report, Verdict
+from convert.reports.model import Benchmark, Report, Verdict
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
+BENCHMARK_TITLE = "Benchmark (after warm-up; same inputs and threads for every runtime)"
+# wide enough for any line or table a command prints: rich would otherwise wrap at 80 columns (or $COLUMNS) off a terminal
+UNWRAPPED_WIDTH = 100_000
+
+
+def stdout_console() -> Console:
+    """The console a command prints its results to: wrapped to a terminal's width, never wrapped anywhere else."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = UNWRAPPED_WIDTH
+    return console
 
 
 def print_summary(report: Report, console: Console, report_path: str | None = None, verdict: bool = True) -> None:
+    if console.is_terminal:
+        _print_validation_table(report, console)
+        _print_benchmarks(report, console)
+        _print_auto(report, console)
+    else:
+        _print_validation_lines(report, console)
+        _print_stage_lines(report, console)
+        _print_benchmark_lines(report, console)
+        _print_auto_lines(report, console)
+    for artifact in report.artifacts:
+        if artifact.path:
+            kept = "" if artifact.passed else " [red]failed validation: kept for inspection, not at a final path[/]"
+            bounds = "".join(f", {symbol} {low}..{'' if high is None else high} only" for symbol, (low, high) in artifact.dim_bounds.items())
+            _say(console, f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}{bounds}){kept}")
+    cache = report.cache
+    if cache.reused or cache.rebuilt:
+        _say(console, f"  cache: {len(cache.reused)} stage jobs reused from {escape(cache.folder or '-')}"
+                      + "".join(f"; rebuilt {escape(r.stage)}: {escape(r.reason)}" for r in cache.rebuilt))
+    for note in report.notes:
+        _say(console, f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if verdict:
+        status = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
+        _say(console, f"Verdict: {status} (exit code {report.exit_code})" + (f"; report: {escape(report_path)}" if report_path else ""))
+
+
+def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> None:
+    """The gate's budgets and baseline deltas (with ``tables``), then the decision and every reason."""
+    if tables and verdict.budgets:
+        _print_budgets(verdict, console)
+    if tables and verdict.baseline is not None:
+        _print_baseline(verdict, console)
+    for note in verdict.notes:
+        _say(console, f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    decision = "[bold green]PROMOTE[/]" if verdict.promoted else "[bold red]REJECT[/]"
+    _say(console, f"Gate: {decision} (exit code {verdict.exit_code})" + (f"; report: {escape(verdict.report)}" if verdict.report else ""))
+    for reason in verdict.reasons:
+        _say(console, f"  [red]✗[/] {escape(f'[{reason.code}]')} " + (f"{escape(reason.artifact)}: " if reason.artifact else "")
+             + escape(_one_line(reason.message)), soft_wrap=True)
+
+
+def _print_budgets(verdict: Verdict, console: Console) -> None:
+    if not console.is_terminal:
+        console.out("Budgets", highlight=False)
+        for b in verdict.budgets:
+            console.out(f"budget {b.artifact} {b.runtime or '-'} {b.device or '-'} {b.output or '-'} {b.status} "
+                        f"{b.metric}={_num(b.value)} (limit {b.metric}{b.limit})" + _reason(b.reason), highlight=False)
+        return
+    table = Table(title="Budgets")
+    for column in ("artifact", "metric", "output", "runtime", "device", "limit", "value", "status"):
+        table.add_column(column, overflow="fold")
+    for b in verdict.budgets:
+        table.add_row(escape(b.artifact), b.metric, escape(b.output) or "-", b.runtime or "-", b.device or "-", b.limit,
+                      _num(b.value), f"[{STYLE[b.status]}]{b.status}[/]")
+    console.print(table)
+
+
+def _print_baseline(verdict: Verdict, console: Console) -> None:
+    baseline = verdict.baseline
+    title = f"Against the baseline {baseline.path}" + ("" if baseline.same_environment else " (measured in another environment)")
+    if not console.is_terminal:
+        console.out(title, highlight=False)
+        for d in baseline.deltas:
+            delta = "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%"
+            console.out(f"baseline {d.artifact} {d.runtime or '-'} {d.device or '-'} {d.output or '-'} {d.status} "
+                        f"{d.metric} {_num(d.baseline)} -> {_num(d.current)} ({delta}, allowed {d.allowed or '-'})" + _reason(d.reason),
+                        highlight=False)
+        return
+    table = Table(title=escape(title))
+    for column in ("artifact", "metric", "output", "runtime", "device", "baseline", "now", "delta", "allowed", "status"):
+        table.add_column(column, overflow="fold")
+    styles = {"ok": "green", "improved": "green", "regressed": "bold red", "not_compared": "yellow"}
+    for d in baseline.deltas:
+        table.add_row(escape(d.artifact), d.metric, escape(d.output) or "-", d.runtime or "-", d.device or "-", _num(d.baseline), _num(d.current),
+                      "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%", d.allowed, f"[{styles[d.status]}]{d.status}[/]")
+    console.print(table)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _skipped_passes(report: Report) -> dict[str, str]:
+    """Why each skipped --optimize pass (or auto candidate) was skipped, by its name."""
+    return {s.name.partition(":")[2]: s.reason for s in report.stages if s.status == "skipped" and s.name.startswith(("optimize:", "auto:"))}
+
+
+def _print_validation_table(report: Report, console: Console) -> None:
     table = Table(title="Validation against the source model")
     for column in ("artifact", "runtime", "device", "shapes", "status", "max abs err", "min cosine", "detail"):
         table.add_column(column, overflow="fold")
-    skipped = {s.name.partition(":")[2]: s.reason for s in report.stages if s.status == "skipped" and s.name.startswith(("optimize:", "auto:"))}
+    skipped = _skipped_passes(report)
     for artifact in report.artifacts:
         name = f"{artifact.format} ({artifact.optimization})" if artifact.optimization else artifact.format
         if not artifact.checks and artifact.optimization in skipped:
@@ -38,64 +139,51 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
                           f"{max(errors):.1e}" if errors else "-", f"{min(cosines):.6f}" if cosines else "-",
                           cell(detail, 100))
     console.print(table)
-    _print_benchmarks(report, console)
-    _print_auto(report, console)
+
+
+def _print_validation_lines(report: Report, console: Console) -> None:
+    """``check ARTIFACT RUNTIME DEVICE SHAPE STATUS max_abs_err=… min_cosine=… reason: …`` per check; an artifact
+    without checks has one line with ``-`` for its runtime, device and shape."""
+    console.out("Validation against the source model", highlight=False)
+    skipped = _skipped_passes(report)
     for artifact in report.artifacts:
-        if artifact.path:
-            kept = "" if artifact.passed else " [red]failed validation: kept for inspection, not at a final path[/]"
-            bounds = "".join(f", {symbol} {low}..{'' if high is None else high} only" for symbol, (low, high) in artifact.dim_bounds.items())
-            console.print(f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}{bounds}){kept}")
-    cache = report.cache
-    if cache.reused or cache.rebuilt:
-        console.print(f"  cache: {len(cache.reused)} stage jobs reused from {escape(cache.folder or '-')}"
-                      + "".join(f"; rebuilt {escape(r.stage)}: {escape(r.reason)}" for r in cache.rebuilt))
-    for note in report.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    if verdict:
-        status = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
-        console.print(f"Verdict: {status} (exit code {report.exit_code})" + (f"; report: {escape(report_path)}" if report_path else ""))
+        key = artifact.optimization or artifact.format
+        if not artifact.checks and artifact.optimization in skipped:
+            console.out(f"check {key} - - - skipped" + _reason(skipped[artifact.optimization]), highlight=False)
+        elif not artifact.checks:
+            # an exporter's message goes on with graph dumps: its first line here, all of it in the report
+            error = first_line(artifact.attempts[0].error, None) if artifact.attempts else "not exported"
+            console.out(f"check {key} - - - not_exported" + _reason(error), highlight=False)
+        for check in artifact.checks:
+            errors = [o.max_abs_error for o in check.outputs if o.max_abs_error is not None]
+            cosines = [o.cosine_similarity for o in check.outputs if o.cosine_similarity is not None]
+            console.out(f"check {key} {check.runtime} {check.device} {check.shape} {check.status} "
+                        f"max_abs_err={f'{max(errors):.1e}' if errors else '-'} min_cosine={f'{min(cosines):.6f}' if cosines else '-'}"
+                        + _reason(check.reason), highlight=False)
 
 
-def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> None:
-    """The gate's budgets and baseline deltas (with ``tables``), then the decision and every reason."""
-    if tables and verdict.budgets:
-        table = Table(title="Budgets")
-        for column in ("artifact", "metric", "output", "runtime", "device", "limit", "value", "status"):
-            table.add_column(column, overflow="fold")
-        for b in verdict.budgets:
-            table.add_row(escape(b.artifact), b.metric, escape(b.output) or "-", b.runtime or "-", b.device or "-", b.limit,
-                          "-" if b.value is None else f"{b.value:.4g}", f"[{STYLE[b.status]}]{b.status}[/]")
-        console.print(table)
-    if tables and verdict.baseline is not None:
-        table = Table(title=f"Against the baseline {escape(verdict.baseline.path)}"
-                            + ("" if verdict.baseline.same_environment else " (measured in another environment)"))
-        for column in ("artifact", "metric", "output", "runtime", "device", "baseline", "now", "delta", "allowed", "status"):
-            table.add_column(column, overflow="fold")
-        styles = {"ok": "green", "improved": "green", "regressed": "bold red", "not_compared": "yellow"}
-        for d in verdict.baseline.deltas:
-            table.add_row(escape(d.artifact), d.metric, escape(d.output) or "-", d.runtime or "-", d.device or "-", _num(d.baseline), _num(d.current),
-                          "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%", d.allowed, f"[{styles[d.status]}]{d.status}[/]")
-        console.print(table)
-    for note in verdict.notes:
-        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    decision = "[bold green]PROMOTE[/]" if verdict.promoted else "[bold red]REJECT[/]"
-    console.print(f"Gate: {decision} (exit code {verdict.exit_code})" + (f"; report: {escape(verdict.report)}" if verdict.report else ""))
-    for reason in verdict.reasons:
-        console.print(f"  [red]✗[/] {escape(f'[{reason.code}]')} " + (f"{escape(reason.artifact)}: " if reason.artifact else "") + escape(reason.message),
-                      soft_wrap=True)
+def _print_stage_lines(report: Report, console: Console) -> None:
+    """``stage NAME STATUS SECONDS`` per stage, with why it was skipped or the first line of why it failed."""
+    for stage in report.stages:
+        marks = " reused" * stage.reused + " timed_out" * stage.timed_out + (f" signal={stage.signal}" if stage.signal else "")
+        error = f" error: {first_line(stage.error, None)}" if stage.error else ""
+        console.out(f"stage {stage.name} {stage.status} {stage.seconds:.1f}s{marks}" + _reason(stage.reason) + error, highlight=False)
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+def _benchmark_rows(report: Report) -> list[tuple[str, Benchmark]]:
+    return [("source", b) for b in report.source_benchmark] + [(a.optimization or a.format, b) for a in report.artifacts for b in a.benchmarks]
+
+
+def _source_p50(report: Report) -> float | None:
+    return next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
 
 
 def _print_benchmarks(report: Report, console: Console) -> None:
-    rows = [("source", b) for b in report.source_benchmark]
-    rows += [(a.optimization or a.format, b) for a in report.artifacts for b in a.benchmarks]
+    rows = _benchmark_rows(report)
     if not rows:
         return
-    source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
-    table = Table(title="Benchmark (after warm-up; same inputs and threads for every runtime)")
+    source_p50 = _source_p50(report)
+    table = Table(title=BENCHMARK_TITLE)
     for column in ("artifact", "runtime", "device", "threads", "p50 ms", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB"):
         table.add_column(column, overflow="fold")
     for name, b in rows:
@@ -108,10 +196,31 @@ def _print_benchmarks(report: Report, console: Console) -> None:
     console.print(table)
 
 
+def _print_benchmark_lines(report: Report, console: Console) -> None:
+    """``benchmark ARTIFACT RUNTIME DEVICE STATUS`` and its measurements, or why it has none."""
+    rows = _benchmark_rows(report)
+    if not rows:
+        return
+    source_p50 = _source_p50(report)
+    console.out(BENCHMARK_TITLE, highlight=False)
+    for name, b in rows:
+        line = f"benchmark {name} {b.runtime} {b.device} {b.status}"
+        if b.status == "ok":
+            speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
+            line += (f" threads={b.threads or 'default'} p50_ms={b.latency_ms_p50:.3f} p90_ms={b.latency_ms_p90:.3f} "
+                     f"p99_ms={b.latency_ms_p99:.3f} vs_source={speedup} throughput_per_s={b.throughput_per_s:g} "
+                     f"throughput_shape={b.throughput_shape} peak_mb={b.peak_memory_mb:g}")
+        console.out(line + _reason(b.reason), highlight=False)
+
+
+def _auto_title(report: Report) -> str:
+    return "--optimize auto: " + (f"chose {report.auto.chosen}" if report.auto.chosen else "no candidate passed")
+
+
 def _print_auto(report: Report, console: Console) -> None:
     if report.auto is None:
         return
-    table = Table(title="--optimize auto: " + (f"chose {report.auto.chosen}" if report.auto.chosen else "no candidate passed"))
+    table = Table(title=_auto_title(report))
     for column in ("rank", "candidate", "precision", "status", "p50 ms", "vs source", "why"):
         table.add_column(column, overflow="fold")
     for c in report.auto.candidates:
@@ -122,12 +231,41 @@ def _print_auto(report: Report, console: Console) -> None:
     console.print(table)
 
 
+def _print_auto_lines(report: Report, console: Console) -> None:
+    """``candidate RANK NAME PRECISION STATUS p50_ms=… vs_source=… reason: …`` per --optimize auto candidate."""
+    if report.auto is None:
+        return
+    console.out(_auto_title(report), highlight=False)
+    for c in report.auto.candidates:
+        console.out(f"candidate {c.rank or '-'} {c.name} {c.precision} {c.status} "
+                    f"p50_ms={f'{c.latency_ms_p50:.3f}' if c.latency_ms_p50 else '-'} "
+                    f"vs_source={f'{c.speedup_vs_source:.2f}x' if c.speedup_vs_source else '-'}" + _reason(c.reason), highlight=False)
+
+
+def _say(console: Console, markup: str, soft_wrap: bool = False) -> None:
+    """One line of markup: styled on a terminal; anywhere else its plain text, which rich never wraps or cuts."""
+    if console.is_terminal:
+        console.print(markup, soft_wrap=soft_wrap)
+    else:
+        console.out(Text.from_markup(markup).plain, highlight=False)
+
+
+def _reason(text: str) -> str:
+    return f" reason: {_one_line(text)}" if text and text.strip() else ""
+
+
+def _one_line(text: str) -> str:
+    """Every line of a message joined into one, whole: a plain line keeps its reason next to what it explains."""
+    return " ".join((text or "").split())
+
+
 def cell(text: str, limit: int) -> str:
     """The first line of a message, escaped: messages hold brackets (pip extras) that rich would read as markup."""
     return escape(first_line(text, limit))
 
 
-def first_line(text: str, limit: int = 160) -> str:
+def first_line(text: str, limit: int | None = 160) -> str:
+    """The first non-blank line of a message, cut to ``limit`` characters (None: whole)."""
     lines = [line for line in (text or "").strip().splitlines() if line.strip()]
     line = lines[0].strip() if lines else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
