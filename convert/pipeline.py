@@ -85,6 +85,9 @@ class ConvertRequest:
     reads: tuple[Read, ...] = ()  # what the caller reads besides the model's files (the gate's policy and baseline)
     writes: tuple[Write, ...] = ()  # what the caller writes besides the run's outputs (the gate's renderings)
     judge: Callable[[rm.Report, Path], rm.Verdict] | None = None  # the gate's verdict, written into the report
+    # called once the report is written, still under the output lock (the gate's renderings and MLflow run); what it
+    # changes in the report is written again
+    publish: Callable[[rm.Report, Path], None] | None = None
 
 
 @dataclass
@@ -232,6 +235,9 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         if request.judge is not None:
             report.gate = request.judge(report, report_path)
         _write_report(report_path, report)  # still under the output folder's lock
+        if request.publish is not None:
+            request.publish(report, report_path)
+            _write_report(report_path, report)
     except KeyboardInterrupt:
         report.interrupted = True
         report.error = "the run was interrupted"
@@ -239,11 +245,28 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         if staging is not None:
             _write_report(report_path, report)
         raise
+    except Exception as exc:
+        if staging is not None:  # work was done and may be published: the report says how far the run got and why it stopped
+            _report_stop(report, stages, report_path, exc)
+        raise
     finally:
         worker.close()
         if staging is not None:
             staging.cleanup()
     return ConversionResult(report=report, artifacts=artifacts, report_path=report_path)
+
+
+def _report_stop(report: rm.Report, stages: _Stages, report_path: Path, exc: Exception) -> None:
+    """Write the report of a run an error stopped: exit code 2 for a user error, 3 for an internal one. A report that
+    cannot be written (the error may be a full disk) leaves the error to say so."""
+    _finish(report, stages)
+    user_error = isinstance(exc, ConvertError)
+    report.error = exc.paragraph() if user_error else f"internal error: {type(exc).__name__}: {exc}"
+    report.passed, report.exit_code = False, 2 if user_error else 3
+    try:
+        _write_report(report_path, report)
+    except ConvertError:
+        pass
 
 
 def _writes(out_dir: Path, finals: dict[str, Path], report_path: Path) -> list[Write]:

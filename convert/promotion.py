@@ -23,7 +23,6 @@ from convert.policy import Allowance, ArtifactBudget, Policy, load_policy
 from convert.protected_inputs import Write, reads_of, refuse_writes_to_inputs
 from convert.reports import model as rm
 from convert.reports.render import check_writable, render_files
-from convert.safety import atomic_write_text
 from validators.tolerances import parse_budget
 
 EXIT_PROMOTE, EXIT_REJECT = 0, 1
@@ -70,16 +69,16 @@ def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None
         verdict.report = str(report_path)
         return verdict
 
-    request.judge, request.cache, request.cache_dir = verdict_of, cache, _path(cache_dir)
-    result = run(request, progress)
-    verdict = result.report.gate
-    renderings = render_files(result.report, html=_path(html), markdown=_path(markdown), junit=_path(junit))
-    if mlflow:
-        from convert.mlflow_log import log_run
+    def publish(report: rm.Report, report_path: Path) -> None:
+        """The renderings and the MLflow run, under the output lock: the report they name is the one left behind."""
+        renderings = render_files(report, html=_path(html), markdown=_path(markdown), junit=_path(junit))
+        if mlflow:
+            from convert.mlflow_log import log_run
 
-        verdict.mlflow_run_id = log_run(result.report, result.report_path, renderings)
-        atomic_write_text(result.report_path, result.report.to_json())
-    return verdict
+            report.gate.mlflow_run_id = log_run(report, report_path, renderings)
+
+    request.judge, request.publish, request.cache, request.cache_dir = verdict_of, publish, cache, _path(cache_dir)
+    return run(request, progress).report.gate
 
 
 def _path(value: str | os.PathLike | None) -> Path | None:
