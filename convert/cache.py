@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from convert import __version__
+from convert.registry import REGISTRY
 from convert.safety import sha256_files
 
 LAYOUT = "v1"  # the entry layout; a new layout ignores the old entries
@@ -37,10 +38,6 @@ ABANDONED_SECONDS = 24 * 3600
 
 # Libraries whose version a stage's result depends on, beyond convert and Python: a new version of one of them
 # rebuilds that stage's entries, and only those.
-FRAMEWORK_PACKAGES = {"torch": ("numpy", "torch", "onnx", "onnxscript"),
-                      "keras": ("numpy", "tensorflow", "keras", "tf2onnx", "onnx"),
-                      "jax": ("numpy", "jax", "jaxlib", "flax", "equinox", "jax2onnx", "tensorflow", "onnx")}
-OPTIMIZER_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxslim", "openvino", "nncf", "tensorrt")
 # Model kinds whose file holds all of the model's code: a pickled module or a module:callable factory runs code from
 # Python files that can change while the model file does not, so their results are not cached.
 SELF_CONTAINED_KINDS = ("pt2", "torchscript", "savedmodel", "keras")
@@ -252,7 +249,7 @@ class RunCache:
             return
         self.source_key = digest("source", info.framework, info.kind, info.sha256, [str(s) for s in source.signature.inputs],
                                  source.export_sizes, source.dim_ranges, source.example_feed, self.option_digests["load"])
-        self.source_packages = FRAMEWORK_PACKAGES.get(info.framework, ("numpy",))
+        self.source_packages = REGISTRY.source_packages(info.framework)
 
     def find(self, label: str, packages: tuple[str, ...], *parts: Any) -> Lookup:
         """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``."""

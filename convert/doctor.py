@@ -10,11 +10,6 @@ from convert.devices import ALL_DEVICES, cuda_gpus
 from convert.errors import ConvertError
 from convert.registry import REGISTRY
 
-FRAMEWORKS = (("torch", "torch", "torch"), ("tensorflow", "tensorflow", "tensorflow"), ("keras", "keras", "tensorflow"),
-              ("jax", "jax", "jax"), ("flax", "flax", "jax"), ("onnx", "onnx", "(core)"), ("onnxscript", "onnxscript", "torch"),
-              ("jax2onnx", "jax2onnx", "jax"), ("equinox", "equinox", "jax"), ("openvino", "openvino", "openvino"),
-              ("nncf", "nncf", "openvino"), ("onnxslim", "onnxslim", "optimize"), ("tensorrt", "tensorrt", "tensorrt"))
-
 
 @dataclass
 class Row:
@@ -26,8 +21,9 @@ class Row:
 
 def package_rows() -> list[Row]:
     rows = []
-    for name, distribution, extra in FRAMEWORKS:
-        version = package_version(distribution)
+    for name in REGISTRY.packages():
+        extra = REGISTRY.extra_of(name)
+        version = package_version(name)
         if version == "-":
             rows.append(Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert"))
             continue
@@ -48,7 +44,7 @@ def runtime_rows() -> list[Row]:
                 reason = runner.unavailable_reason(device)
             except (ImportError, ConvertError):
                 reason = f"not installed: pip install 'model-convert[{entry.meta.get('extra', '')}]'"
-            rows.append(Row(f"{entry.name} on {device}", package_version(entry.meta["package"]), "usable" if reason is None else "unusable", reason or ""))
+            rows.append(Row(f"{entry.name} on {device}", package_version(entry.meta["packages"][0]), "usable" if reason is None else "unusable", reason or ""))
     return rows
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from convert import __version__, options
 from convert.artifacts import Artifact
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_benchmark
-from convert.cache import OPTIMIZER_PACKAGES, Lookup, RunCache, artifact_data, cached_artifact
+from convert.cache import Lookup, RunCache, artifact_data, cached_artifact
 from convert.devices import ALL_DEVICES, absent_reason, cuda_gpus, present_devices
 from convert.errors import ConvertError, require
 from convert.memory import GIB, check_fits, feed_bytes
@@ -46,9 +46,6 @@ from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
 from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, SourceSummary, StageCrashed
 from convert.worker import start as start_worker
 from validators import ShapeCase, TolerancePolicy, generate_feed, plan_shape_cases
-
-PACKAGES = ("numpy", "torch", "onnx", "onnxruntime", "onnxscript", "safetensors", "tensorflow", "keras",
-            "tf2onnx", "jax", "jaxlib", "flax", "jax2onnx", "equinox", "openvino", "nncf", "onnxslim", "tensorrt")
 
 
 @dataclass
@@ -360,7 +357,7 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
                                reproduce=options.reproduce_command(request, entry.meta["takes"], out_dir, name))
     report.artifacts.append(record)
     with stages.run(f"{'auto' if candidates is not None else 'optimize'}:{name}") as stage:
-        missing = [p for p in entry.meta.get("packages", ()) if not _importable(p)]
+        missing = [p for p in entry.meta.get("requires", ()) if not _importable(p)]
         reason = (f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.meta['extra']}]'" if missing
                   else None if base is None else optimizer.unavailable_reason())
         if base is None:
@@ -374,7 +371,7 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
                           base=base, calibration=calibration, shape_ranges=ranges)
         # a TensorRT engine is made for one GPU model and driver, and its runner checks only engines built in this run
         lookup = Lookup(None) if entry.meta["format"] == "tensorrt" else cache.find(
-            stage.name, OPTIMIZER_PACKAGES, name, stem, base.sha256, export_feed, calibration, ranges)
+            stage.name, entry.packages, name, stem, base.sha256, export_feed, calibration, ranges)
         artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "optimize", name, job), record, stage)
     if artifact is None:
         return
@@ -574,7 +571,7 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
                                        device_unsupported=runner_class.never_runs_on(device)))
                 continue
             jobs += 1
-            lookup = cache.find(f"{stage.name} {entry.name} {device}", (entry.meta["package"], "numpy"), artifact.sha256,
+            lookup = cache.find(f"{stage.name} {entry.name} {device}", entry.packages, artifact.sha256,
                                 artifact_data(artifact), entry.name, device, cuda_gpus() if device != "cpu" else [],
                                 cache.cases_digest(cases))
             if lookup.hit is not None:
@@ -686,7 +683,7 @@ def _check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
         if entry.meta["takes"] not in targets:
             raise ConvertError(f"--optimize {name} works on the {entry.meta['takes']} artifact, which --to does not ask for",
                                f"Add {entry.meta['takes']} to --to.")
-        for package in entry.meta.get("packages", ()):
+        for package in entry.meta.get("requires", ()):
             require(package, entry.meta["extra"], f"--optimize {name}")
     return chosen, False
 
@@ -729,7 +726,7 @@ def _stem(model: Any) -> str:
 def _environment() -> rm.Environment:
     from convert.doctor import package_version
 
-    packages = {name: version for name in PACKAGES if (version := package_version(name)) != "-"}
+    packages = {name: version for name in REGISTRY.packages() if (version := package_version(name)) != "-"}
     return rm.Environment(python=sys.version.split()[0], platform=platform.platform(), packages=packages,
                           devices=list(present_devices()), device_names=list(cuda_gpus()))
 

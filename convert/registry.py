@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KINDS = ("source", "exporter", "optimizer", "runtime")
+# Installed with the tool itself; every other package is declared by the entries that use it (``packages``, with the
+# ``extra`` that installs it), once: the environment record, the cache's version keys and ``convert doctor`` read them here.
+CORE_PACKAGES = ("numpy", "onnx", "onnxruntime")
 _DECLARING_PACKAGES = ("convert.sources", "convert.exporters", "convert.optimizers", "convert.runtimes")
 
 
@@ -21,6 +24,11 @@ class Entry:
     name: str
     target: str  # "package.module:Attribute"
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """What this entry's results depend on: the core packages and its own."""
+        return tuple(dict.fromkeys([*CORE_PACKAGES, *self.meta.get("packages", ())]))
 
     def load(self) -> Any:
         module_name, _, attribute = self.target.partition(":")
@@ -60,6 +68,25 @@ class Registry:
     def get(self, kind: str, name: str) -> Entry:
         self._ensure_loaded()
         return self._entries[(kind, name)]
+
+    def packages(self, kind: str | None = None, **where: Any) -> tuple[str, ...]:
+        """The import packages the matching entries declare (every entry of every kind by default), core first, in
+        registration order, without repeats."""
+        kinds = (kind,) if kind else KINDS
+        declared = [p for k in kinds for entry in self.entries(k, **where) for p in entry.meta.get("packages", ())]
+        return tuple(dict.fromkeys([*CORE_PACKAGES, *declared]))
+
+    def source_packages(self, framework: str) -> tuple[str, ...]:
+        """What a source's results depend on: its own packages and those of every exporter that takes it."""
+        return tuple(dict.fromkeys([*CORE_PACKAGES, *self.get("source", framework).meta.get("packages", ()),
+                                    *self.packages("exporter", source=framework)[len(CORE_PACKAGES):]]))
+
+    def extra_of(self, package: str) -> str:
+        """The extra that installs ``package`` ("(core)" for the tool's own dependencies)."""
+        if package in CORE_PACKAGES:
+            return "(core)"
+        return next(entry.meta["extra"] for kind in KINDS for entry in self.entries(kind)
+                    if package in entry.meta.get("packages", ()))
 
     def target_formats(self) -> list[str]:
         """Every format some exporter can produce, in registration order (the CLI's --to choices)."""

@@ -1,0 +1,43 @@
+"""A format's packages are declared once, on its registry entry: the environment record, the cache's version keys and
+`convert doctor` all read them from there."""
+
+from __future__ import annotations
+
+import pytest
+
+from convert import doctor, pipeline
+from convert.registry import CORE_PACKAGES, KINDS, REGISTRY, Entry
+
+
+@pytest.fixture
+def fake_exporter(monkeypatch):
+    """A fake exporter entry (never loaded) that declares a package no other entry does: psutil, installed here."""
+    REGISTRY._ensure_loaded()  # the real entries first: patched in, they would be lost when the patch is undone
+    entries = dict(REGISTRY._entries)
+    entries[("exporter", "fake-psutil")] = Entry("exporter", "fake-psutil", "nowhere:Nothing",
+                                                 {"format": "onnx", "source": "torch", "packages": ("psutil",), "extra": "fake"})
+    monkeypatch.setattr(REGISTRY, "_entries", entries)
+    return entries[("exporter", "fake-psutil")]
+
+
+def test_a_package_declared_on_an_entry_is_recorded_cache_keyed_and_listed_by_doctor(fake_exporter):
+    assert "psutil" in pipeline._environment().packages
+    assert "psutil" in REGISTRY.source_packages("torch") and "psutil" not in REGISTRY.source_packages("keras")
+    row = next(r for r in doctor.package_rows() if r.name == "psutil")
+    assert row.status == "installed" and REGISTRY.extra_of("psutil") == "fake"
+
+
+def test_every_entry_that_needs_more_than_the_core_names_its_packages_and_extra():
+    for kind in KINDS:
+        for entry in REGISTRY.entries(kind):
+            declared = entry.meta.get("packages", ())
+            assert entry.packages[: len(CORE_PACKAGES)] == CORE_PACKAGES
+            if declared:
+                assert entry.meta.get("extra"), f"{kind} {entry.name} declares packages but not the extra that installs them"
+            assert set(entry.meta.get("requires", ())) <= set(declared), f"{kind} {entry.name} requires undeclared packages"
+
+
+def test_a_missing_package_is_listed_with_the_extra_that_installs_it(monkeypatch):
+    monkeypatch.setattr(doctor, "package_version", lambda name: "-" if name == "onnxslim" else "1.0")
+    row = next(r for r in doctor.package_rows() if r.name == "onnxslim")
+    assert (row.status, row.detail) == ("missing", "pip install 'model-convert[optimize]'")
