@@ -23,12 +23,15 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from convert import __version__
 from convert.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from convert.validation import ValidationCase
 from convert.safety import sha256_files
 
 LAYOUT = "v1"  # the entry layout; a new layout ignores the old entries
@@ -272,7 +275,7 @@ class RunCache:
         if lookup.key is not None and self.store is not None:
             self.store.store(lookup.key, lookup.packages, data, files, arrays)
 
-    def cases_digest(self, cases) -> str:
+    def cases_digest(self, cases: list[ValidationCase]) -> str:
         """The inputs and reference outputs every validation compares against, hashed once per run."""
         if self._cases is None or self._cases[0] != id(cases):
             self._cases = (id(cases), digest([(c.shape.sizes, c.feeds, c.references, c.source_error) for c in cases]))

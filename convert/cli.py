@@ -104,9 +104,9 @@ def export_command(model, quiet, **values):
     for artifact in result.report.artifacts:
         if artifact.checks and not artifact.passed and not artifact.candidate:
             stderr.print(f"[bold red]error:[/] {escape(_failed_validation(artifact, str(result.report_path)))}", soft_wrap=True)
-    failed_exports = [s for s in result.report.stages if s.name.startswith(("export:", "optimize:")) and s.status == "failed"]
+    failed_exports = [s for s in result.report.stages if s.makes_artifact and s.status == "failed"]
     for stage in failed_exports:
-        target = stage.name.split(":", 1)[1]
+        target = stage.subject
         if stage.signal or stage.timed_out:
             stderr.print(f"[bold red]error:[/] the {target} export {'timed out' if stage.timed_out else 'crashed'}: "
                          f"{escape(first_line(stage.error).rstrip('.'))}; the run went on with the other targets. "
@@ -277,7 +277,7 @@ def _failed_validation(artifact, report_path: str) -> str:
     """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
     from convert.reports.console import first_line
 
-    key = artifact.optimization or artifact.format
+    key = artifact.key
     check = next((c for c in artifact.checks if c.status == "failed"), None)
     problem = (f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
                if check else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}")

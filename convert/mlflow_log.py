@@ -50,7 +50,7 @@ def log_run(report: Report, report_path: Path, renderings: list[Path]) -> str:
                 mlflow.log_artifact(str(path), artifact_path="reports")
             for artifact in report.artifacts:
                 if artifact.path and Path(artifact.path).exists():
-                    folder = f"artifacts/{_key(artifact.optimization or artifact.format)}"
+                    folder = f"artifacts/{_key(artifact.key)}"
                     if Path(artifact.path).is_dir():
                         mlflow.log_artifacts(artifact.path, artifact_path=f"{folder}/{Path(artifact.path).name}")
                     else:
@@ -71,7 +71,7 @@ def metrics(report: Report) -> dict[str, float]:
     for artifact in report.artifacts:
         if artifact.path is None:
             continue
-        key = _key(artifact.optimization or artifact.format)
+        key = _key(artifact.key)
         values[f"{key}.size_mb"] = artifact.size_bytes / 1e6
         for check in artifact.checks:
             for output in check.outputs:

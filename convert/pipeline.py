@@ -43,7 +43,8 @@ from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX, Staging, at
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
 from convert.sources.signature import fixed_shape_note
 from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
-from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, SourceSummary, StageCrashed
+from convert.validation import ValidationCase
+from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, Session, SourceSummary, StageCrashed
 from convert.worker import start as start_worker
 from validators import ShapeCase, TolerancePolicy, generate_feed, plan_shape_cases
 
@@ -108,15 +109,6 @@ class Progress:
     def started(self, name: str) -> None: ...
 
     def finished(self, stage: rm.Stage, detail: str = "") -> None: ...
-
-
-@dataclass
-class _Case:
-    shape: ShapeCase
-    feeds: list[dict[str, np.ndarray]] = field(default_factory=list)
-    references: list[dict[str, np.ndarray]] = field(default_factory=list)
-    source_error: str = ""
-    reused: bool = False  # its references came from the cache
 
 
 class _Stages:
@@ -189,7 +181,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     report.isolation = worker.isolation
     try:
         with stages.run("load") as stage:
-            source = _setup_job(worker, stage, "load", source_request)
+            source = _setup_job(worker, stage, Session.load, source_request)
         report.source = _source_record(source)
         if note := fixed_shape_note(source.signature.inputs, bool(specs), example is not None, source.info.kind):
             report.notes.append(note)
@@ -215,7 +207,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
                                 dim_ranges=source.dim_ranges)
                 lookup = cache.find(stage.name, cache.source_packages, exporters[target], stem, export_feed,
                                     source.dim_ranges)
-                artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "export", exporters[target], job), record, stage)
+                artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, Session.export, exporters[target], job), record, stage)
             if artifact is not None:
                 _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache,
                                       request.allow_fixed_shapes)
@@ -286,10 +278,10 @@ def _reads(request: ConvertRequest) -> list[Read]:
                     calibration_data=request.calibration_data)
 
 
-def _setup_job(worker, stage: rm.Stage, method: str, *args):
+def _setup_job(worker, stage: rm.Stage, job: Callable, *args):
     """A job the worker must have done before any other (loading the source): a crash here is the model's fault."""
     try:
-        return worker.call(method, *args, setup=True)
+        return worker.call(job, *args, setup=True)
     except StageCrashed as exc:
         _crashed(stage, exc)
         raise ConvertError(f"loading the model did not finish: {exc}",
@@ -297,7 +289,7 @@ def _setup_job(worker, stage: rm.Stage, method: str, *args):
                            "libraries: load it in a Python shell with the same packages to see the crash.") from None
 
 
-def _export_job(worker, stage: rm.Stage, method: str, name: str, job):
+def _export_job(worker, stage: rm.Stage, method: Callable, name: str, job):
     """An export or optimization in the worker; a crash or timeout becomes a failed attempt of a failed stage."""
     from convert.exporters.base import Attempt, ExportOutcome
 
@@ -308,7 +300,7 @@ def _export_job(worker, stage: rm.Stage, method: str, name: str, job):
         return ExportOutcome(None, [Attempt(name, "failed", time.perf_counter() - started, _crashed(stage, exc))])
 
 
-def _made(worker, stage: rm.Stage, cache: RunCache, lookup: Lookup, folder: Path, method: str, name: str, job):
+def _made(worker, stage: rm.Stage, cache: RunCache, lookup: Lookup, folder: Path, method: Callable, name: str, job):
     """An export or optimization: from the cache when its entry is there and trusted, else made and then cached."""
     from convert.exporters.base import Attempt, ExportOutcome
 
@@ -372,7 +364,7 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
         # a TensorRT engine is made for one GPU model and driver, and its runner checks only engines built in this run
         lookup = Lookup(None) if entry.meta["format"] == "tensorrt" else cache.find(
             stage.name, entry.packages, name, stem, base.sha256, export_feed, calibration, ranges)
-        artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, "optimize", name, job), record, stage)
+        artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, Session.optimize, name, job), record, stage)
     if artifact is None:
         return
     if candidates is None:
@@ -391,7 +383,7 @@ def _importable(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-def _profile_ranges(source: SourceSummary, cases: list[_Case], given: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
+def _profile_ranges(source: SourceSummary, cases: list[ValidationCase], given: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
     """(min, opt, max) per symbolic dim, for passes that fix them in advance (TensorRT profiles): --shape-range,
     else the smallest and largest validated sizes with the export size as opt."""
     ranges = {}
@@ -406,20 +398,20 @@ def _benchmark(worker, report: rm.Report, artifacts: dict[str, Artifact], candid
     """The source's own run, then every artifact that passed, on every device where it passed."""
     with stages.run("benchmark:source") as stage:
         report.source_benchmark = [_benchmark_job(worker, stage, f"{report.source.framework} (source)", "cpu",
-                                                      "benchmark_source", plan, settings)]
+                                                      Session.benchmark_source, plan, settings)]
     by_key = {**artifacts, **candidates}
     for record in report.artifacts:
-        key = record.optimization or record.format
+        key = record.key
         artifact = by_key.get(key)
         if artifact is None or not record.passed:
             continue
         with stages.run(f"benchmark:{key}") as stage:
             for runtime, device in dict.fromkeys((c.runtime, c.device) for c in record.checks if c.status == "passed"):
-                record.benchmarks.append(_benchmark_job(worker, stage, runtime, device, "benchmark_artifact", runtime,
+                record.benchmarks.append(_benchmark_job(worker, stage, runtime, device, Session.benchmark_artifact, runtime,
                                                         artifact, device, plan, settings))
 
 
-def _benchmark_job(worker, stage: rm.Stage, runtime: str, device: str, method: str, *args) -> rm.Benchmark:
+def _benchmark_job(worker, stage: rm.Stage, runtime: str, device: str, method: Callable, *args) -> rm.Benchmark:
     try:
         return worker.call(method, *args)
     except StageCrashed as exc:
@@ -430,7 +422,7 @@ def _choose(report: rm.Report, candidates: dict[str, Artifact], staging: Staging
             artifacts: dict[str, Artifact], stage_records: list[rm.Stage]) -> None:
     """Rank the candidates (the exported ONNX artifact included) by p50 latency; publish the fastest that passed."""
     source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
-    stage_of = {s.name.partition(":")[2]: s for s in stage_records if s.name.startswith("auto:")}
+    stage_of = {s.subject: s for s in stage_records if s.kind == "auto"}
     ranked, others = [], []
     for record in report.artifacts:
         if not (record.candidate or (record.format == "onnx" and not record.optimization)):
@@ -505,7 +497,7 @@ def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, po
         record.checks = _checks(worker, stage, artifact, record, cases, policy, cache, allow_fixed_shapes)
         repairs = declared_repairs(record.checks, cases) if artifact.format == "onnx" else {}
         if repairs:
-            worker.call("name_onnx_output_dims", artifact.path, {where: name for where, (name, _) in repairs.items()})
+            worker.call(Session.name_onnx_output_dims, artifact.path, {where: name for where, (name, _) in repairs.items()})
             record.repairs = [why for _, why in repairs.values()]
             record.checks = _checks(worker, stage, artifact, record, cases, policy, cache, allow_fixed_shapes)
     record.fixed_dims = list(fixed_dims(artifact, cases))
@@ -556,7 +548,7 @@ def _calibration_feeds(source: SourceSummary, cases, request: ConvertRequest) ->
     return feeds
 
 
-def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_Case], policy: TolerancePolicy,
+def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[ValidationCase], policy: TolerancePolicy,
                       cache: RunCache, allow_fixed_shapes: bool = False) -> list[rm.Check]:
     """Every runtime that can run the artifact × every device × every shape case; a runtime that crashes the
     worker fails its checks on that device, and the others still run. Each runtime × device is cached on its own."""
@@ -579,7 +571,7 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
                 reused += 1
                 continue
             try:
-                found = worker.call("validate", artifact, entry.name, device, cases, policy, allow_fixed_shapes)
+                found = worker.call(Session.validate, artifact, entry.name, device, cases, policy, allow_fixed_shapes)
             except StageCrashed as exc:
                 checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed", reason=_crashed(stage, exc)))
                 continue
@@ -593,7 +585,7 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[_
 
 
 def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, request: ConvertRequest,
-               policy: TolerancePolicy, cache: RunCache) -> list[_Case]:
+               policy: TolerancePolicy, cache: RunCache) -> list[ValidationCase]:
     """Inputs for every shape case and the source's own outputs for them, computed once."""
     signature = source.signature
     unknown = [s for s in dim_sizes if s not in signature.symbols]
@@ -610,7 +602,7 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
     fits(None)  # before any input is generated
     cases = []
     for index, shape in enumerate(shapes):
-        case = _Case(shape)
+        case = ValidationCase(shape)
         feeds = [source.example_feed if index == 0 and sample == 0 and source.example_feed is not None
                  else generate_feed(signature.inputs, shape.sizes, sample, request.seed) for sample in range(request.samples)]
         lookup = cache.find(f"reference {shape.describe()}", cache.source_packages, feeds)
@@ -618,7 +610,7 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
             case.references, error, case.reused = _cached_references(lookup), lookup.hit.data["error"], True
         else:
             try:
-                case.references, error = worker.call("reference", feeds)
+                case.references, error = worker.call(Session.reference, feeds)
             except StageCrashed as exc:
                 raise ConvertError(f"{_crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
                                    "Run the model on such inputs in a Python shell to see the crash; check the --input specs.") from None
@@ -639,7 +631,7 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
     outputs = tuple(cases[0].references[0])
     if not outputs:
         raise ConvertError("the model returns no tensors", "Return at least one tensor from the model.")
-    worker.call("set_outputs", outputs, setup=True)
+    worker.call(Session.set_outputs, outputs, setup=True)
     source.with_outputs(outputs)
     unknown_outputs = policy.unknown_outputs(outputs)
     if unknown_outputs:
@@ -706,7 +698,7 @@ def _artifact_passed(record: rm.ArtifactRecord) -> bool:
 
 def _finish(report: rm.Report, stages: _Stages) -> None:
     report.stages = stages.records
-    export_failed = any(s.status == "failed" and s.name.startswith(("export:", "optimize:")) for s in report.stages)
+    export_failed = any(s.status == "failed" and s.makes_artifact for s in report.stages)
     check_failed = any(not a.passed for a in report.artifacts if a.checks and not a.candidate)
     report.passed = bool(report.artifacts) and not export_failed and not check_failed and not report.interrupted
     report.exit_code = 0 if report.passed else 1 if check_failed else 2 if export_failed else 1

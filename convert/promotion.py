@@ -118,7 +118,7 @@ def _request(policy: Policy, out: Path, force: bool, command: str, benchmark: bo
 
 
 def artifact_key(record: rm.ArtifactRecord) -> str:
-    return record.optimization or record.format
+    return record.key
 
 
 def judge(report: rm.Report, policy: Policy, policy_name: str = "<dict>", baseline: rm.Report | None = None,
@@ -158,7 +158,7 @@ def judge(report: rm.Report, policy: Policy, policy_name: str = "<dict>", baseli
                                          result.device and f"({result.device})") if p)
             reasons.append(rm.GateReason(code="budget", artifact=result.artifact, message=(
                 f"{result.metric} {_number(result.value)} {where} misses the budget {result.metric}{result.limit}"
-                if result.status == "failed" else f"{result.metric}{result.limit} {where}: {result.reason}").replace("  ", " ")))
+                if result.status == "failed" else f"{result.metric}{result.limit} {where}".rstrip() + f": {result.reason}").replace("  ", " ")))
     comparison = None
     if baseline is not None:
         comparison = compare_with_baseline(report, baseline, baseline_path, policy.required_keys(), allowance or Allowance())
@@ -189,7 +189,7 @@ def _check_output_names(policy: Policy, report: rm.Report) -> None:
 
 def _missing(report: rm.Report, key: str) -> str:
     """Why a required artifact is not there, from the stage that should have made it."""
-    stage = next((s for s in report.stages if s.name.partition(":")[2] == key and s.name.split(":")[0] in ("export", "optimize")), None)
+    stage = next((s for s in report.stages if s.subject == key and s.makes_artifact), None)
     if stage is None:
         return f"required artifact {key} was not made (the run stopped before it)"
     if stage.status == "skipped":

@@ -10,17 +10,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from convert.artifacts import Artifact
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.reports.console import first_line
 from validators import TolerancePolicy, compare_outputs, merge_results
+from validators.inputs import ShapeCase
 
 ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
 
 
-def checks_on(artifact: Artifact, runtime: str, device: str, cases, policy: TolerancePolicy,
+@dataclass
+class ValidationCase:
+    """One shape case: its input samples and the source's outputs for them (or why the source failed there)."""
+
+    shape: ShapeCase
+    feeds: list[dict[str, np.ndarray]] = field(default_factory=list)
+    references: list[dict[str, np.ndarray]] = field(default_factory=list)
+    source_error: str = ""
+    reused: bool = False  # its references came from the cache
+
+
+def checks_on(artifact: Artifact, runtime: str, device: str, cases: list[ValidationCase], policy: TolerancePolicy,
               allow_fixed_shapes: bool = False) -> list[rm.Check]:
     """One check per shape case; one skipped check with the reason where the runtime cannot run here."""
     from convert.runtimes.base import ArtifactUnsupported, FeedMismatch
@@ -71,8 +86,7 @@ def checks_on(artifact: Artifact, runtime: str, device: str, cases, policy: Tole
                     per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
                 check.samples = len(per_sample)
                 if check.status == "passed":
-                    check.outputs = [rm.OutputMetrics(**{k: v for k, v in r.__dict__.items() if k in rm.OutputMetrics.model_fields})
-                                     for r in merge_results(per_sample)]
+                    check.outputs = [result.metrics() for result in merge_results(per_sample)]
                     failing = [f"output '{o.name}': {o.reason}" for o in check.outputs if o.status == "failed"]
                     failing += [m.reason for m in check.declared_mismatches]
                     if failing:
@@ -111,7 +125,7 @@ def declared_mismatches(inputs: dict, input_shapes: dict[str, tuple[int, ...]], 
     return found
 
 
-def fixed_dims(artifact: Artifact, cases, at: Sequence | None = None) -> dict[str, str]:
+def fixed_dims(artifact: Artifact, cases: list[ValidationCase], at: Sequence[ValidationCase] | None = None) -> dict[str, str]:
     """The symbols the artifact fixes although the source takes them dynamic (where it fixes each), at the cases
     ``at`` (default: every case). A symbol is the one whose size an input axis took in every case."""
     found: dict[str, str] = {}
@@ -128,7 +142,7 @@ def fixed_dims(artifact: Artifact, cases, at: Sequence | None = None) -> dict[st
     return found
 
 
-def _symbol_of(cases, name: str, axis: int) -> str | None:
+def _symbol_of(cases: list[ValidationCase], name: str, axis: int) -> str | None:
     """The symbol an input axis follows in every case (None where it follows none, or several alike)."""
     fed = [case for case in cases if case.feeds and name in case.feeds[0] and case.feeds[0][name].ndim > axis]
     if not fed:
@@ -145,7 +159,7 @@ def _fixed_reason(artifact: Artifact, symbols: dict[str, str]) -> str:
     return f"the artifact fixes dim{'s' * several} {dims} that {'were' if several else 'was'} asked dynamic ({where}{why})"
 
 
-def declared_repairs(checks: list[rm.Check], cases) -> dict[tuple[str, int], tuple[str, str]]:
+def declared_repairs(checks: list[rm.Check], cases: list[ValidationCase]) -> dict[tuple[str, int], tuple[str, str]]:
     """(output, axis) → (dim name, what was wrong) for every output axis whose declared shape did not hold: the symbol
     its size followed in every check (and whose export size a fixed declaration froze), else a name of its own."""
     sizes_at = {case.shape.describe(): case.shape.sizes for case in cases}

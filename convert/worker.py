@@ -25,6 +25,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from convert.errors import ConvertError
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # kept out of start-up: the command line reads DEFAULT_STAGE_
 
     from convert.reports import model as rm
     from convert.sources.base import SourceInfo
+    from convert.validation import ValidationCase
 
 DEFAULT_STAGE_TIMEOUT = 3600.0
 _POLL_SECONDS = 0.2
@@ -108,7 +110,7 @@ class Session:
 
         return REGISTRY.get("optimizer", name).load()().export(replace(job, source=self.source))
 
-    def validate(self, artifact, runtime: str, device: str, cases, policy, allow_fixed_shapes: bool) -> list[rm.Check]:
+    def validate(self, artifact, runtime: str, device: str, cases: list[ValidationCase], policy, allow_fixed_shapes: bool) -> list[rm.Check]:
         from convert.validation import checks_on
 
         return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
@@ -137,8 +139,8 @@ class InProcessWorker:
         self.isolation = f"in-process: {reason} (no crash isolation, no stage timeout)"
         self._session = Session()
 
-    def call(self, method: str, *args: Any, setup: bool = False) -> Any:
-        return getattr(self._session, method)(*args)
+    def call(self, job: Callable, *args: Any, setup: bool = False) -> Any:
+        return _checked(job)(self._session, *args)
 
     def close(self) -> None:
         self._session = Session()
@@ -151,19 +153,20 @@ class ChildWorker:
     def __init__(self, timeout: float | None):
         self.timeout = timeout
         self.isolation = "worker process" + (f" (stage timeout {timeout:g} s)" if timeout else " (no stage timeout)")
-        self._setup: list[tuple[str, tuple]] = []
+        self._setup: list[tuple[Callable, tuple]] = []
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
 
-    def call(self, method: str, *args: Any, setup: bool = False) -> Any:
-        """Run one job; ``setup`` jobs are replayed, in order, in every worker started after this one."""
+    def call(self, job: Callable, *args: Any, setup: bool = False) -> Any:
+        """Run one job (a Session method); ``setup`` jobs are replayed, in order, in every worker started after this one."""
+        _checked(job)
         if self._process is None:
             self._start()
-            for setup_method, setup_args in self._setup:
-                self._exchange(setup_method, setup_args)
-        result = self._exchange(method, args)
+            for setup_job, setup_args in self._setup:
+                self._exchange(setup_job.__name__, setup_args)
+        result = self._exchange(job.__name__, args)
         if setup:
-            self._setup.append((method, args))
+            self._setup.append((job, args))
         return result
 
     def close(self, kill: bool = False) -> None:
@@ -243,6 +246,13 @@ def start(request, timeout: float | None, isolate: bool = True) -> InProcessWork
     return ChildWorker(timeout)
 
 
+def _checked(job: Callable) -> Callable:
+    """A job is one of Session's methods: the child process runs it by that name."""
+    if getattr(Session, getattr(job, "__name__", ""), None) is not job:
+        raise TypeError(f"{job!r} is not a job of the worker's Session")
+    return job
+
+
 def serve() -> None:
     """The worker's main loop: one job per message until the pipeline closes the connection."""
     _die_with_parent(int(sys.argv[2]))
@@ -256,7 +266,7 @@ def serve() -> None:
         except EOFError:
             return
         try:
-            reply = ("ok", getattr(session, method)(*args))
+            reply = ("ok", getattr(Session, method)(session, *args))
         except ConvertError as exc:
             reply = ("user_error", (exc.problem, exc.next_step))
         except Exception:

@@ -6,9 +6,10 @@ vacuously. Each output gets metrics, not a bare boolean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 from validators.tolerances import Tolerance, TolerancePolicy
 
@@ -18,10 +19,11 @@ TOP_K = 5  # top-k agreement: the reference's top-1 class is among the artifact'
 ERROR_HISTOGRAM_EDGES = [0.0, *(10.0 ** e for e in range(-10, 2))]
 
 
-@dataclass
-class OutputResult:
+class OutputMetrics(BaseModel):
+    """What the report keeps of one output's comparison (its schema is the report's)."""
+
     name: str
-    status: str  # "passed" | "failed"
+    status: Literal["passed", "failed"]
     reason: str = ""
     expected_shape: list[int] | None = None
     shape: list[int] | None = None
@@ -29,24 +31,33 @@ class OutputResult:
     dtype: str | None = None
     elements: int = 0
     max_abs_error: float | None = None
-    max_rel_error: float | None = None
+    max_rel_error: float | None = Field(None, description="max |a-e| / max(|e|, atol/rtol): sound near zero")
     mismatch_count: int = 0
     cosine_similarity: float | None = None
-    rel_rms_error: float | None = None
-    top1_agreement: float | None = None
-    top5_agreement: float | None = None
+    rel_rms_error: float | None = Field(None, description="||a-e|| / ||e|| (float outputs)")
+    top1_agreement: float | None = Field(None, description="fraction of rows whose argmax agrees (last axis of 2 or more)")
+    top5_agreement: float | None = Field(None, description="fraction of rows whose reference argmax is in the artifact's top 5 (last axis over 5)")
     nan_count: int = 0
     inf_count: int = 0
     atol: float | None = None
     rtol: float | None = None
     tolerance_source: str = ""
-    budget: str = ""
+    budget: str = Field("", description="the accuracy budget that judged a reduced-precision output, e.g. 'cosine>=0.98,rel_rms<=0.2'")
     budget_source: str = ""
+    samples: int = 0
+    error_histogram: list[int] | None = Field(None, description="counts of |actual - expected| per bin of the report's error_histogram_edges")
+
+
+class OutputResult(OutputMetrics):
+    """One output's comparison as it is made: the metrics, and what merging the samples needs besides (not reported)."""
+
     samples: int = 1
-    error_histogram: list[int] | None = None  # counts of |actual - expected| per bin of ERROR_HISTOGRAM_EDGES
-    bounds: tuple = field(default=(), repr=False)
-    exact: bool = field(default=False, repr=False)
-    reasons: list[str] = field(default_factory=list, repr=False)
+    bounds: tuple = Field((), exclude=True)  # the accuracy budget's (metric, op, bound) terms
+    exact: bool = Field(False, exclude=True)  # compared exactly (integer and bool outputs)
+    reasons: list[str] = Field([], exclude=True)
+
+    def metrics(self) -> OutputMetrics:
+        return OutputMetrics(**self.model_dump())
 
 
 def _is_float(array: np.ndarray) -> bool:
@@ -186,7 +197,7 @@ def merge_results(per_sample: list[list[OutputResult]]) -> list[OutputResult]:
     for results in per_sample:
         for r in results:
             if r.name not in merged:
-                merged[r.name] = OutputResult(**{**r.__dict__, "reasons": list(r.reasons)})
+                merged[r.name] = r.model_copy(update={"reasons": list(r.reasons)})
                 continue
             m = merged[r.name]
             m.samples += 1

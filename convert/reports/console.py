@@ -111,7 +111,7 @@ def _num(value: float | None) -> str:
 
 def _skipped_passes(report: Report) -> dict[str, str]:
     """Why each skipped --optimize pass (or auto candidate) was skipped, by its name."""
-    return {s.name.partition(":")[2]: s.reason for s in report.stages if s.status == "skipped" and s.name.startswith(("optimize:", "auto:"))}
+    return {s.subject: s.reason for s in report.stages if s.status == "skipped" and s.kind in ("optimize", "auto")}
 
 
 def _print_validation_table(report: Report, console: Console) -> None:
@@ -147,7 +147,7 @@ def _print_validation_lines(report: Report, console: Console) -> None:
     console.out("Validation against the source model", highlight=False)
     skipped = _skipped_passes(report)
     for artifact in report.artifacts:
-        key = artifact.optimization or artifact.format
+        key = artifact.key
         if not artifact.checks and artifact.optimization in skipped:
             console.out(f"check {key} - - - skipped" + _reason(skipped[artifact.optimization]), highlight=False)
         elif not artifact.checks:
@@ -171,7 +171,7 @@ def _print_stage_lines(report: Report, console: Console) -> None:
 
 
 def _benchmark_rows(report: Report) -> list[tuple[str, Benchmark]]:
-    return [("source", b) for b in report.source_benchmark] + [(a.optimization or a.format, b) for a in report.artifacts for b in a.benchmarks]
+    return [("source", b) for b in report.source_benchmark] + [(a.key, b) for a in report.artifacts for b in a.benchmarks]
 
 
 def _source_p50(report: Report) -> float | None:

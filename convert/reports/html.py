@@ -180,11 +180,6 @@ def _row_class(status: str) -> str:
     return {"failed": "failed", "regressed": "failed", "skipped": "skipped", "not_compared": "skipped"}.get(status, "")
 
 
-def _artifact_key(artifact: ArtifactRecord) -> str:
-    """The name the gate and the console use: the optimization pass, else the target format."""
-    return artifact.optimization or artifact.format
-
-
 def _svg(width: int, height: int, kind: str, label: str, parts: list[str]) -> str:
     return (f'<svg class="chart" data-chart="{kind}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
             f'role="img" aria-label="{_e(label)}"><title>{_e(label)}</title>' + "".join(parts) + "</svg>")
@@ -291,7 +286,7 @@ def _artifacts_section(report: Report) -> str:
         return '<section><h2>Artifacts</h2><p class="muted">No artifact was produced.</p></section>'
     rows = []
     for index, artifact in enumerate(report.artifacts):
-        key = _artifact_key(artifact) + (" (candidate)" if artifact.candidate else "")
+        key = artifact.key + (" (candidate)" if artifact.candidate else "")
         rows.append(("" if artifact.passed else "failed",
                      f'<td><a href="#artifact-{index}">{_e(key)}</a></td>' + _td(artifact.format) + _td(artifact.precision)
                      + _td(_size(artifact.size_bytes), numeric=True) + f"<td>{_short_sha(artifact.sha256)}</td>"
@@ -316,7 +311,7 @@ def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> s
     attempts = "".join(f"<h3>Failed attempt: {_e(a.strategy)} ({a.seconds:.3g} s)</h3><pre>{_e(a.error)}</pre>"
                        for a in failed_attempts)
     return (f'<section class="artifact-section" id="artifact-{index}">'
-            f"<h2>{_e(_artifact_key(artifact))} {_badge(status)}</h2>" + _facts(details) + attempts
+            f"<h2>{_e(artifact.key)} {_badge(status)}</h2>" + _facts(details) + attempts
             + "<h3>Checks</h3>" + _checks_table(artifact.checks)
             + "<h3>Error histograms and latency</h3>" + _charts(artifact, report) + "</section>")
 
@@ -469,7 +464,7 @@ def _latency(artifact: ArtifactRecord, source_benchmark: list[Benchmark]) -> tup
                    "source model (reference)</span>")
     figure = (f'<figure><figcaption>Latency <span class="muted">· ms after warm-up, at the export shape'
               f'</span></figcaption><div class="legend">{legend}</div>'
-              + _latency_svg(_artifact_key(artifact), groups) + "</figure>")
+              + _latency_svg(artifact.key, groups) + "</figure>")
     return [figure], table
 
 

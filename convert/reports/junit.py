@@ -52,7 +52,7 @@ def _validation_suite(report: Report) -> ET.Element:
     chosen = report.auto.chosen if report.auto else None
     cases = []
     for artifact in report.artifacts:
-        key = artifact.optimization or artifact.format
+        key = artifact.key
         not_chosen = artifact.candidate and key != chosen
         build_name = f"{'auto' if artifact.candidate else 'optimize'}:{key}" if artifact.optimization else f"export:{key}"
         shown.update((build_name, f"validate:{key}"))
@@ -98,9 +98,9 @@ def _unvalidated_case(classname: str, artifact: ArtifactRecord, build: Stage | N
         attempts = "\n".join(f"- {a.strategy}: {a.status} in {a.seconds:.3f}s" + (f": {a.error}" if a.error else "")
                              for a in artifact.attempts)
         text = build.error + (f"\n\nattempts:\n{attempts}" if attempts else "")
-        kind = "ExportFailed" if build.name.startswith("export:") else "OptimizeFailed"
+        kind = "ExportFailed" if build.kind == "export" else "OptimizeFailed"
         return _failed(_testcase(classname, build.name + suffix, build.seconds), not_chosen, build.error or "failed", kind, text)
-    key = artifact.optimization or artifact.format
+    key = artifact.key
     if validate is not None and validate.status == "failed":
         case = _testcase(classname, validate.name + suffix, validate.seconds)
         return _outcome(case, "error", validate.error or "failed", "StageFailed", validate.error)

@@ -63,12 +63,12 @@ def _bullets(report: Report) -> str:
         notes = [_cell(note, BULLET_LIMIT) for note in report.gate.notes]
         return "\n\n".join(filter(None, (_bullet_list("Reasons", reasons), _bullet_list("Notes", notes))))
     failures = [f"{_cell(s.name)} failed: {_cell(s.error, BULLET_LIMIT)}" for s in report.stages
-                if s.status == "failed" and not s.name.startswith("auto:")]  # a candidate not built does not fail the run
+                if s.status == "failed" and s.kind != "auto"]  # a candidate not built does not fail the run
     for artifact in report.artifacts:
         failed = [c for c in artifact.checks if c.status == "failed"]
         if failed and not _not_chosen(report, artifact):
             first = failed[0]
-            failures.append(f"{_cell(_key(artifact))}: {len(failed)} of {len(artifact.checks)} checks failed, first "
+            failures.append(f"{_cell(artifact.key)}: {len(failed)} of {len(artifact.checks)} checks failed, first "
                             f"{_cell(_place(first))}: {_cell(first.reason, BULLET_LIMIT)}")
     if report.interrupted:
         failures.append(_cell(report.error or "the run was interrupted", BULLET_LIMIT))
@@ -88,7 +88,7 @@ def _checks(report: Report) -> str:
     stages = {stage.name: stage for stage in report.stages}
     rows: list[tuple[str, list[str]]] = []  # (status, cells)
     for artifact in report.artifacts:
-        label = _key(artifact) + (" (auto candidate, not chosen)" if _not_chosen(report, artifact) else "")
+        label = artifact.key + (" (auto candidate, not chosen)" if _not_chosen(report, artifact) else "")
         if not artifact.checks:
             rows.append(_unvalidated_row(label, stages.get(_build_stage(artifact))))
         for check in artifact.checks:
@@ -124,7 +124,7 @@ def _worst_output(check: Check) -> OutputMetrics | None:
 
 
 def _benchmarks(report: Report) -> str:
-    rows = [("source", b) for b in report.source_benchmark] + [(_key(a), b) for a in report.artifacts for b in a.benchmarks]
+    rows = [("source", b) for b in report.source_benchmark] + [(a.key, b) for a in report.artifacts for b in a.benchmarks]
     if not rows:
         return ""
     source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
@@ -201,13 +201,9 @@ def _where(measured: BudgetResult | BaselineDelta) -> str:
     return ", ".join(filter(None, (f"output '{measured.output}'" if measured.output else "", place)))
 
 
-def _key(artifact: ArtifactRecord) -> str:
-    return artifact.optimization or artifact.format
-
-
 def _not_chosen(report: Report, artifact: ArtifactRecord) -> bool:
     """A candidate of --optimize auto that was not chosen: its failures do not fail the run."""
-    return artifact.candidate and _key(artifact) != (report.auto.chosen if report.auto else None)
+    return artifact.candidate and artifact.key != (report.auto.chosen if report.auto else None)
 
 
 def _build_stage(artifact: ArtifactRecord) -> str:

@@ -11,36 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from validators.compare import ERROR_HISTOGRAM_EDGES
+from validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 
 SCHEMA_VERSION = "1.5"
-
-
-class OutputMetrics(BaseModel):
-    name: str
-    status: Literal["passed", "failed"]
-    reason: str = ""
-    expected_shape: list[int] | None = None
-    shape: list[int] | None = None
-    expected_dtype: str | None = None
-    dtype: str | None = None
-    elements: int = 0
-    max_abs_error: float | None = None
-    max_rel_error: float | None = Field(None, description="max |a-e| / max(|e|, atol/rtol): sound near zero")
-    mismatch_count: int = 0
-    cosine_similarity: float | None = None
-    rel_rms_error: float | None = Field(None, description="||a-e|| / ||e|| (float outputs)")
-    top1_agreement: float | None = Field(None, description="fraction of rows whose argmax agrees (last axis of 2 or more)")
-    top5_agreement: float | None = Field(None, description="fraction of rows whose reference argmax is in the artifact's top 5 (last axis over 5)")
-    nan_count: int = 0
-    inf_count: int = 0
-    atol: float | None = None
-    rtol: float | None = None
-    tolerance_source: str = ""
-    budget: str = Field("", description="the accuracy budget that judged a reduced-precision output, e.g. 'cosine>=0.98,rel_rms<=0.2'")
-    budget_source: str = ""
-    samples: int = 0
-    error_histogram: list[int] | None = Field(None, description="counts of |actual - expected| per bin of the report's error_histogram_edges")
 
 
 class DeclaredShapeMismatch(BaseModel):
@@ -140,9 +113,14 @@ class ArtifactRecord(BaseModel):
     benchmarks: list[Benchmark] = []
     reproduce: str = Field("", description="the command that reproduces this artifact")
 
+    @property
+    def key(self) -> str:
+        """How the report, the gate and the renderings name it: its optimization, else its format."""
+        return self.optimization or self.format
+
 
 class Stage(BaseModel):
-    name: str
+    name: str = Field(description="KIND or KIND:SUBJECT, e.g. 'load', 'export:onnx', 'optimize:openvino:int8'")
     status: Literal["ok", "failed", "skipped"]
     seconds: float = 0.0
     error: str = ""
@@ -150,6 +128,20 @@ class Stage(BaseModel):
     signal: str | None = Field(None, description="the signal that killed the worker process during this stage, e.g. SIGSEGV")
     timed_out: bool = Field(False, description="the stage ran past the stage timeout and its worker process was stopped")
     reused: bool = Field(False, description="every job of this stage was served from the cache (cache.reused lists each)")
+
+    @property
+    def kind(self) -> str:
+        """'export' of 'export:onnx'."""
+        return self.name.partition(":")[0]
+
+    @property
+    def subject(self) -> str:
+        """What the stage made or judged: 'openvino:int8' of 'optimize:openvino:int8' ('' for 'load')."""
+        return self.name.partition(":")[2]
+
+    @property
+    def makes_artifact(self) -> bool:
+        return self.kind in ("export", "optimize")
 
 
 class CacheRebuild(BaseModel):

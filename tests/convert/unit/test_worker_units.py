@@ -1,0 +1,262 @@
+"""Unit tests of convert/worker.py: choosing the worker, the in-process path, the child worker's protocol (a user
+error, an internal error, a crash, a timeout, a fresh worker after a crash) and the messages a dead worker gives.
+
+The child-worker tests load factory files named ``*_fake``: they stand in for a model only to exercise our own
+error handling (a factory that crashes, sleeps or records its process), and import no framework."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from convert.errors import ConvertError
+from convert.sources.request import SourceRequest
+from convert.worker import (ChildWorker, InProcessWorker, Session, StageCrashed, WorkerError, _death, start)
+
+FAKES = '''
+import os, signal, time
+from pathlib import Path
+
+
+def crash_with_sigkill_fake():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def exit_with_status_7_fake():
+    os._exit(7)
+
+
+def sleeping_factory_fake():
+    Path(os.environ["CONVERT_TEST_PID_FILE"]).write_text(str(os.getpid()))
+    time.sleep(60)
+
+
+def pid_recording_factory_fake():
+    """Returns an object no framework owns: load() ends in a ConvertError after the factory ran."""
+    with open(os.environ["CONVERT_TEST_PID_FILE"], "a") as stream:
+        stream.write(f"{os.getpid()}\\n")
+    return object()
+'''
+
+
+@pytest.fixture
+def fakes(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "worker_fakes.py"
+    path.write_text(textwrap.dedent(FAKES))
+    monkeypatch.setenv("CONVERT_TEST_PID_FILE", str(tmp_path / "pids.txt"))  # the child inherits the environment
+    return path
+
+
+@pytest.fixture
+def child():
+    worker = ChildWorker(timeout=60)
+    yield worker
+    worker.close(kill=True)
+
+
+def _load(fakes: Path, name: str) -> SourceRequest:
+    return SourceRequest(model=f"{fakes}:{name}")
+
+
+def _pids(fakes: Path) -> list[int]:
+    return [int(line) for line in (fakes.parent / "pids.txt").read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# start(): which worker runs the jobs
+
+def test_a_model_path_gets_a_child_worker_with_its_timeout(tmp_path):
+    worker = start(SourceRequest(model=str(tmp_path / "m.pt2")), 120.0)
+    assert isinstance(worker, ChildWorker)
+    assert worker.isolation == "worker process (stage timeout 120 s)"
+    assert ChildWorker(None).isolation == "worker process (no stage timeout)"
+
+
+def test_a_python_object_model_runs_in_process_and_the_isolation_says_why():
+    worker = start(SourceRequest(model=[1, 2]), 120.0)
+    assert isinstance(worker, InProcessWorker)
+    assert worker.isolation == ("in-process: the model was given as a Python object (list) "
+                                "(no crash isolation, no stage timeout)")
+
+
+def test_turning_isolation_off_runs_in_process(tmp_path):
+    worker = start(SourceRequest(model=str(tmp_path / "m.pt2")), 120.0, isolate=False)
+    assert isinstance(worker, InProcessWorker) and "isolation was turned off" in worker.isolation
+
+
+def test_params_that_cannot_be_sent_to_another_process_run_in_process(tmp_path):
+    worker = start(SourceRequest(model=str(tmp_path / "m.py:f"), params={"w": lambda: 0}), 120.0)
+    assert isinstance(worker, InProcessWorker) and "cannot be sent to another process" in worker.isolation
+
+
+# the in-process worker and the session
+
+def test_a_user_error_in_process_is_raised_as_it_is(tmp_path):
+    worker = InProcessWorker("test")
+    with pytest.raises(ConvertError) as info:
+        worker.call(Session.load, SourceRequest(model=str(tmp_path / "missing.pt2")), setup=True)
+    assert info.value.problem == f"the model {tmp_path / 'missing.pt2'} does not exist"
+
+
+def test_an_internal_error_in_process_is_the_exception_itself():
+    with pytest.raises(AttributeError):
+        InProcessWorker("test").call(Session.set_outputs, ("y",))  # no source was loaded
+
+
+class FailingOnSecondFeedSourceFake:
+    """A source whose run fails on its second feed, to test how reference() reports it."""
+
+    def __init__(self, error: Exception):
+        self.error, self.calls = error, 0
+
+    def run(self, feed):
+        self.calls += 1
+        if self.calls == 2:
+            raise self.error
+        return {"y": feed["x"] * 2}
+
+
+def _not_a_session_job(session, *args):
+    return "ran"
+
+
+@pytest.mark.parametrize("job", ["load", _not_a_session_job, Session().load])
+def test_a_job_that_is_not_a_session_method_is_refused_before_it_runs(job, tmp_path):
+    """The child runs a job by its name: anything but a Session method must not reach it."""
+    for worker in (InProcessWorker("test"), ChildWorker(timeout=60)):
+        with pytest.raises(TypeError, match="is not a job of the worker's Session"):
+            worker.call(job, SourceRequest(model=str(tmp_path / "missing.pt2")))
+        worker.close()
+
+
+def test_reference_returns_the_outputs_before_the_first_failing_feed_and_its_error():
+    session = Session()
+    session.source = FailingOnSecondFeedSourceFake(ValueError("shapes (2,3) and (4,) differ\nwhile running node 7"))
+    outputs, error = session.reference([{"x": 1}, {"x": 2}, {"x": 3}])
+    assert outputs == [{"y": 2}]
+    assert error == "ValueError: shapes (2,3) and (4,) differ"
+    assert session.source.calls == 2  # the third feed was not run
+
+
+def test_reference_with_no_failure_returns_every_output_and_no_error():
+    session = Session()
+    session.source = FailingOnSecondFeedSourceFake(ValueError("unused"))
+    assert session.reference([{"x": 5}]) == ([{"y": 10}], "")
+
+
+def test_a_user_error_from_the_source_in_reference_is_raised():
+    session = Session()
+    session.source = FailingOnSecondFeedSourceFake(ConvertError("the input x must be 2-D", "Check --input."))
+    with pytest.raises(ConvertError, match="must be 2-D"):
+        session.reference([{"x": 1}, {"x": 2}])
+
+
+# how a dead worker is described
+
+def test_a_worker_killed_by_sigkill_mentions_the_out_of_memory_killer():
+    message, name = _death(-signal.SIGKILL)
+    assert name == "SIGKILL"
+    assert message == ("the worker process was killed by SIGKILL "
+                       "(the kernel's out-of-memory killer sends it when memory runs out)")
+
+
+def test_a_worker_killed_by_another_signal_names_it_without_the_memory_hint():
+    assert _death(-signal.SIGSEGV) == ("the worker process was killed by SIGSEGV", "SIGSEGV")
+    assert _death(-signal.SIGABRT) == ("the worker process was killed by SIGABRT", "SIGABRT")
+
+
+def test_a_worker_that_exits_gives_its_status_and_no_signal():
+    assert _death(7) == ("the worker process exited with status 7", None)
+
+
+def test_stage_crashed_carries_its_signal_and_whether_it_timed_out():
+    crashed = StageCrashed("gone", "SIGSEGV")
+    assert (str(crashed), crashed.signal, crashed.timed_out) == ("gone", "SIGSEGV", False)
+    assert StageCrashed("late", timed_out=True).timed_out
+
+
+# the child worker's protocol
+
+def test_a_user_error_in_the_child_comes_back_as_that_error(child, tmp_path):
+    missing = tmp_path / "missing.pt2"
+    with pytest.raises(ConvertError) as info:
+        child.call(Session.load, SourceRequest(model=str(missing)), setup=True)
+    assert info.value.problem == f"the model {missing} does not exist"
+    assert info.value.next_step.startswith("Give a model file")
+
+
+def test_an_internal_error_in_the_child_comes_back_with_its_traceback(child):
+    with pytest.raises(WorkerError) as info:
+        child.call(Session.set_outputs, ("y",))  # no source was loaded
+    text = str(info.value)
+    assert text.startswith("in the worker process, job 'set_outputs':")
+    assert "Traceback" in text and "AttributeError" in text
+
+
+def test_the_child_keeps_serving_after_a_user_error_and_a_crash_starts_a_fresh_one(child, fakes):
+    for _ in range(2):
+        with pytest.raises(ConvertError, match="cannot tell which framework a object belongs to"):
+            child.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+    first, second = _pids(fakes)
+    assert first == second != os.getpid()  # one child served both jobs
+    with pytest.raises(StageCrashed):
+        child.call(Session.load, _load(fakes, "crash_with_sigkill_fake"))
+    with pytest.raises(ConvertError, match="cannot tell which framework"):
+        child.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+    assert _pids(fakes)[-1] not in (first, os.getpid())
+
+
+def test_a_child_killed_by_a_signal_is_a_stage_crash_naming_it(child, fakes):
+    with pytest.raises(StageCrashed) as info:
+        child.call(Session.load, _load(fakes, "crash_with_sigkill_fake"))
+    assert info.value.signal == "SIGKILL" and not info.value.timed_out
+    assert str(info.value).startswith("the worker process was killed by SIGKILL")
+
+
+def test_a_child_that_exits_is_a_stage_crash_with_its_status(child, fakes):
+    with pytest.raises(StageCrashed) as info:
+        child.call(Session.load, _load(fakes, "exit_with_status_7_fake"))
+    assert str(info.value) == "the worker process exited with status 7"
+    assert info.value.signal is None and not info.value.timed_out
+
+
+def test_a_job_past_the_stage_timeout_is_stopped(fakes, tmp_path):
+    worker = ChildWorker(timeout=1.5)
+    try:
+        with pytest.raises(ConvertError):  # starts the worker, so the timed job's clock runs on the job alone
+            worker.call(Session.load, SourceRequest(model=str(tmp_path / "missing.pt2")))
+        started = time.monotonic()
+        with pytest.raises(StageCrashed) as info:
+            worker.call(Session.load, _load(fakes, "sleeping_factory_fake"))
+        took = time.monotonic() - started
+    finally:
+        worker.close(kill=True)
+    assert info.value.timed_out and info.value.signal is None
+    assert str(info.value) == "it ran past the stage timeout of 1.5 s and was stopped"
+    assert 1.5 <= took < 10
+    pid = int((tmp_path / "pids.txt").read_text())
+    assert not _alive(pid), "the timed-out worker was left running"
+
+
+def test_closing_the_child_ends_its_process(fakes):
+    worker = ChildWorker(timeout=60)
+    with pytest.raises(ConvertError):
+        worker.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+    [pid] = _pids(fakes)
+    assert _alive(pid)
+    worker.close()
+    assert not _alive(pid)
+    worker.close()  # closing twice is harmless
