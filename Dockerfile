@@ -17,7 +17,6 @@ WORKDIR /opt/model-convert
 COPY pyproject.toml constraints.txt README.md ./
 COPY convert ./convert
 COPY validators ./validators
-COPY fixtures ./fixtures
 RUN python3 -m pip install -c constraints.txt ".[torch,openvino,optimize,tensorrt]" "tensorrt>=10,<11" "cuda-python>=12,<13" \
     && python3 -m pip uninstall -y onnxruntime \
     && python3 -m pip install -c constraints.txt onnxruntime-gpu
@@ -34,7 +33,6 @@ WORKDIR /opt/model-convert
 COPY pyproject.toml constraints.txt README.md ./
 COPY convert ./convert
 COPY validators ./validators
-COPY fixtures ./fixtures
 RUN python -m pip install --upgrade pip && python -m pip install -c constraints.txt ".[torch]"
 WORKDIR /work
 ENTRYPOINT ["convert"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.reports import model as rm
-from validators import generate_feed
+from convert.validators import generate_feed
 
 
 @dataclass(frozen=True)

@@ -92,13 +92,18 @@ def environment(packages: tuple[str, ...]) -> dict[str, str]:
 
 @functools.cache
 def _code_digest() -> str:
-    """A digest of convert's and validators' own code: an edited checkout (same version number) is a new version."""
-    import validators
+    """A digest of convert's own code, convert.validators included: an edited checkout (same version number) is a new
+    version. Files are named as installed (convert/validators/... lives in validators/ in a checkout), so a checkout
+    and an install of the same code give the same digest."""
+    from convert import validators
 
+    files: dict[str, Path] = {}
+    for name, package in (("convert", Path(__file__).parent), ("convert/validators", Path(validators.__file__).parent)):
+        for path in package.rglob("*.py"):
+            files[f"{name}/{path.relative_to(package).as_posix()}"] = path
     hasher = hashlib.sha256()
-    for package in (Path(__file__).parent, Path(validators.__file__).parent):
-        for path in sorted(package.rglob("*.py")):
-            hasher.update(str(path.relative_to(package.parent)).encode() + b"\0" + path.read_bytes())
+    for name in sorted(files):
+        hasher.update(name.encode() + b"\0" + files[name].read_bytes())
     return hasher.hexdigest()[:12]
 
 

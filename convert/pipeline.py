@@ -46,7 +46,7 @@ from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
 from convert.validation import ValidationCase
 from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, Session, SourceSummary, StageCrashed
 from convert.worker import start as start_worker
-from validators import ShapeCase, TolerancePolicy, generate_feed, plan_shape_cases
+from convert.validators import ShapeCase, TolerancePolicy, generate_feed, plan_shape_cases
 
 
 @dataclass

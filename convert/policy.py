@@ -79,7 +79,7 @@ class Validation(_Strict):
     @classmethod
     def _options(cls, texts: list[str], info) -> list[str]:
         from convert.specs import parse_dim_sizes, parse_shape_ranges
-        from validators.tolerances import TolerancePolicy
+        from convert.validators.tolerances import TolerancePolicy
 
         parse = {"dims": parse_dim_sizes, "shape_ranges": parse_shape_ranges, "tolerances": TolerancePolicy,
                  "accuracy": lambda texts: TolerancePolicy((), texts)}[info.field_name]
@@ -99,7 +99,7 @@ class ArtifactBudget(_Strict):
     @field_validator("accuracy")
     @classmethod
     def _accuracy(cls, accuracy: str | dict[str, str] | None) -> str | dict[str, str] | None:
-        from validators.tolerances import parse_budget
+        from convert.validators.tolerances import parse_budget
 
         for output, text in ({"*": accuracy} if isinstance(accuracy, str) else accuracy or {}).items():
             try:

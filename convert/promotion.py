@@ -23,7 +23,7 @@ from convert.policy import Allowance, ArtifactBudget, Policy, load_policy
 from convert.protected_inputs import Write, reads_of, refuse_writes_to_inputs
 from convert.reports import model as rm
 from convert.reports.render import check_writable, render_files
-from validators.tolerances import parse_budget
+from convert.validators.tolerances import parse_budget
 
 EXIT_PROMOTE, EXIT_REJECT = 0, 1
 # report field per budget metric, and whether a larger value is better

@@ -18,8 +18,8 @@ from convert.artifacts import Artifact
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.reports.console import first_line
-from validators import TolerancePolicy, compare_outputs, merge_results
-from validators.inputs import ShapeCase
+from convert.validators import TolerancePolicy, compare_outputs, merge_results
+from convert.validators.inputs import ShapeCase
 
 ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
 

@@ -1,8 +1,8 @@
 """Numerics: input generation, tolerances, per-output metrics and the comparison verdict. NumPy only."""
 
-from validators.compare import OutputResult, compare_outputs, merge_results
-from validators.inputs import ShapeCase, generate_feed, plan_shape_cases
-from validators.tolerances import Tolerance, TolerancePolicy, default_tolerance
+from convert.validators.compare import OutputResult, compare_outputs, merge_results
+from convert.validators.inputs import ShapeCase, generate_feed, plan_shape_cases
+from convert.validators.tolerances import Tolerance, TolerancePolicy, default_tolerance
 
 __all__ = [
     "OutputResult", "compare_outputs", "merge_results",

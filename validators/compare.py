@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from validators.tolerances import Tolerance, TolerancePolicy
+from convert.validators.tolerances import Tolerance, TolerancePolicy
 
 TOP_K = 5  # top-k agreement: the reference's top-1 class is among the artifact's top 5
 # Lower edges of the absolute-error histogram: exactly 0, then one bin per decade from 1e-10 up, the last open-ended.

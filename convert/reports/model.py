@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
+from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 
 SCHEMA_VERSION = "1.5"
 

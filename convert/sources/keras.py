@@ -276,7 +276,7 @@ def _load_h5(path: Path, trust_code: bool):
 
 
 def _load_weights(source: KerasSource, path: Path) -> None:
-    from validators.inputs import generate_feed
+    from convert.validators.inputs import generate_feed
 
     if not path.is_file():
         raise ConvertError(f"the weights file {path} does not exist", "Check the path given to --weights.")

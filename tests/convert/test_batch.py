@@ -45,15 +45,17 @@ BATCH_SECTION = (REPO / "README.md").read_text().split("### Batch: `convert batc
 
 @pytest.fixture(scope="module")
 def local_batch(tmp_path_factory):
-    """The README's batch lines, run as shown in a copy of examples/batch (two of its models fail on purpose)."""
-    folder = tmp_path_factory.mktemp("batch") / "batch"
+    """The README's batch lines, run as shown from the root of a copy of examples/batch (two of its models fail on
+    purpose)."""
+    root = tmp_path_factory.mktemp("batch")
+    folder = root / "examples" / "batch"
     shutil.copytree(REPO / "examples" / "batch", folder, ignore=shutil.ignore_patterns("out", "models"))
     lines = [line for line in re.search(r"```bash\n(.*?)```", BATCH_SECTION, re.S).group(1).splitlines() if line.strip()]
     assert lines[0].startswith("python -m fixtures.build_torch") and lines[1].startswith("convert batch")
-    built = subprocess.run([sys.executable, *shlex.split(lines[0])[1:]], cwd=folder, capture_output=True, text=True,
+    built = subprocess.run([sys.executable, *shlex.split(lines[0])[1:]], cwd=root, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     assert built.returncode == 0, built.stderr[-3000:]
-    return run_cli(*shlex.split(lines[1])[1:], cwd=folder), folder / "out"
+    return run_cli(*shlex.split(lines[1])[1:], cwd=root), folder / "out"
 
 
 def test_one_crashing_and_one_wrong_model_do_not_stop_the_others(local_batch):

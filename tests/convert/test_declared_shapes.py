@@ -12,7 +12,7 @@ from convert.artifacts import Artifact
 from convert.pipeline import _Case
 from convert.specs import parse_input_specs
 from convert.validation import checks_on, declared_repairs, name_onnx_output_dims
-from validators import TolerancePolicy, generate_feed, plan_shape_cases
+from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 
 SPECS = parse_input_specs(["x:float32[B,S]"])
 

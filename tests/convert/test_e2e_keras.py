@@ -273,7 +273,7 @@ def test_keras_onnx_fallback_keeps_the_source_names(keras_files, tmp_path):
     from convert.exporters.base import ExportJob
     from convert.exporters.keras_onnx import KerasToOnnx
     from convert.runtimes.onnxruntime import OnnxRuntimeRunner
-    from validators import generate_feed
+    from convert.validators import generate_feed
 
     source = convert.load(str(keras_files / "bn_dropout.keras"))
     feed = generate_feed(source.signature.inputs, {"B": 3}, 0, 0)

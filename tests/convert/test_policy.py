@@ -14,7 +14,7 @@ from convert.errors import ConvertError
 from convert.policy import Policy, load_policy
 from convert.specs import parse_dim_sizes, parse_shape_ranges
 from tests.conftest import REPO
-from validators.tolerances import TolerancePolicy
+from convert.validators.tolerances import TolerancePolicy
 
 EXAMPLE = (REPO / "examples" / "gate" / "promotion.yaml").read_text()
 KEYS = ["version", "model", "require", "validation", "budgets", "benchmark", "baseline", "out", "path", "inputs", "targets",

@@ -14,7 +14,7 @@ import convert
 from convert.pipeline import _stem
 from convert.specs import parse_input_specs
 from tests.conftest import load_report, run_cli
-from validators import generate_feed
+from convert.validators import generate_feed
 
 BLOCK = """
     import torch

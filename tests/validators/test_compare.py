@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from validators import TolerancePolicy, compare_outputs, merge_results
-from validators.compare import compare_output
-from validators.tolerances import Tolerance
+from convert.validators import TolerancePolicy, compare_outputs, merge_results
+from convert.validators.compare import compare_output
+from convert.validators.tolerances import Tolerance
 
 FP32 = Tolerance(1e-4, 1e-3, "test")
 

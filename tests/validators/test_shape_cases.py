@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from validators import plan_shape_cases
+from convert.validators import plan_shape_cases
 
 
 def test_symbols_take_distinct_default_export_sizes():

@@ -15,7 +15,7 @@ from convert.pipeline import (ConvertRequest, Progress, _artifact_passed, _check
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.worker import StageCrashed, _death
-from validators import plan_shape_cases
+from convert.validators import plan_shape_cases
 
 
 def _report(*artifacts: rm.ArtifactRecord, interrupted: bool = False) -> rm.Report:
