@@ -27,7 +27,10 @@ demo: install
 	$(PY) -m fixtures.build_torch $(DEMO)/model cnn
 	$(PY) -m convert $(DEMO)/model/cnn.pt2 --to onnx,torchscript,torch_export --out $(DEMO)/artifacts --force
 
+# The linter and the formatter first (configured in pyproject.toml), then the suite.
 test: install chromium
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q
 
 bench: install

@@ -51,8 +51,16 @@ def _write_models(folder: Path, count: int) -> list[Path]:
 
 def _manifest(folder: Path, models: list[Path]) -> Path:
     path = folder / f"zoo{len(models)}.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "out": f"out{len(models)}", "defaults": {"require": {"targets": ["onnx"]}},
-                                    "models": [{"name": m.stem, "model": {"path": str(m)}} for m in models]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "out": f"out{len(models)}",
+                "defaults": {"require": {"targets": ["onnx"]}},
+                "models": [{"name": m.stem, "model": {"path": str(m)}} for m in models],
+            }
+        )
+    )
     return path
 
 
@@ -119,8 +127,14 @@ def main(argv: list[str]) -> None:
         manifest = _manifest(folder, models)
         _run_batch(manifest, 2, cache)  # fills the cache
         seconds, peak, summary = _run_batch(manifest, 2, cache)
-        cached_row = (len(models), 2, seconds, statistics.median(m["seconds"] for m in summary["models"]), peak,
-                      sum(m["reused"] for m in summary["models"]))
+        cached_row = (
+            len(models),
+            2,
+            seconds,
+            statistics.median(m["seconds"] for m in summary["models"]),
+            peak,
+            sum(m["reused"] for m in summary["models"]),
+        )
     largest_child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     base = next(r for r in rows if r[0] == 1 and r[1] == 1)
     lines = [

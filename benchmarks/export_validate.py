@@ -58,8 +58,12 @@ def _keras_source(name: str, folder: Path) -> dict:
     paths = write_fixture(name, folder)
     if "keras" in paths:
         return {"model": str(paths["keras"])}
-    return {"model": f"fixtures.keras_models:{FIXTURES[name].builder}", "framework": "keras",
-            "weights": paths["weights"], "inputs": FIXTURES[name].inputs}
+    return {
+        "model": f"fixtures.keras_models:{FIXTURES[name].builder}",
+        "framework": "keras",
+        "weights": paths["weights"],
+        "inputs": FIXTURES[name].inputs,
+    }
 
 
 def _jax_fixtures() -> list[str]:
@@ -73,16 +77,30 @@ def _jax_source(name: str, folder: Path) -> dict:
     from fixtures.jax_models import FIXTURES
 
     paths = write_fixture(name, folder)
-    return {"model": f"fixtures.jax_models:{FIXTURES[name].model}", "framework": "jax",
-            "params": paths.get("params"), "inputs": FIXTURES[name].inputs}
+    return {
+        "model": f"fixtures.jax_models:{FIXTURES[name].model}",
+        "framework": "jax",
+        "params": paths.get("params"),
+        "inputs": FIXTURES[name].inputs,
+    }
 
 
 SUITES = (
     Suite("PyTorch", ("onnx", "torchscript", "torch_export"), "`convert FIXTURE.pt2`", _torch_fixtures, _torch_source),
-    Suite("Keras", ("savedmodel", "onnx", "tflite"), "`convert FIXTURE.keras` (the subclassed model: its factory with `--weights`)",
-          _keras_fixtures, _keras_source),
-    Suite("JAX", ("onnx", "savedmodel", "tflite"), "`convert fixtures.jax_models:FACTORY_OR_FUNCTION --framework jax [--params FILE]`",
-          _jax_fixtures, _jax_source),
+    Suite(
+        "Keras",
+        ("savedmodel", "onnx", "tflite"),
+        "`convert FIXTURE.keras` (the subclassed model: its factory with `--weights`)",
+        _keras_fixtures,
+        _keras_source,
+    ),
+    Suite(
+        "JAX",
+        ("onnx", "savedmodel", "tflite"),
+        "`convert fixtures.jax_models:FACTORY_OR_FUNCTION --framework jax [--params FILE]`",
+        _jax_fixtures,
+        _jax_source,
+    ),
 )
 
 
@@ -101,8 +119,15 @@ def measure(suite: Suite, name: str, folder: Path) -> dict[str, dict]:
             runs[artifact.format]["validate"].append(stages[f"validate:{artifact.format}"])
             runs[artifact.format]["error"].append(max(errors))
             strategies[artifact.format] = artifact.strategy
-    return {t: {"export_s": statistics.median(v["export"]), "validate_s": statistics.median(v["validate"]),
-                "max_abs_error": max(v["error"]), "strategy": strategies[t]} for t, v in runs.items()}
+    return {
+        t: {
+            "export_s": statistics.median(v["export"]),
+            "validate_s": statistics.median(v["validate"]),
+            "max_abs_error": max(v["error"]),
+            "strategy": strategies[t],
+        }
+        for t, v in runs.items()
+    }
 
 
 def main(argv: list[str]) -> None:
@@ -116,11 +141,18 @@ def main(argv: list[str]) -> None:
     ]
     with tempfile.TemporaryDirectory() as scratch:
         for suite in SUITES:
-            lines += ["", f"## {suite.title}: {suite.command} --to {','.join(suite.targets)}", "",
-                      "| fixture | format | strategy | max abs error | export s | validation s |", "|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                f"## {suite.title}: {suite.command} --to {','.join(suite.targets)}",
+                "",
+                "| fixture | format | strategy | max abs error | export s | validation s |",
+                "|---|---|---|---|---|---|",
+            ]
             for name in suite.fixtures():
                 for fmt, row in measure(suite, name, Path(scratch) / suite.title).items():
-                    lines.append(f"| {name} | {fmt} | {row['strategy']} | {row['max_abs_error']:.2e} | {row['export_s']:.2f} | {row['validate_s']:.3f} |")
+                    lines.append(
+                        f"| {name} | {fmt} | {row['strategy']} | {row['max_abs_error']:.2e} | {row['export_s']:.2f} | {row['validate_s']:.3f} |"
+                    )
                     print(lines[-1], flush=True)
     results_file.parent.mkdir(parents=True, exist_ok=True)
     results_file.write_text("\n".join(lines) + "\n")

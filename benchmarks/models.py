@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Dict, Optional
 
 import numpy as np
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 __all__ = [
     "BERT_VOCAB",
@@ -36,7 +35,7 @@ BERT_SEQ = 128
 RESNET_HW = 224
 
 # ``--input`` spec strings for the tool, per model.
-INPUT_SPECS: Dict[str, list] = {
+INPUT_SPECS: dict[str, list] = {
     "bert": [
         f"input_ids:int64[B,S]{{0..{BERT_VOCAB - 1}}}",
         "attention_mask:int64[B,S]{1..1}",
@@ -89,23 +88,28 @@ class _EncoderLayer(nn.Module):
 class BertEncoder(nn.Module):
     """Post-LN BERT encoder; returns (last_hidden_state, pooler_output)."""
 
-    def __init__(self, vocab: int = BERT_VOCAB, hidden: int = 768, layers: int = 12,
-                 heads: int = 12, ffn: int = 3072, max_pos: int = 512,
-                 use_sdpa: bool = False):
+    def __init__(
+        self,
+        vocab: int = BERT_VOCAB,
+        hidden: int = 768,
+        layers: int = 12,
+        heads: int = 12,
+        ffn: int = 3072,
+        max_pos: int = 512,
+        use_sdpa: bool = False,
+    ):
         super().__init__()
         self.word_embeddings = nn.Embedding(vocab, hidden)
         self.position_embeddings = nn.Embedding(max_pos, hidden)
         self.token_type_embeddings = nn.Embedding(2, hidden)
         self.emb_ln = nn.LayerNorm(hidden, eps=1e-12)
-        self.layers = nn.ModuleList(
-            _EncoderLayer(hidden, heads, ffn, use_sdpa) for _ in range(layers))
+        self.layers = nn.ModuleList(_EncoderLayer(hidden, heads, ffn, use_sdpa) for _ in range(layers))
         self.pooler = nn.Linear(hidden, hidden)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         s = input_ids.shape[1]
         pos = torch.arange(s, device=input_ids.device).unsqueeze(0)
-        x = (self.word_embeddings(input_ids) + self.position_embeddings(pos)
-             + self.token_type_embeddings.weight[0])
+        x = self.word_embeddings(input_ids) + self.position_embeddings(pos) + self.token_type_embeddings.weight[0]
         x = self.emb_ln(x)
         # [B,1,1,S] additive mask, HF-style (0 keep / -10000 masked).
         mask_bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
@@ -145,8 +149,7 @@ class _Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(cout)
         self.downsample = None
         if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         idt = x if self.downsample is None else self.downsample(x)
@@ -166,7 +169,7 @@ class ResNet(nn.Module):
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         layers, cin = [], 64
         for i, n in enumerate(blocks):
-            width = 64 * 2 ** i
+            width = 64 * 2**i
             stage = []
             for j in range(n):
                 stage.append(_Bottleneck(cin, width, 2 if (j == 0 and i > 0) else 1))
@@ -181,8 +184,7 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def resnet50(seed: int = 0, calib_batches: int = 2, calib_batch: int = 8,
-             center_logits: bool = True) -> nn.Module:
+def resnet50(seed: int = 0, calib_batches: int = 2, calib_batch: int = 8, center_logits: bool = True) -> nn.Module:
     """ResNet-50-sized CNN ([3,4,6,3], 64..2048), random init, non-degenerate.
 
     BatchNorm running stats are set from the batch statistics of seeded
@@ -249,8 +251,7 @@ def input_specs(name: str) -> list:
     return list(INPUT_SPECS[name])
 
 
-def example_inputs(name: str, batch: int, seed: int = 0,
-                   seq: int = BERT_SEQ) -> Dict[str, np.ndarray]:
+def example_inputs(name: str, batch: int, seed: int = 0, seq: int = BERT_SEQ) -> dict[str, np.ndarray]:
     """Deterministic in-domain random inputs for ``name`` at ``batch``."""
     rng = np.random.default_rng(seed)
     if name == "bert":
@@ -268,7 +269,7 @@ def example_inputs(name: str, batch: int, seed: int = 0,
 
 
 # ------------------------------------------------------------------- FLOPs/peak
-def model_flops(model: nn.Module, inputs: Dict[str, np.ndarray]) -> float:
+def model_flops(model: nn.Module, inputs: dict[str, np.ndarray]) -> float:
     """FLOPs of one forward (FlopCounterMode: 2*MACs for matmul/conv)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -289,9 +290,9 @@ def _median_time(fn, reps: int) -> float:
     return float(np.median(ts))
 
 
-def matmul_peak_gflops(threads: int = 2, sizes=(1024, 2048, 3072, 4096),
-                       reps: int = 5, use_numpy: bool = True,
-                       details: Optional[dict] = None) -> float:
+def matmul_peak_gflops(
+    threads: int = 2, sizes=(1024, 2048, 3072, 4096), reps: int = 5, use_numpy: bool = True, details: dict | None = None
+) -> float:
     """Measured FP32 GEMM peak (GFLOP/s) at ``threads``: max over sizes/backends.
 
     Per size, median of ``reps`` timed ``torch.mm`` (and optionally ``numpy``
@@ -307,8 +308,8 @@ def matmul_peak_gflops(threads: int = 2, sizes=(1024, 2048, 3072, 4096),
             b = torch.randn(n, n)
             c = torch.empty(n, n)
             with torch.inference_mode():
-                t = _median_time(lambda: torch.mm(a, b, out=c), reps)
-            g = 2.0 * n ** 3 / t / 1e9
+                t = _median_time(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), reps)
+            g = 2.0 * n**3 / t / 1e9
             best = max(best, g)
             if details is not None:
                 details[("torch", n)] = g
@@ -316,8 +317,8 @@ def matmul_peak_gflops(threads: int = 2, sizes=(1024, 2048, 3072, 4096),
                 an, bn = a.numpy(), b.numpy()
                 cn = np.empty((n, n), np.float32)
                 with _numpy_threads(threads):
-                    t = _median_time(lambda: np.matmul(an, bn, out=cn), reps)
-                g = 2.0 * n ** 3 / t / 1e9
+                    t = _median_time(lambda an=an, bn=bn, cn=cn: np.matmul(an, bn, out=cn), reps)
+                g = 2.0 * n**3 / t / 1e9
                 best = max(best, g)
                 if details is not None:
                     details[("numpy", n)] = g
@@ -335,6 +336,7 @@ class _numpy_threads:
     def __enter__(self):
         try:
             from threadpoolctl import threadpool_limits
+
             self.ctx = threadpool_limits(limits=self.n, user_api="blas")
             self.ctx.__enter__()
         except Exception:  # noqa: BLE001 - optional dependency

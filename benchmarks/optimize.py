@@ -38,9 +38,20 @@ def run_model(name: str, folder: Path, peak_gflops: float) -> tuple[list[dict], 
 
     model = models.build(name)
     flops = {batch: models.model_flops(model, models.example_inputs(name, batch)) for batch in (1, BATCH)}
-    result = convert.convert(model, to=["onnx"], optimize=["auto"], example_inputs=models.example_inputs(name, 1),
-                             inputs=models.input_specs(name), dims=DIMS[name], accuracy=ACCURACY[name], out=folder / name, benchmark=True,
-                             threads=THREADS, benchmark_batch=BATCH, samples=2)
+    result = convert.convert(
+        model,
+        to=["onnx"],
+        optimize=["auto"],
+        example_inputs=models.example_inputs(name, 1),
+        inputs=models.input_specs(name),
+        dims=DIMS[name],
+        accuracy=ACCURACY[name],
+        out=folder / name,
+        benchmark=True,
+        threads=THREADS,
+        benchmark_batch=BATCH,
+        samples=2,
+    )
     report = result.report
     rows = []
     for b in report.source_benchmark:
@@ -48,20 +59,41 @@ def run_model(name: str, folder: Path, peak_gflops: float) -> tuple[list[dict], 
     for record in report.artifacts:
         for b in record.benchmarks:
             cosines = [o.cosine_similarity for c in record.checks for o in c.outputs if o.cosine_similarity is not None]
-            rows.append(_row(name, record.optimization or "none", b.runtime, record.precision, b, flops, peak_gflops,
-                             record.passed, min(cosines, default=None)))
-    auto = {"chosen": report.auto.chosen if report.auto else None,
-            "candidates": [c.model_dump() for c in report.auto.candidates] if report.auto else [],
-            "passed": report.passed, "flops": flops}
+            rows.append(
+                _row(
+                    name,
+                    record.optimization or "none",
+                    b.runtime,
+                    record.precision,
+                    b,
+                    flops,
+                    peak_gflops,
+                    record.passed,
+                    min(cosines, default=None),
+                )
+            )
+    auto = {
+        "chosen": report.auto.chosen if report.auto else None,
+        "candidates": [c.model_dump() for c in report.auto.candidates] if report.auto else [],
+        "passed": report.passed,
+        "flops": flops,
+    }
     return rows, auto
 
 
 def _row(model, candidate, runtime, precision, bench, flops, peak_gflops, passed, cosine) -> dict:
     batch8_ms = BATCH / bench.throughput_per_s * 1e3 if bench.throughput_per_s else None
-    return {"model": model, "candidate": candidate, "runtime": runtime, "precision": precision, "passed": passed,
-            "ms": {1: bench.latency_ms_p50, BATCH: batch8_ms},
-            "bound_ms": {b: flops[b] / (peak_gflops * 1e9) * 1e3 for b in flops}, "memory_mb": bench.peak_memory_mb,
-            "cosine": cosine}
+    return {
+        "model": model,
+        "candidate": candidate,
+        "runtime": runtime,
+        "precision": precision,
+        "passed": passed,
+        "ms": {1: bench.latency_ms_p50, BATCH: batch8_ms},
+        "bound_ms": {b: flops[b] / (peak_gflops * 1e9) * 1e3 for b in flops},
+        "memory_mb": bench.peak_memory_mb,
+        "cosine": cosine,
+    }
 
 
 def render(all_rows: list[dict], autos: dict[str, dict], peak_gflops: float, peak_details: dict) -> str:
@@ -87,21 +119,29 @@ def render(all_rows: list[dict], autos: dict[str, dict], peak_gflops: float, pea
         if not rows:
             continue
         auto = autos[model]
-        lines += [f"## {title}", "", f"FLOPs per forward: batch 1 {auto['flops'][1] / 1e9:.1f} G, batch {BATCH} "
-                  f"{auto['flops'][BATCH] / 1e9:.1f} G.", ""]
+        lines += [
+            f"## {title}",
+            "",
+            f"FLOPs per forward: batch 1 {auto['flops'][1] / 1e9:.1f} G, batch {BATCH} {auto['flops'][BATCH] / 1e9:.1f} G.",
+            "",
+        ]
         budget = ", ".join(ACCURACY[model]) or "the defaults (INT8 cosine>=0.98,rel_rms<=0.2; FP16 cosine>=0.999,rel_rms<=0.02)"
         lines += [f"Accuracy budget of reduced-precision artifacts: {budget}.", ""]
-        lines += ["| candidate | runtime | precision | batch | p50 ms | lower bound ms | x bound | vs FP32 | vs eager | min cosine | peak MB |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| candidate | runtime | precision | batch | p50 ms | lower bound ms | x bound | vs FP32 | vs eager | min cosine | peak MB |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for batch in (1, BATCH):
             timed = [r for r in rows if r["ms"][batch]]
             eager = next((r["ms"][batch] for r in timed if r["candidate"] == "source"), None)
             fp32 = min((r["ms"][batch] for r in timed if r["precision"] == "fp32" and r["candidate"] != "source"), default=None)
             for r in sorted(timed, key=lambda r: r["ms"][batch]):
                 ms, bound = r["ms"][batch], r["bound_ms"][batch]
-                lines.append(f"| {r['candidate']} | {r['runtime']} | {r['precision']} | {batch} | {ms:.2f} | {bound:.2f} | "
-                             f"{ms / bound:.2f} | {fp32 / ms if fp32 else float('nan'):.2f} | "
-                             f"{eager / ms if eager else float('nan'):.2f} | {_cosine(r['cosine'])} | {r['memory_mb']} |")
+                lines.append(
+                    f"| {r['candidate']} | {r['runtime']} | {r['precision']} | {batch} | {ms:.2f} | {bound:.2f} | "
+                    f"{ms / bound:.2f} | {fp32 / ms if fp32 else float('nan'):.2f} | "
+                    f"{eager / ms if eager else float('nan'):.2f} | {_cosine(r['cosine'])} | {r['memory_mb']} |"
+                )
         lines += ["", "Targets:", ""]
         for batch in (1, BATCH):
             timed = [r for r in rows if r["ms"][batch] and r["candidate"] != "source"]
@@ -109,14 +149,23 @@ def render(all_rows: list[dict], autos: dict[str, dict], peak_gflops: float, pea
             best8 = min((r for r in timed if r["precision"] == "int8"), key=lambda r: r["ms"][batch], default=None)
             if best32:
                 ratio = best32["ms"][batch] / best32["bound_ms"][batch]
-                lines.append(f"- batch {batch}: best FP32 ({best32['candidate']}) at {ratio:.2f}x the compute lower bound "
-                             f"({'meets' if ratio <= 1.3 else 'misses'} the 1.3x target)")
+                lines.append(
+                    f"- batch {batch}: best FP32 ({best32['candidate']}) at {ratio:.2f}x the compute lower bound "
+                    f"({'meets' if ratio <= 1.3 else 'misses'} the 1.3x target)"
+                )
             if best32 and best8:
                 speedup = best32["ms"][batch] / best8["ms"][batch]
-                lines.append(f"- batch {batch}: best INT8 ({best8['candidate']}, within its accuracy budget) {speedup:.2f}x faster "
-                             f"than the best FP32 ({'meets' if speedup >= 2 else 'misses'} the 2x target)")
-        lines += ["", f"`--optimize auto` chose **{auto['chosen']}** (lowest batch-1 p50 within budget). Candidates:", "",
-                  "| rank | candidate | precision | status | p50 ms | vs eager | why |", "|---|---|---|---|---|---|---|"]
+                lines.append(
+                    f"- batch {batch}: best INT8 ({best8['candidate']}, within its accuracy budget) {speedup:.2f}x faster "
+                    f"than the best FP32 ({'meets' if speedup >= 2 else 'misses'} the 2x target)"
+                )
+        lines += [
+            "",
+            f"`--optimize auto` chose **{auto['chosen']}** (lowest batch-1 p50 within budget). Candidates:",
+            "",
+            "| rank | candidate | precision | status | p50 ms | vs eager | why |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for c in auto["candidates"]:
             p50 = f"{c['latency_ms_p50']:.2f}" if c["latency_ms_p50"] else "-"
             speed = f"{c['speedup_vs_source']:.2f}x" if c["speedup_vs_source"] else "-"

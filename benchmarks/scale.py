@@ -36,8 +36,10 @@ BASELINE = "10M"
 OPTIMIZATION = "int8"  # the pass the issue asks for: static QDQ INT8, calibrated
 SAMPLE_SECONDS = 0.05
 # Stage groups of a run, by the stage names of report.json.
-GROUPS = {"export + validate": ("load", "reference", "export:onnx", "validate:onnx"),
-          f"{OPTIMIZATION} + validate": (f"optimize:{OPTIMIZATION}", f"validate:{OPTIMIZATION}")}
+GROUPS = {
+    "export + validate": ("load", "reference", "export:onnx", "validate:onnx"),
+    f"{OPTIMIZATION} + validate": (f"optimize:{OPTIMIZATION}", f"validate:{OPTIMIZATION}"),
+}
 TARGET_RATIO = 2.5  # peak RSS over fp32 weight bytes, for export + validation
 
 
@@ -121,40 +123,66 @@ def measure(scratch: Path) -> dict[str, Run]:
             run = runs[name] = run_cli(folder / "mlp.pt2", folder / "out", count)
         finally:
             shutil.rmtree(folder)  # the model and its artifacts take gigabytes
-        print(f"  exit {run.exit_code}, {run.wall_s:.1f} s, peak {run.tree_peak / 1e9:.2f} GB "
-              f"(largest process {run.process_peak / 1e9:.2f} GB)", flush=True)
+        print(
+            f"  exit {run.exit_code}, {run.wall_s:.1f} s, peak {run.tree_peak / 1e9:.2f} GB "
+            f"(largest process {run.process_peak / 1e9:.2f} GB)",
+            flush=True,
+        )
     return runs
 
 
 def scaling_section(runs: dict[str, Run]) -> list[str]:
     baseline = runs[BASELINE]
-    lines = ["## Export, validation and INT8 by model size", "",
-             (f"`python -m convert MODEL.pt2 --to onnx --optimize {OPTIMIZATION} --out DIR`, one run per model. Peak RSS is "
-              "the process tree's (the command line's process and its worker) while the stages of the row ran; the ratio is "
-              f"peak RSS over the fp32 weight bytes (target for export + validate: {TARGET_RATIO}x or less). Wall s of a "
-              "row is the sum of its stages' seconds in report.json; the whole run's is the process's wall time."), "",
-             ("Where the memory goes: the interpreter, torch and onnxruntime take about half a gigabyte whatever the model, "
-              "which dominates the ratio of the small models; the worker keeps the source model loaded through every stage "
-              "(1x the weights); validation adds the runtime's copy of the weights (onnxruntime pre-packs them); and ONNX "
-              "Runtime's quantization (quant_pre_process, then quantize_static) reads the whole model into protobuf "
-              "messages and keeps more than one copy of it while it works."), "",
-             "| params | weights GB | stage | status | wall s | peak RSS GB | RSS / weights | time vs 10M |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Export, validation and INT8 by model size",
+        "",
+        (
+            f"`python -m convert MODEL.pt2 --to onnx --optimize {OPTIMIZATION} --out DIR`, one run per model. Peak RSS is "
+            "the process tree's (the command line's process and its worker) while the stages of the row ran; the ratio is "
+            f"peak RSS over the fp32 weight bytes (target for export + validate: {TARGET_RATIO}x or less). Wall s of a "
+            "row is the sum of its stages' seconds in report.json; the whole run's is the process's wall time."
+        ),
+        "",
+        (
+            "Where the memory goes: the interpreter, torch and onnxruntime take about half a gigabyte whatever the model, "
+            "which dominates the ratio of the small models; the worker keeps the source model loaded through every stage "
+            "(1x the weights); validation adds the runtime's copy of the weights (onnxruntime pre-packs them); and ONNX "
+            "Runtime's quantization (quant_pre_process, then quantize_static) reads the whole model into protobuf "
+            "messages and keeps more than one copy of it while it works."
+        ),
+        "",
+        "| params | weights GB | stage | status | wall s | peak RSS GB | RSS / weights | time vs 10M |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, run in runs.items():
         rows = [(group, *group_figures(run, stages), group_figures(baseline, stages)[0]) for group, stages in GROUPS.items()]
         rows.append(("whole run", run.wall_s, run.tree_peak, "ok" if run.exit_code == 0 else f"exit {run.exit_code}", baseline.wall_s))
         for group, seconds, peak, status, baseline_seconds in rows:
-            lines.append(f"| {name} ({run.params:,}) | {run.weight_bytes / 1e9:.2f} | {group} | {status} | {seconds:.1f} | "
-                         f"{peak / 1e9:.2f} | {peak / run.weight_bytes:.2f}x | {seconds / baseline_seconds:.1f}x |")
-    lines += ["", "The largest single process's exact peak (os.wait4: the worker, in these runs) against the sampled tree peak:", "",
-              "| params | largest process peak GB | sampled tree peak GB |", "|---|---|---|"]
+            lines.append(
+                f"| {name} ({run.params:,}) | {run.weight_bytes / 1e9:.2f} | {group} | {status} | {seconds:.1f} | "
+                f"{peak / 1e9:.2f} | {peak / run.weight_bytes:.2f}x | {seconds / baseline_seconds:.1f}x |"
+            )
+    lines += [
+        "",
+        "The largest single process's exact peak (os.wait4: the worker, in these runs) against the sampled tree peak:",
+        "",
+        "| params | largest process peak GB | sampled tree peak GB |",
+        "|---|---|---|",
+    ]
     lines += [f"| {name} | {run.process_peak / 1e9:.2f} | {run.tree_peak / 1e9:.2f} |" for name, run in runs.items()]
     stages = list(dict.fromkeys(s for run in runs.values() for s in run.stage_seconds))
-    lines += ["", "### Seconds and peak RSS (GB) of every stage (report.json `stages[].seconds`)", "",
-              "| stage | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
+    lines += [
+        "",
+        "### Seconds and peak RSS (GB) of every stage (report.json `stages[].seconds`)",
+        "",
+        "| stage | " + " | ".join(runs) + " |",
+        "|---|" + "---|" * len(runs),
+    ]
     for stage in stages:
-        cells = [f"{run.stage_seconds[stage]:.1f} s, {run.stage_peak.get(stage, 0) / 1e9:.2f} GB" if stage in run.stage_seconds
-                 else "-" for run in runs.values()]
+        cells = [
+            f"{run.stage_seconds[stage]:.1f} s, {run.stage_peak.get(stage, 0) / 1e9:.2f} GB" if stage in run.stage_seconds else "-"
+            for run in runs.values()
+        ]
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     return lines
 
@@ -164,10 +192,12 @@ def main(argv: list[str]) -> None:
     lines = [
         "# Scale: models past the 2 GB protobuf limit",
         "",
-        (f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} ({os.cpu_count()} cores, "
-         f"{psutil.virtual_memory().total / 2**30:.0f} GiB) with Python {platform.python_version()}, CPU only, by "
-         "`python -m benchmarks.scale`: MLPs of square Linear layers with fixed-seed random fp32 weights "
-         "(fixtures/large_torch.py), one run each, stage cache off."),
+        (
+            f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} ({os.cpu_count()} cores, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB) with Python {platform.python_version()}, CPU only, by "
+            "`python -m benchmarks.scale`: MLPs of square Linear layers with fixed-seed random fp32 weights "
+            "(fixtures/large_torch.py), one run each, stage cache off."
+        ),
         "",
     ]
     with tempfile.TemporaryDirectory(prefix="convert-scale-") as scratch:

@@ -34,8 +34,20 @@ from fixtures.zoo import ENTRIES, REPO, ZooEntry
 
 DEFAULT_RESULTS = Path(__file__).parent / "results" / "zoo.md"
 DEFAULT_TIMEOUT = 900
-LIBRARIES = ("torch", "transformers", "onnx", "onnxruntime", "onnxscript", "tensorflow-cpu", "tensorflow", "keras", "tf2onnx",
-             "jax", "flax", "jax2onnx")
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
+    "tensorflow-cpu",
+    "tensorflow",
+    "keras",
+    "tf2onnx",
+    "jax",
+    "flax",
+    "jax2onnx",
+)
 STATUSES = ("passed", "failed", "fixed-shape", "error", "n/a")
 
 
@@ -63,8 +75,11 @@ def _last_line(text: str) -> str:
 
 
 def _convert_flags(entry: ZooEntry) -> list[str]:
-    return [*(f for spec in entry.inputs for f in ("--input", spec)), *(f for dim in entry.dims for f in ("--dim", dim)),
-            *(f for bound in entry.shape_ranges for f in ("--shape-range", bound))]
+    return [
+        *(f for spec in entry.inputs for f in ("--input", spec)),
+        *(f for dim in entry.dims for f in ("--dim", dim)),
+        *(f for bound in entry.shape_ranges for f in ("--shape-range", bound)),
+    ]
 
 
 def convert_object(name: str, targets: list[str], out: str) -> None:
@@ -74,14 +89,23 @@ def convert_object(name: str, targets: list[str], out: str) -> None:
 
     entry = ENTRIES[name]
     try:
-        convert.convert(build(entry), inputs=list(entry.inputs), dims=list(entry.dims), shape_ranges=list(entry.shape_ranges),
-                        to=targets, out=out, cache=False, force=True)
+        convert.convert(
+            build(entry),
+            inputs=list(entry.inputs),
+            dims=list(entry.dims),
+            shape_ranges=list(entry.shape_ranges),
+            to=targets,
+            out=out,
+            cache=False,
+            force=True,
+        )
     except convert.ConvertError as error:
         raise SystemExit(f"error: {error}") from None
 
 
-def run_conversion(entry: ZooEntry, form: str, folder: Path, timeout: float = DEFAULT_TIMEOUT,
-                   targets: tuple[str, ...] | None = None, reuse: bool = False) -> list[Cell]:
+def run_conversion(
+    entry: ZooEntry, form: str, folder: Path, timeout: float = DEFAULT_TIMEOUT, targets: tuple[str, ...] | None = None, reuse: bool = False
+) -> list[Cell]:
     """Write the entry in ``form``, convert it to every target (default: its framework's) in one run, and return one
     cell per target; with ``reuse``, a report already in ``folder`` is classified again instead."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -91,18 +115,46 @@ def run_conversion(entry: ZooEntry, form: str, folder: Path, timeout: float = DE
         report = json.loads((out / "report.json").read_text())
         return [classify(report, entry, form, t) for t in targets]
     if form == "object":
-        command = [sys.executable, "-c", "from benchmarks.zoo import convert_object; "
-                   f"convert_object({entry.name!r}, {list(targets)!r}, {str(out)!r})"]
+        command = [
+            sys.executable,
+            "-c",
+            f"from benchmarks.zoo import convert_object; convert_object({entry.name!r}, {list(targets)!r}, {str(out)!r})",
+        ]
     else:
-        written = subprocess.run([sys.executable, "-c", "import sys, json; from fixtures.zoo import ENTRIES, source_arguments; "
-                                  "print(json.dumps(source_arguments(ENTRIES[sys.argv[1]], sys.argv[2], __import__('pathlib').Path(sys.argv[3]))))",
-                                  entry.name, form, str(folder / "model")],
-                                 cwd=REPO, env=_environment(), capture_output=True, text=True, timeout=timeout)
+        written = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys, json; from fixtures.zoo import ENTRIES, source_arguments; "
+                "print(json.dumps(source_arguments(ENTRIES[sys.argv[1]], sys.argv[2], __import__('pathlib').Path(sys.argv[3]))))",
+                entry.name,
+                form,
+                str(folder / "model"),
+            ],
+            cwd=REPO,
+            env=_environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if written.returncode != 0:
             return [Cell(entry.name, form, t, "n/a", f"the form cannot be written: {_last_line(written.stderr)}") for t in targets]
         source = json.loads(written.stdout.strip().splitlines()[-1])
-        command = [sys.executable, "-m", "convert", source["model"], "--to", ",".join(targets), "--out", str(out),
-                   "--no-cache", "--force", "--quiet", *source["flags"], *_convert_flags(entry)]
+        command = [
+            sys.executable,
+            "-m",
+            "convert",
+            source["model"],
+            "--to",
+            ",".join(targets),
+            "--out",
+            str(out),
+            "--no-cache",
+            "--force",
+            "--quiet",
+            *source["flags"],
+            *_convert_flags(entry),
+        ]
     try:
         done = subprocess.run(command, cwd=REPO, env=_environment(), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -157,8 +209,14 @@ def classify(report: dict, entry: ZooEntry, form: str, target: str) -> Cell:
     if artifact is None or not artifact.get("path"):
         failed_stages = [s for s in report.get("stages", []) if s["status"] == "failed"]
         attempts = [a["error"] for a in (artifact or {}).get("attempts", []) if a.get("error")]
-        cell.reason = _one_line(export.get("error") or (attempts[0] if attempts else "") or report.get("error")
-                                or (failed_stages[0]["error"] if failed_stages else "") or export.get("reason") or "no artifact")
+        cell.reason = _one_line(
+            export.get("error")
+            or (attempts[0] if attempts else "")
+            or report.get("error")
+            or (failed_stages[0]["error"] if failed_stages else "")
+            or export.get("reason")
+            or "no artifact"
+        )
         return cell
     errors = [o["max_abs_error"] for c in artifact.get("checks", []) for o in c.get("outputs", []) if o.get("max_abs_error") is not None]
     cell.max_abs_error = max(errors) if errors else None
@@ -188,8 +246,14 @@ def classify(report: dict, entry: ZooEntry, form: str, target: str) -> Cell:
     return cell
 
 
-def run_zoo(names: Iterable[str], jobs: int, timeout: float, scratch: Path,
-            progress: Callable[[list[Cell], int, int], None] = lambda cells, done, total: None, reuse: bool = False) -> list[Cell]:
+def run_zoo(
+    names: Iterable[str],
+    jobs: int,
+    timeout: float,
+    scratch: Path,
+    progress: Callable[[list[Cell], int, int], None] = lambda cells, done, total: None,
+    reuse: bool = False,
+) -> list[Cell]:
     """Every entry x form, ``jobs`` at a time; ``progress`` gets the cells so far (in work order) after each conversion."""
     order = ("keras", "jax", "torch")
     work = [(ENTRIES[n], form) for n in sorted(names, key=lambda n: order.index(ENTRIES[n].framework)) for form in ENTRIES[n].forms]
@@ -202,8 +266,10 @@ def run_zoo(names: Iterable[str], jobs: int, timeout: float, scratch: Path,
         cells = run_conversion(entry, form, scratch / f"{entry.name}-{form}", timeout, reuse=reuse)
         with lock:
             results[index] = cells
-            print(f"{entry.name:20} {form:12} {time.monotonic() - started:6.1f}s  "
-                  + "  ".join(f"{c.target}:{c.status}" for c in cells), flush=True)
+            print(
+                f"{entry.name:20} {form:12} {time.monotonic() - started:6.1f}s  " + "  ".join(f"{c.target}:{c.status}" for c in cells),
+                flush=True,
+            )
             progress([c for r in results if r for c in r], sum(r is not None for r in results), len(work))
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -258,14 +324,20 @@ def render(cells: list[Cell], jobs: int, seconds: float, command: str, progress:
         names = [n for n in by_entry if ENTRIES[n].framework == framework]
         if not names:
             continue
-        lines += ["", f"## {framework}: targets {', '.join(ENTRIES[names[0]].targets)}", "",
-                  "| entry | form | target | status | export s | validation s | max abs error | sizes | reason |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {framework}: targets {', '.join(ENTRIES[names[0]].targets)}",
+            "",
+            "| entry | form | target | status | export s | validation s | max abs error | sizes | reason |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for name in names:
             for c in by_entry[name]:
                 reason = c.reason.replace("|", "\\|")
-                lines.append(f"| {c.entry} | {c.form} | {c.target} | {c.status} | {_number(c.export_s, '.2f')} | "
-                             f"{_number(c.validate_s, '.2f')} | {_number(c.max_abs_error, '.2e')} | {c.sizes} | {reason} |")
+                lines.append(
+                    f"| {c.entry} | {c.form} | {c.target} | {c.status} | {_number(c.export_s, '.2f')} | "
+                    f"{_number(c.validate_s, '.2f')} | {_number(c.max_abs_error, '.2e')} | {c.sizes} | {reason} |"
+                )
     lines += ["", "## Entries", "", "| entry | family | inputs | dims | note |", "|---|---|---|---|---|"]
     for name in by_entry:
         entry = ENTRIES[name]
@@ -281,8 +353,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per conversion (default: %(default)s)")
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="the Markdown file to write (after every conversion)")
     parser.add_argument("--keep", type=Path, default=None, metavar="FOLDER", help="keep every model file, artifact and report here")
-    parser.add_argument("--reuse", action="store_true",
-                        help="with --keep: classify the reports already kept there again, run only the conversions that have none")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep: classify the reports already kept there again, run only the conversions that have none",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     command = shlex.join(["python", "-m", "benchmarks.zoo", *argv])
@@ -297,6 +372,7 @@ def main(argv: list[str]) -> None:
         cells = run_zoo(args.only or list(ENTRIES), args.jobs, args.timeout, args.keep or Path(scratch), write, reuse)
     passed = sum(c.status == "passed" for c in cells)
     print(f"{passed} / {sum(c.status != 'n/a' for c in cells)} cells passed; wrote {args.results}")
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

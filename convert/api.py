@@ -70,12 +70,28 @@ def convert(
     return run(request)
 
 
-def load(model: Any, *, inputs: Sequence[str] = (), example_inputs: Any = None, framework: str | None = None,
-         weights: str | Path | None = None, params: Any = None, trust_code: bool = False) -> SourceModel:
+def load(
+    model: Any,
+    *,
+    inputs: Sequence[str] = (),
+    example_inputs: Any = None,
+    framework: str | None = None,
+    weights: str | Path | None = None,
+    params: Any = None,
+    trust_code: bool = False,
+) -> SourceModel:
     """Load a model the way the pipeline does and return its SourceModel (reference inference and specs)."""
-    return resolve_source(SourceRequest(model=model, framework=framework, weights=Path(weights) if weights else None,
-                                        params=_params(params), inputs=parse_input_specs(tuple(inputs)), example_inputs=example_inputs,
-                                        trust_code=trust_code))
+    return resolve_source(
+        SourceRequest(
+            model=model,
+            framework=framework,
+            weights=Path(weights) if weights else None,
+            params=_params(params),
+            inputs=parse_input_specs(tuple(inputs)),
+            example_inputs=example_inputs,
+            trust_code=trust_code,
+        )
+    )
 
 
 def _names(names: str | Sequence[str]) -> tuple[str, ...]:

@@ -34,14 +34,17 @@ class Artifact:
             for axis, (dim, size) in enumerate(zip(spec.dims, shape)):
                 if isinstance(dim, int) and dim != size:
                     return f"the artifact fixes axis {axis} of '{spec.name}' at {dim}" + (
-                        f" ({self.fixed_shape_reason})" if self.fixed_shape_reason else "")
+                        f" ({self.fixed_shape_reason})" if self.fixed_shape_reason else ""
+                    )
                 low, high = self.dim_bounds.get(dim, (size, size)) if isinstance(dim, str) else (size, size)
                 if size < low or high is not None and size > high:
-                    return (f"the artifact takes {dim} from {low} to {'any size' if high is None else high} "
-                            f"on axis {axis} of '{spec.name}', not {size}")
+                    return (
+                        f"the artifact takes {dim} from {low} to {'any size' if high is None else high} "
+                        f"on axis {axis} of '{spec.name}', not {size}"
+                    )
         return ""
 
-    def relocated(self, folder: Path) -> "Artifact":
+    def relocated(self, folder: Path) -> Artifact:
         """The same artifact with its files under another folder (after the atomic move into place)."""
         moved = Artifact(**{**self.__dict__})
         moved.path = folder / self.path.name

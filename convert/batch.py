@@ -115,8 +115,10 @@ def load_manifest(path: Path, out: Path | None = None) -> tuple[list[BatchJob], 
     name = str(path)
     data, lines = read_yaml(path, "manifest", "batch manifest YAML file (see 'Batch' in the README)")
     if not isinstance(data, dict):
-        raise ConvertError(f"{name}: a manifest is a mapping with a 'models' list; this one is "
-                           f"{'empty' if data is None else f'a {type(data).__name__}'}", "Start from the example in the README's 'Batch' section.")
+        raise ConvertError(
+            f"{name}: a manifest is a mapping with a 'models' list; this one is {'empty' if data is None else f'a {type(data).__name__}'}",
+            "Start from the example in the README's 'Batch' section.",
+        )
     manifest = validated(data, lines, name, Manifest, "manifest", MANIFEST_HINT)
     folder = path.resolve().parent
     batch_out = (Path(out) if out is not None else folder / manifest.out).resolve()  # --out is relative to this folder
@@ -128,16 +130,22 @@ def load_manifest(path: Path, out: Path | None = None) -> tuple[list[BatchJob], 
         at = f"line {entry_lines[()]}: " if () in entry_lines else ""
         model_name = entry.get("name")
         if not isinstance(model_name, str) or not NAME.match(model_name):
-            raise ConvertError(f"{where}: {at}each model needs a name of letters, digits, '.', '_' or '-' (got {model_name!r})",
-                               "It names the model's folder under the batch's out folder.")
+            raise ConvertError(
+                f"{where}: {at}each model needs a name of letters, digits, '.', '_' or '-' (got {model_name!r})",
+                "It names the model's folder under the batch's out folder.",
+            )
         if model_name in seen:
-            raise ConvertError(f"{where}: {at}the name '{model_name}' is also the name of models[{seen[model_name]}]",
-                               "Give every model its own name: it names the model's folder.")
+            raise ConvertError(
+                f"{where}: {at}the name '{model_name}' is also the name of models[{seen[model_name]}]",
+                "Give every model its own name: it names the model's folder.",
+            )
         seen[model_name] = index
         for key in ("out", "version"):
             if key in entry or key in manifest.defaults:
-                raise ConvertError(f"{where} ({model_name}): '{key}' is set for the whole batch, not per model",
-                                   "Move it to the top of the manifest: each model's output folder is OUT/NAME.")
+                raise ConvertError(
+                    f"{where} ({model_name}): '{key}' is set for the whole batch, not per model",
+                    "Move it to the top of the manifest: each model's output folder is OUT/NAME.",
+                )
         resources = validated(entry.get("resources", {}), {}, f"{where} ({model_name}) resources", Resources, "manifest", MANIFEST_HINT)
         policy_data = _merged(manifest.defaults, {k: v for k, v in entry.items() if k not in ("name", "resources")})
         policy = _validated(policy_data, entry_lines, f"{where} ({model_name})", "manifest entry", MANIFEST_HINT)
@@ -169,32 +177,45 @@ def command_of(job: BatchJob, force: bool, cache: bool, cache_dir: Path | None) 
 
 def _writes(jobs: list[BatchJob], batch_out: Path) -> list[Write]:
     """The batch's folder and summary, and each model's folder (its artifacts, report, policy and log)."""
-    return [Write("the batch folder", batch_out, replaces=False), Write("the batch summary", batch_out / "summary.json"),
-            *(Write(f"the folder of the model '{job.name}'", job.folder) for job in jobs)]
+    return [
+        Write("the batch folder", batch_out, replaces=False),
+        Write("the batch summary", batch_out / "summary.json"),
+        *(Write(f"the folder of the model '{job.name}'", job.folder) for job in jobs),
+    ]
 
 
 def _reads(job: BatchJob) -> list[Read]:
     """What one model's gate reads, named after the model."""
     model, validation = job.policy.model, job.policy.validation
     baseline = job.policy.baseline.report if job.policy.baseline else None
-    return [Read(f"{read.what} of '{job.name}'", read.path)
-            for read in reads_of(model.path, weights=model.weights, params=model.params, example_inputs=model.example_inputs,
-                                 calibration_data=validation.calibration_data, baseline_report=baseline)]
+    return [
+        Read(f"{read.what} of '{job.name}'", read.path)
+        for read in reads_of(
+            model.path,
+            weights=model.weights,
+            params=model.params,
+            example_inputs=model.example_inputs,
+            calibration_data=validation.calibration_data,
+            baseline_report=baseline,
+        )
+    ]
 
 
 def prepare(jobs: list[BatchJob], batch_out: Path, force: bool) -> None:
     """Write every model's policy file; refuse a batch folder with an earlier summary unless ``force``."""
     existing = [str(p) for p in [batch_out / "summary.json", *(job.folder / "report.json" for job in jobs)] if p.exists()]
     if existing and not force:
-        raise ConvertError(f"the output already exists: {', '.join(existing)}",
-                           "Pass --force to replace it, or choose another folder with --out.")
+        raise ConvertError(
+            f"the output already exists: {', '.join(existing)}", "Pass --force to replace it, or choose another folder with --out."
+        )
     try:
         for job in jobs:
             job.folder.mkdir(parents=True, exist_ok=True)
             atomic_write_text(job.policy_file, yaml.safe_dump(job.policy.model_dump(mode="json"), sort_keys=False))
     except OSError as exc:
-        raise ConvertError(f"cannot write to the batch folder {batch_out}: {exc.strerror or exc}",
-                           "Choose a writable folder with --out.") from exc
+        raise ConvertError(
+            f"cannot write to the batch folder {batch_out}: {exc.strerror or exc}", "Choose a writable folder with --out."
+        ) from exc
 
 
 # The convert processes running on this machine, so that an interruption reaches each of them.
@@ -239,8 +260,9 @@ def outcome_of(job: BatchJob, code: int | None, seconds: float, where: str, fail
     """What one model's run came to, from its exit code, its report and its log (``failure``: why it never finished)."""
     from convert.reports.model import Report
 
-    outcome = ModelOutcome(name=job.name, status="not_run", exit_code=code, seconds=seconds, where=where,
-                           policy=str(job.policy_file), log=str(job.log))
+    outcome = ModelOutcome(
+        name=job.name, status="not_run", exit_code=code, seconds=seconds, where=where, policy=str(job.policy_file), log=str(job.log)
+    )
     report_path = job.folder / "report.json"
     report = None
     if report_path.is_file() and code is not None:
@@ -277,17 +299,33 @@ def _error_paragraph(log: Path) -> str:
     return ""
 
 
-def summarize(outcomes: list[ModelOutcome], manifest: Path, engine: str, command: str, seconds: float,
-              interrupted: bool) -> BatchSummary:
+def summarize(outcomes: list[ModelOutcome], manifest: Path, engine: str, command: str, seconds: float, interrupted: bool) -> BatchSummary:
     passed = bool(outcomes) and all(o.passed for o in outcomes) and not interrupted
-    return BatchSummary(created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=command,
-                        manifest=str(manifest), engine=engine, passed=passed,
-                        exit_code=130 if interrupted else 0 if passed else 1, seconds=round(seconds, 3), models=outcomes)
+    return BatchSummary(
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=command,
+        manifest=str(manifest),
+        engine=engine,
+        passed=passed,
+        exit_code=130 if interrupted else 0 if passed else 1,
+        seconds=round(seconds, 3),
+        models=outcomes,
+    )
 
 
-def run_batch(manifest: Path, *, out: Path | None = None, workers: int = 1, engine: str = "local", address: str | None = None,
-              force: bool = False, cache: bool = True, cache_dir: Path | None = None, command: str = "",
-              finished: Callable[[ModelOutcome], None] = lambda outcome: None) -> tuple[BatchSummary, Path]:
+def run_batch(
+    manifest: Path,
+    *,
+    out: Path | None = None,
+    workers: int = 1,
+    engine: str = "local",
+    address: str | None = None,
+    force: bool = False,
+    cache: bool = True,
+    cache_dir: Path | None = None,
+    command: str = "",
+    finished: Callable[[ModelOutcome], None] = lambda outcome: None,
+) -> tuple[BatchSummary, Path]:
     """Run every model of the manifest; the summary (also written to OUT/summary.json) and its path."""
     if address is not None and engine != "ray":
         raise ConvertError("--address goes with --engine ray", "Add --engine ray, or leave --address out.")

@@ -48,14 +48,15 @@ def plan_benchmark(signature, export_sizes: dict[str, int], latency_feed, settin
     if batch_symbol is None:
         return BenchmarkPlan(latency_feed, describe(export_sizes), None, "", 1)
     sizes = {**export_sizes, batch_symbol: settings.batch}
-    return BenchmarkPlan(latency_feed, describe(export_sizes), generate_feed(signature.inputs, sizes, 0, seed),
-                         describe(sizes), settings.batch)
+    return BenchmarkPlan(
+        latency_feed, describe(export_sizes), generate_feed(signature.inputs, sizes, 0, seed), describe(sizes), settings.batch
+    )
 
 
 class _PeakMemory:
     """Peak resident memory growth over the value on entry, sampled by a thread every few milliseconds."""
 
-    def __enter__(self) -> "_PeakMemory":
+    def __enter__(self) -> _PeakMemory:
         import psutil
 
         self._process = psutil.Process()
@@ -95,7 +96,8 @@ def _measure(record: rm.Benchmark, infer: Callable[[dict], object], plan: Benchm
     latencies = np.array(_timed(lambda: infer(plan.latency_feed), settings)) * 1e3
     record.shape, record.warmup, record.runs = plan.latency_shape, settings.warmup, len(latencies)
     record.latency_ms_p50, record.latency_ms_p90, record.latency_ms_p99 = (
-        round(float(np.percentile(latencies, q)), 4) for q in (50, 90, 99))
+        round(float(np.percentile(latencies, q)), 4) for q in (50, 90, 99)
+    )
     if plan.throughput_feed is not None:
         seconds = float(np.median(_timed(lambda: infer(plan.throughput_feed), settings)))
         record.throughput_shape, record.throughput_per_s = plan.throughput_shape, round(plan.throughput_items / seconds, 2)
@@ -120,8 +122,9 @@ def benchmark_source(source, plan: BenchmarkPlan, settings: BenchmarkSettings) -
 def benchmark_artifact(runner_class, artifact: Artifact, device: str, plan: BenchmarkPlan, settings: BenchmarkSettings) -> rm.Benchmark:
     """Load the artifact on the device, then time it; the throughput batch is skipped where the artifact cannot take it."""
     pinned = runner_class.pins_threads and device == "cpu"
-    record = rm.Benchmark(runtime=runner_class.name, device=device, threads=settings.threads if pinned else None,
-                          memory_scope="loading and running")
+    record = rm.Benchmark(
+        runtime=runner_class.name, device=device, threads=settings.threads if pinned else None, memory_scope="loading and running"
+    )
     if plan.throughput_feed is not None and artifact.fixed_dims_mismatch({n: a.shape for n, a in plan.throughput_feed.items()}):
         plan = BenchmarkPlan(plan.latency_feed, plan.latency_shape, None, "", 1)
     runner = runner_class(artifact, device, threads=settings.threads if pinned else None)

@@ -86,8 +86,11 @@ def environment(packages: tuple[str, ...]) -> dict[str, str]:
     stage's libraries."""
     from convert.doctor import package_version
 
-    return {"convert": f"{__version__}+{_code_digest()}", "python": sys.version.split()[0],
-            **{name: package_version(name) for name in packages}}
+    return {
+        "convert": f"{__version__}+{_code_digest()}",
+        "python": sys.version.split()[0],
+        **{name: package_version(name) for name in packages},
+    }
 
 
 @functools.cache
@@ -146,8 +149,11 @@ class StageCache:
         if recorded["key"] != key:
             return Miss("its entry.json belongs to another key")
         now = environment(packages)
-        changed = [f"{name} {recorded['environment'].get(name, '-')} → {version}" for name, version in now.items()
-                   if recorded["environment"].get(name) != version]
+        changed = [
+            f"{name} {recorded['environment'].get(name, '-')} → {version}"
+            for name, version in now.items()
+            if recorded["environment"].get(name) != version
+        ]
         if changed:
             return Miss(f"made with other library versions ({', '.join(changed)})")
         for name, sha256 in {**recorded["files"], **({ARRAYS_FILE: recorded["arrays"]} if recorded.get("arrays") else {})}.items():
@@ -158,8 +164,9 @@ class StageCache:
                 return Miss(f"its file {name} changed since it was cached")
         return Hit(data={**recorded["data"], "_files": list(recorded["files"])}, folder=entry)
 
-    def store(self, key: str, packages: tuple[str, ...], data: dict, files: list[Path] = (),
-              arrays: dict[str, np.ndarray] | None = None) -> None:
+    def store(
+        self, key: str, packages: tuple[str, ...], data: dict, files: list[Path] = (), arrays: dict[str, np.ndarray] | None = None
+    ) -> None:
         """Write an entry (replacing one that was not trusted); a cache that cannot be written is skipped, not fatal."""
         staging = None
         try:
@@ -169,8 +176,12 @@ class StageCache:
             (staging / "files").mkdir()
             for path in files:
                 copy_files(path, staging / "files" / path.name)
-            recorded = {"key": key, "environment": environment(packages), "data": data,
-                        "files": {path.name: sha256_files([staging / "files" / path.name]) for path in files}}
+            recorded = {
+                "key": key,
+                "environment": environment(packages),
+                "data": data,
+                "files": {path.name: sha256_files([staging / "files" / path.name]) for path in files},
+            }
             if arrays is not None:
                 np.savez(staging / ARRAYS_FILE, **arrays)
                 recorded["arrays"] = sha256_files([staging / ARRAYS_FILE])
@@ -252,11 +263,22 @@ class RunCache:
         if info.kind not in SELF_CONTAINED_KINDS or not info.sha256 or (info.kind == "keras" and request.trust_code):
             self.store, self.record.used = None, False
             self.record.folder = None
-            self.record.reason = (f"not used for a {info.kind} model: its code lives in Python files that can change while "
-                                  "the model file does not (a .pt2, TorchScript, SavedModel or .keras file holds all of it)")
+            self.record.reason = (
+                f"not used for a {info.kind} model: its code lives in Python files that can change while "
+                "the model file does not (a .pt2, TorchScript, SavedModel or .keras file holds all of it)"
+            )
             return
-        self.source_key = digest("source", info.framework, info.kind, info.sha256, [str(s) for s in source.signature.inputs],
-                                 source.export_sizes, source.dim_ranges, source.example_feed, self.option_digests["load"])
+        self.source_key = digest(
+            "source",
+            info.framework,
+            info.kind,
+            info.sha256,
+            [str(s) for s in source.signature.inputs],
+            source.export_sizes,
+            source.dim_ranges,
+            source.example_feed,
+            self.option_digests["load"],
+        )
         self.source_packages = REGISTRY.source_packages(info.framework)
 
     def find(self, label: str, packages: tuple[str, ...], *parts: Any) -> Lookup:
@@ -289,10 +311,18 @@ class RunCache:
 
 def artifact_data(artifact) -> dict:
     """What an export or optimization entry records about its artifact, besides its files."""
-    return {"format": artifact.format, "path": artifact.path.name, "precision": artifact.precision,
-            "files": [f.name for f in artifact.files], "exporter": artifact.exporter, "strategy": artifact.strategy,
-            "inputs": [str(s) for s in artifact.inputs], "output_names": list(artifact.output_names),
-            "fixed_shape_reason": artifact.fixed_shape_reason, "dim_bounds": {k: list(v) for k, v in artifact.dim_bounds.items()}}
+    return {
+        "format": artifact.format,
+        "path": artifact.path.name,
+        "precision": artifact.precision,
+        "files": [f.name for f in artifact.files],
+        "exporter": artifact.exporter,
+        "strategy": artifact.strategy,
+        "inputs": [str(s) for s in artifact.inputs],
+        "output_names": list(artifact.output_names),
+        "fixed_shape_reason": artifact.fixed_shape_reason,
+        "dim_bounds": {k: list(v) for k, v in artifact.dim_bounds.items()},
+    }
 
 
 def cached_artifact(hit: Hit, folder: Path):
@@ -303,7 +333,15 @@ def cached_artifact(hit: Hit, folder: Path):
     data = hit.data
     for path in hit.files():
         copy_files(path, folder / path.name)
-    return Artifact(format=data["format"], path=folder / data["path"], precision=data["precision"],
-                    files=[folder / name for name in data["files"]], exporter=data["exporter"], strategy=data["strategy"],
-                    inputs=tuple(parse_input_spec(s) for s in data["inputs"]), output_names=tuple(data["output_names"]),
-                    fixed_shape_reason=data["fixed_shape_reason"], dim_bounds={k: tuple(v) for k, v in data["dim_bounds"].items()})
+    return Artifact(
+        format=data["format"],
+        path=folder / data["path"],
+        precision=data["precision"],
+        files=[folder / name for name in data["files"]],
+        exporter=data["exporter"],
+        strategy=data["strategy"],
+        inputs=tuple(parse_input_spec(s) for s in data["inputs"]),
+        output_names=tuple(data["output_names"]),
+        fixed_shape_reason=data["fixed_shape_reason"],
+        dim_bounds={k: tuple(v) for k, v in data["dim_bounds"].items()},
+    )

@@ -98,7 +98,9 @@ def export_command(model, quiet, **values):
     result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
 
     if quiet:
-        stdout.print(f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {escape(str(result.report_path))}")
+        stdout.print(
+            f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {escape(str(result.report_path))}"
+        )
     else:
         print_summary(result.report, stdout, str(result.report_path))
     for artifact in result.report.artifacts:
@@ -108,28 +110,51 @@ def export_command(model, quiet, **values):
     for stage in failed_exports:
         target = stage.subject
         if stage.signal or stage.timed_out:
-            stderr.print(f"[bold red]error:[/] the {target} export {'timed out' if stage.timed_out else 'crashed'}: "
-                         f"{escape(first_line(stage.error).rstrip('.'))}; the run went on with the other targets. "
-                         f"{'Raise --stage-timeout if it needs longer' if stage.timed_out else 'Try another --opset, or run it with --no-isolation in a debugger'}"
-                         f"; the report has the details: {escape(str(result.report_path))}", soft_wrap=True)
+            stderr.print(
+                f"[bold red]error:[/] the {target} export {'timed out' if stage.timed_out else 'crashed'}: "
+                f"{escape(first_line(stage.error).rstrip('.'))}; the run went on with the other targets. "
+                f"{'Raise --stage-timeout if it needs longer' if stage.timed_out else 'Try another --opset, or run it with --no-isolation in a debugger'}"
+                f"; the report has the details: {escape(str(result.report_path))}",
+                soft_wrap=True,
+            )
             continue
-        stderr.print(f"[bold red]error:[/] the {target} export failed with every strategy; the first said: "
-                     f"{escape(first_line(stage.error).rstrip('.'))}. The report lists every attempt: {escape(str(result.report_path))}", soft_wrap=True)
+        stderr.print(
+            f"[bold red]error:[/] the {target} export failed with every strategy; the first said: "
+            f"{escape(first_line(stage.error).rstrip('.'))}. The report lists every attempt: {escape(str(result.report_path))}",
+            soft_wrap=True,
+        )
     sys.exit(result.exit_code)
 
 
 @main.command("gate")
 @click.argument("policy", type=click.Path(path_type=Path))
-@click.option("--baseline", type=click.Path(path_type=Path), default=None,
-              help="The report.json of the last promoted model to compare with (overrides the policy's baseline.report).")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
-              help="Output folder for the artifacts and report.json (overrides the policy's out).")
+@click.option(
+    "--baseline",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The report.json of the last promoted model to compare with (overrides the policy's baseline.report).",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder for the artifacts and report.json (overrides the policy's out).",
+)
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Write the report as JUnit XML here.")
-@click.option("--markdown", type=click.Path(path_type=Path), default=None,
-              help="Write the report as Markdown here (appended when it is $GITHUB_STEP_SUMMARY).")
+@click.option(
+    "--markdown",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the report as Markdown here (appended when it is $GITHUB_STEP_SUMMARY).",
+)
 @click.option("--html", type=click.Path(path_type=Path), default=None, help="Write the report as a self-contained HTML page here.")
-@click.option("--mlflow", "log_mlflow", is_flag=True,
-              help="Log the verdict, metrics, report and artifacts as a run to the MLflow tracking URI in effect.")
+@click.option(
+    "--mlflow",
+    "log_mlflow",
+    is_flag=True,
+    help="Log the verdict, metrics, report and artifacts as a run to the MLflow tracking URI in effect.",
+)
 @click.option("--force", is_flag=True, help="Replace what an earlier run wrote in the output folder (never the model or any other input).")
 @_cache_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the decision, its reasons and errors.")
@@ -144,10 +169,22 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
     from convert.reports.console import print_summary, print_verdict, stdout_console
     from convert.reports.model import Report
 
-    verdict = _guarded(lambda: gate(policy, baseline=baseline, out=out, force=force, html=html, markdown=markdown, junit=junit,
-                                    mlflow=log_mlflow, cache=not no_cache, cache_dir=cache_dir,
-                                    progress=None if quiet else _ConsoleProgress(),
-                                    command=shlex.join(["convert", *sys.argv[1:]])))
+    verdict = _guarded(
+        lambda: gate(
+            policy,
+            baseline=baseline,
+            out=out,
+            force=force,
+            html=html,
+            markdown=markdown,
+            junit=junit,
+            mlflow=log_mlflow,
+            cache=not no_cache,
+            cache_dir=cache_dir,
+            progress=None if quiet else _ConsoleProgress(),
+            command=shlex.join(["convert", *sys.argv[1:]]),
+        )
+    )
     stdout = stdout_console()
 
     def show() -> None:
@@ -161,15 +198,36 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
 
 @main.command("batch")
 @click.argument("manifest", type=click.Path(path_type=Path))
-@click.option("--workers", type=int, default=1, show_default=True,
-              help="Models converted at a time on this machine (each in its own process; local engine).")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Run the models as processes here, or as Ray tasks (pip install 'model-convert[ray]').")
-@click.option("--address", default=None, metavar="ADDRESS",
-              help="The Ray cluster to run on ('auto': the one 'ray start' started here); default: a new local instance.")
-@click.option("--out", "out", type=click.Path(path_type=Path), default=None,
-              help="The batch's folder: OUT/NAME/ per model and OUT/summary.json (overrides the manifest's out).")
-@click.option("--force", is_flag=True, help="Replace what an earlier batch wrote: the summary and the models' artifacts and reports (never an input).")
+@click.option(
+    "--workers",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Models converted at a time on this machine (each in its own process; local engine).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Run the models as processes here, or as Ray tasks (pip install 'model-convert[ray]').",
+)
+@click.option(
+    "--address",
+    default=None,
+    metavar="ADDRESS",
+    help="The Ray cluster to run on ('auto': the one 'ray start' started here); default: a new local instance.",
+)
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The batch's folder: OUT/NAME/ per model and OUT/summary.json (overrides the manifest's out).",
+)
+@click.option(
+    "--force", is_flag=True, help="Replace what an earlier batch wrote: the summary and the models' artifacts and reports (never an input)."
+)
 @_cache_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the summary line and errors.")
 def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_cache, quiet):
@@ -191,29 +249,49 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
             reason = f" [dim]{escape(outcome.reasons[0])}[/]" if outcome.reasons else ""
             stderr.print(f"{mark} {escape(outcome.name)} {outcome.status} ({outcome.seconds:.1f} s){reason}", soft_wrap=True)
 
-    summary, path = _guarded(lambda: run_batch(manifest, out=out, workers=workers, engine=engine, address=address, force=force,
-                                               cache=not no_cache, cache_dir=cache_dir,
-                                               command=shlex.join(["convert", *sys.argv[1:]]), finished=finished))
+    summary, path = _guarded(
+        lambda: run_batch(
+            manifest,
+            out=out,
+            workers=workers,
+            engine=engine,
+            address=address,
+            force=force,
+            cache=not no_cache,
+            cache_dir=cache_dir,
+            command=shlex.join(["convert", *sys.argv[1:]]),
+            finished=finished,
+        )
+    )
     if not quiet:
         table = Table(title=f"Batch: {len(summary.models)} models on {summary.engine}")
         for column in ("model", "status", "seconds", "reused", "reason", "report"):
             table.add_column(column, overflow="fold")
         for outcome in summary.models:
             color = "green" if outcome.passed else "red"
-            table.add_row(escape(outcome.name), f"[{color}]{outcome.status}[/]", f"{outcome.seconds:.1f}", str(outcome.reused),
-                          escape(outcome.reasons[0] if outcome.reasons else ""), escape(outcome.report or outcome.log))
+            table.add_row(
+                escape(outcome.name),
+                f"[{color}]{outcome.status}[/]",
+                f"{outcome.seconds:.1f}",
+                str(outcome.reused),
+                escape(outcome.reasons[0] if outcome.reasons else ""),
+                escape(outcome.report or outcome.log),
+            )
         stdout.print(table)
     promoted = sum(o.passed for o in summary.models)
-    stdout.print(f"{'PASSED' if summary.passed else 'FAILED'}: {promoted} of {len(summary.models)} models promoted "
-                 f"(exit code {summary.exit_code}); summary: {escape(str(path))}")
+    stdout.print(
+        f"{'PASSED' if summary.passed else 'FAILED'}: {promoted} of {len(summary.models)} models promoted "
+        f"(exit code {summary.exit_code}); summary: {escape(str(path))}"
+    )
     sys.exit(summary.exit_code)
 
 
 @main.command("report")
 @click.argument("report_json", type=click.Path(path_type=Path))
 @click.option("--html", type=click.Path(path_type=Path), default=None, help="Write a self-contained HTML page here.")
-@click.option("--markdown", type=click.Path(path_type=Path), default=None,
-              help="Write Markdown here (appended when it is $GITHUB_STEP_SUMMARY).")
+@click.option(
+    "--markdown", type=click.Path(path_type=Path), default=None, help="Write Markdown here (appended when it is $GITHUB_STEP_SUMMARY)."
+)
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Write JUnit XML here.")
 def report_command(report_json, html, markdown, junit):
     """Render a JSON report (from convert or convert gate) as HTML, Markdown or JUnit XML; with none of them, print it."""
@@ -239,8 +317,11 @@ def doctor_command():
     from convert.reports.console import stdout_console
 
     console = stdout_console()
-    for title, rows in (("Frameworks and tools", doctor.package_rows()), ("Runtimes", doctor.runtime_rows()),
-                        ("Devices", doctor.device_rows())):
+    for title, rows in (
+        ("Frameworks and tools", doctor.package_rows()),
+        ("Runtimes", doctor.runtime_rows()),
+        ("Devices", doctor.device_rows()),
+    ):
         table = Table(title=title)
         for column in ("name", "version", "status", "detail"):
             table.add_column(column, overflow="fold")
@@ -279,15 +360,20 @@ def _failed_validation(artifact, report_path: str) -> str:
 
     key = artifact.key
     check = next((c for c in artifact.checks if c.status == "failed"), None)
-    problem = (f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
-               if check else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}")
+    problem = (
+        f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
+        if check
+        else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}"
+    )
     values_failed = check is None or any(o.status == "failed" for o in check.outputs)
-    advice = ("Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "
-              "configs) would be wrong too." if check is not None and check.declared_mismatches and not values_failed
-              else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
-              if check is not None and artifact.fixed_dims and not check.outputs
-              else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the "
-                   "conversion is wrong.")
+    advice = (
+        "Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "
+        "configs) would be wrong too."
+        if check is not None and check.declared_mismatches and not values_failed
+        else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
+        if check is not None and artifact.fixed_dims and not check.outputs
+        else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the conversion is wrong."
+    )
     return f"{problem}. It is kept at {artifact.path} for inspection, not at a final path. {advice} Every check is in {report_path}"
 
 

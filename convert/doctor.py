@@ -25,7 +25,9 @@ def package_rows() -> list[Row]:
         extra = REGISTRY.extra_of(name)
         version = package_version(name)
         if version == "-":
-            rows.append(Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert"))
+            rows.append(
+                Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert")
+            )
             continue
         rows.append(Row(name, version, "installed", ""))
     return rows
@@ -44,7 +46,14 @@ def runtime_rows() -> list[Row]:
                 reason = runner.unavailable_reason(device)
             except (ImportError, ConvertError):
                 reason = f"not installed: pip install 'model-convert[{entry.meta.get('extra', '')}]'"
-            rows.append(Row(f"{entry.name} on {device}", package_version(entry.meta["packages"][0]), "usable" if reason is None else "unusable", reason or ""))
+            rows.append(
+                Row(
+                    f"{entry.name} on {device}",
+                    package_version(entry.meta["packages"][0]),
+                    "usable" if reason is None else "unusable",
+                    reason or "",
+                )
+            )
     return rows
 
 
@@ -70,4 +79,3 @@ def package_version(package: str) -> str:
         except metadata.PackageNotFoundError:
             continue
     return "-"
-

@@ -54,4 +54,5 @@ def check_fits(inputs: int, outputs: int | None, copies: int, largest: str, samp
         f"available: the generated inputs take {inputs / GIB:.1f} GiB{out_text} ({samples} samples at each of {cases} shapes, "
         f"the largest {largest}), counted {copies}x as {held}; the model's own activations come on top",
         f"Lower the sizes of the symbolic dims with --dim (e.g. --dim B=2,1,5) or the fixed dims in --input, or use fewer "
-        f"--samples (now {samples}).")
+        f"--samples (now {samples}).",
+    )

@@ -37,11 +37,20 @@ def log_run(report: Report, report_path: Path, renderings: list[Path]) -> str:
     try:
         # inside a pipeline's own run, the gate's run is a child of it (MLflow refuses a second active run)
         with mlflow.start_run(run_name=f"convert {source}", nested=mlflow.active_run() is not None) as run:
-            tags = {"convert.tool_version": report.tool_version, "convert.schema_version": report.schema_version,
-                    "convert.passed": str(report.passed).lower(), "convert.source_sha256": report.source.sha256 or ""}
+            tags = {
+                "convert.tool_version": report.tool_version,
+                "convert.schema_version": report.schema_version,
+                "convert.passed": str(report.passed).lower(),
+                "convert.source_sha256": report.source.sha256 or "",
+            }
             if verdict is not None:
-                tags.update({"convert.decision": verdict.decision, "convert.exit_code": str(verdict.exit_code),
-                             "convert.reasons": "\n".join(f"[{r.code}] {r.artifact}: {r.message}" for r in verdict.reasons)[:TAG_LIMIT]})
+                tags.update(
+                    {
+                        "convert.decision": verdict.decision,
+                        "convert.exit_code": str(verdict.exit_code),
+                        "convert.reasons": "\n".join(f"[{r.code}] {r.artifact}: {r.message}" for r in verdict.reasons)[:TAG_LIMIT],
+                    }
+                )
             mlflow.set_tags(tags)
             mlflow.log_params(_params(report))
             mlflow.log_metrics(metrics(report))
@@ -58,9 +67,11 @@ def log_run(report: Report, report_path: Path, renderings: list[Path]) -> str:
                             mlflow.log_artifact(str(Path(artifact.path).parent / name), artifact_path=folder)
             return run.info.run_id
     except (mlflow.exceptions.MlflowException, OSError) as exc:
-        raise ConvertError(f"MLflow refused the run at {mlflow.get_tracking_uri()}: {(str(exc).splitlines() or [type(exc).__name__])[0]}",
-                           "Check MLFLOW_TRACKING_URI (and, for a file store with MLflow 3.7 or later, MLFLOW_ALLOW_FILE_STORE=true); "
-                           "the report and artifacts were written locally all the same.") from None
+        raise ConvertError(
+            f"MLflow refused the run at {mlflow.get_tracking_uri()}: {(str(exc).splitlines() or [type(exc).__name__])[0]}",
+            "Check MLFLOW_TRACKING_URI (and, for a file store with MLflow 3.7 or later, MLFLOW_ALLOW_FILE_STORE=true); "
+            "the report and artifacts were written locally all the same.",
+        ) from None
 
 
 def metrics(report: Report) -> dict[str, float]:
@@ -88,8 +99,12 @@ def metrics(report: Report) -> dict[str, float]:
 
 
 def _params(report: Report) -> dict[str, str]:
-    params = {"source": report.source.path or "", "framework": report.source.framework or "",
-              "to": ",".join(report.options.get("to", [])), "optimize": ",".join(report.options.get("optimize", []))}
+    params = {
+        "source": report.source.path or "",
+        "framework": report.source.framework or "",
+        "to": ",".join(report.options.get("to", [])),
+        "optimize": ",".join(report.options.get("optimize", [])),
+    }
     if report.gate is not None:
         params.update({"policy": report.gate.policy, "required_devices": ",".join(report.gate.required_devices)})
     return params

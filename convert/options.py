@@ -12,9 +12,10 @@ import hashlib
 import json
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from convert.worker import DEFAULT_STAGE_TIMEOUT
 
@@ -73,78 +74,264 @@ class RunOption:
 PATH = Path  # a file or folder option: a Path in the request, the user's spelling in the reproduce command
 
 OPTIONS: tuple[RunOption, ...] = (
-    RunOption("to", "--to", "Comma-separated target formats: {formats}.", kind="comma-list", metavar="FORMATS",
-              policy="require.targets", reproduce="never", not_reproduced="each artifact's command names its own target"),
-    RunOption("out", "--out", "Output folder for the artifacts and report.json.", type=PATH, default=Path("out"),
-              show_default=True, policy="out", reproduce="never", not_reproduced="each artifact's command names its own folder"),
-    RunOption("framework", "--framework", "The source framework, when it cannot be told from the model.",
-              policy="model.framework", stages=("load",), choices_from="source"),
-    RunOption("weights", "--weights", "Weights for a module:callable factory: .safetensors or a torch.save'd state dict "
-              "(torch), .weights.h5 (keras).", type=PATH, policy="model.weights", stages=("load",)),
-    RunOption("params", "--params", "Params of a JAX function f(params, *inputs), or variables of a flax linen module: "
-              ".msgpack (flax.serialization.to_bytes), .npz or .safetensors (keys joined by '/'). Never unpickled.",
-              type=PATH, policy="model.params", stages=("load",)),
-    RunOption("inputs", "--input", 'An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]". Repeat per '
-              "input; symbols are dynamic axes.", kind="multiple", metavar="SPEC", policy="model.inputs", stages=("load",)),
-    RunOption("example_inputs", "--example-inputs", "An .npz with one example array per input (by name): the export shape.",
-              type=PATH, policy="model.example_inputs", stages=("load",)),
-    RunOption("dims", "--dim", "Sizes of a symbolic dim: the export size, then other validation sizes, e.g. B=2,1,8.",
-              kind="multiple", metavar="SYMBOL=SIZES", policy="validation.dims", stages=("reference", "export", "validate")),
-    RunOption("optimize", "--optimize", "Comma-separated optimizations of the exported artifacts, each validated: "
-              "{optimizers}; or auto: build every pass this machine can run, validate and benchmark them, keep the fastest "
-              "within the accuracy budget.", kind="comma-list", default="", metavar="PASSES", policy="require.optimizations",
-              reproduce="never", not_reproduced="an optimization's command names its own pass"),
-    RunOption("calibration_data", "--calibration-data", "Inputs for INT8 calibration: an .npz (arrays by input name) or a "
-              "folder of them (default: generated from the specs).", type=PATH, policy="validation.calibration_data",
-              stages=("optimize",), reproduce="optimization"),
-    RunOption("accuracy", "--accuracy", 'Accuracy budget of FP16/INT8 artifacts, e.g. "cosine>=0.995" or '
-              '"logits:top1>=0.98,rel_rms<=0.05".', kind="multiple", metavar="[OUTPUT:]BUDGET", policy="validation.accuracy",
-              stages=("validate",), reproduce="optimization"),
-    RunOption("shape_ranges", "--shape-range", 'Sizes a symbolic dim must support, e.g. "B=1..8..32,S=16..128..512": '
-              "TensorRT optimization profiles; min, opt and max are validated, opt is the export size.", kind="multiple",
-              metavar="SYMBOL=MIN..OPT..MAX", policy="validation.shape_ranges",
-              stages=("reference", "export", "optimize", "validate")),
-    RunOption("benchmark", "--benchmark", "Measure the source model and every artifact that passed: p50/p90/p99 latency, "
-              "throughput, peak memory.", kind="flag", default=False, reproduce="never",
-              not_reproduced="a measurement, not how the artifact is made (the gate benchmarks when a budget asks)"),
-    RunOption("threads", "--threads", "Intra-op threads every benchmarked runtime is pinned to (default: every core).",
-              type=int, policy="benchmark.threads", reproduce="never", not_reproduced="a measurement setting"),
-    RunOption("benchmark_batch", "--benchmark-batch", "Batch size of the throughput measurement (the first input's leading "
-              "symbolic dim).", type=int, default=8, show_default=True, policy="benchmark.batch", reproduce="never",
-              not_reproduced="a measurement setting"),
-    RunOption("opset", "--opset", "ONNX opset version (default: the exporter's).", type=int, policy="validation.opset",
-              stages=("export", "optimize")),
-    RunOption("tolerances", "--tolerance", "Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or "
-              "one.", kind="multiple", metavar="[OUTPUT:]atol=A,rtol=R", policy="validation.tolerances", stages=("validate",),
-              api="tolerance"),
-    RunOption("samples", "--samples", "Input samples per shape.", type=int, default=3, show_default=True,
-              policy="validation.samples", stages=("reference", "validate")),
-    RunOption("seed", "--seed", "Seed for the generated inputs.", type=int, default=0, show_default=True,
-              policy="validation.seed", stages=("reference", "export", "validate")),
-    RunOption("allow_fixed_shapes", "--allow-fixed-shapes", "Accept an artifact that fixes a dim asked dynamic (its checks at "
-              "other sizes are skipped); by default it fails.", kind="flag", default=False,
-              policy="validation.allow_fixed_shapes", stages=("validate",)),
-    RunOption("trust_code", "--trust-code", "Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 "
-              "with pickled parts, SavedModel folders, legacy .h5, .keras naming code outside Keras).", kind="flag",
-              default=False, policy="model.trust_code", stages=("load",)),
-    RunOption("force", "--force", "Replace what an earlier run wrote in the output folder (never the model or any other "
-              "input).", kind="flag", default=False, reproduce="never",
-              not_reproduced="the command writes to a folder of its own"),
-    RunOption("stage_timeout", "--stage-timeout", "Stop a stage (loading, an export, a validation, a benchmark) that runs "
-              "longer, and fail it; the run goes on.", type=float, default=DEFAULT_STAGE_TIMEOUT, show_default=True,
-              metavar="SECONDS", policy="validation.stage_timeout", reproduce="never",
-              not_reproduced="a limit on the run, not how the artifact is made"),
-    RunOption("isolate", "--no-isolation", "Run the framework work in this process instead of a worker process: no crash "
-              "isolation and no stage timeout (for debuggers and profilers).", kind="negated-flag", default=True,
-              reproduce="never", not_reproduced="where the work runs, not what it makes"),
-    RunOption("cache", "--no-cache", "Run every stage even when an unchanged model, options and libraries have a cached "
-              "result (also: CONVERT_NO_CACHE=1).", kind="negated-flag", default=True, reproduce="never",
-              not_reproduced="the cache reuses results, it never changes them"),
-    RunOption("cache_dir", "--cache-dir", "Where cached artifacts and validation results live (default: $CONVERT_CACHE_DIR, "
-              "else ~/.cache/convert; deleting it is always safe).", type=PATH, metavar="FOLDER", reproduce="never",
-              not_reproduced="the cache reuses results, it never changes them"),
-    RunOption("report_json", "--report-json", "Where to write the JSON report (default: OUT/report.json).", type=PATH,
-              reproduce="never", not_reproduced="the command writes its report in its own folder"),
+    RunOption(
+        "to",
+        "--to",
+        "Comma-separated target formats: {formats}.",
+        kind="comma-list",
+        metavar="FORMATS",
+        policy="require.targets",
+        reproduce="never",
+        not_reproduced="each artifact's command names its own target",
+    ),
+    RunOption(
+        "out",
+        "--out",
+        "Output folder for the artifacts and report.json.",
+        type=PATH,
+        default=Path("out"),
+        show_default=True,
+        policy="out",
+        reproduce="never",
+        not_reproduced="each artifact's command names its own folder",
+    ),
+    RunOption(
+        "framework",
+        "--framework",
+        "The source framework, when it cannot be told from the model.",
+        policy="model.framework",
+        stages=("load",),
+        choices_from="source",
+    ),
+    RunOption(
+        "weights",
+        "--weights",
+        "Weights for a module:callable factory: .safetensors or a torch.save'd state dict (torch), .weights.h5 (keras).",
+        type=PATH,
+        policy="model.weights",
+        stages=("load",),
+    ),
+    RunOption(
+        "params",
+        "--params",
+        "Params of a JAX function f(params, *inputs), or variables of a flax linen module: "
+        ".msgpack (flax.serialization.to_bytes), .npz or .safetensors (keys joined by '/'). Never unpickled.",
+        type=PATH,
+        policy="model.params",
+        stages=("load",),
+    ),
+    RunOption(
+        "inputs",
+        "--input",
+        'An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]". Repeat per input; symbols are dynamic axes.',
+        kind="multiple",
+        metavar="SPEC",
+        policy="model.inputs",
+        stages=("load",),
+    ),
+    RunOption(
+        "example_inputs",
+        "--example-inputs",
+        "An .npz with one example array per input (by name): the export shape.",
+        type=PATH,
+        policy="model.example_inputs",
+        stages=("load",),
+    ),
+    RunOption(
+        "dims",
+        "--dim",
+        "Sizes of a symbolic dim: the export size, then other validation sizes, e.g. B=2,1,8.",
+        kind="multiple",
+        metavar="SYMBOL=SIZES",
+        policy="validation.dims",
+        stages=("reference", "export", "validate"),
+    ),
+    RunOption(
+        "optimize",
+        "--optimize",
+        "Comma-separated optimizations of the exported artifacts, each validated: "
+        "{optimizers}; or auto: build every pass this machine can run, validate and benchmark them, keep the fastest "
+        "within the accuracy budget.",
+        kind="comma-list",
+        default="",
+        metavar="PASSES",
+        policy="require.optimizations",
+        reproduce="never",
+        not_reproduced="an optimization's command names its own pass",
+    ),
+    RunOption(
+        "calibration_data",
+        "--calibration-data",
+        "Inputs for INT8 calibration: an .npz (arrays by input name) or a folder of them (default: generated from the specs).",
+        type=PATH,
+        policy="validation.calibration_data",
+        stages=("optimize",),
+        reproduce="optimization",
+    ),
+    RunOption(
+        "accuracy",
+        "--accuracy",
+        'Accuracy budget of FP16/INT8 artifacts, e.g. "cosine>=0.995" or "logits:top1>=0.98,rel_rms<=0.05".',
+        kind="multiple",
+        metavar="[OUTPUT:]BUDGET",
+        policy="validation.accuracy",
+        stages=("validate",),
+        reproduce="optimization",
+    ),
+    RunOption(
+        "shape_ranges",
+        "--shape-range",
+        'Sizes a symbolic dim must support, e.g. "B=1..8..32,S=16..128..512": '
+        "TensorRT optimization profiles; min, opt and max are validated, opt is the export size.",
+        kind="multiple",
+        metavar="SYMBOL=MIN..OPT..MAX",
+        policy="validation.shape_ranges",
+        stages=("reference", "export", "optimize", "validate"),
+    ),
+    RunOption(
+        "benchmark",
+        "--benchmark",
+        "Measure the source model and every artifact that passed: p50/p90/p99 latency, throughput, peak memory.",
+        kind="flag",
+        default=False,
+        reproduce="never",
+        not_reproduced="a measurement, not how the artifact is made (the gate benchmarks when a budget asks)",
+    ),
+    RunOption(
+        "threads",
+        "--threads",
+        "Intra-op threads every benchmarked runtime is pinned to (default: every core).",
+        type=int,
+        policy="benchmark.threads",
+        reproduce="never",
+        not_reproduced="a measurement setting",
+    ),
+    RunOption(
+        "benchmark_batch",
+        "--benchmark-batch",
+        "Batch size of the throughput measurement (the first input's leading symbolic dim).",
+        type=int,
+        default=8,
+        show_default=True,
+        policy="benchmark.batch",
+        reproduce="never",
+        not_reproduced="a measurement setting",
+    ),
+    RunOption(
+        "opset",
+        "--opset",
+        "ONNX opset version (default: the exporter's).",
+        type=int,
+        policy="validation.opset",
+        stages=("export", "optimize"),
+    ),
+    RunOption(
+        "tolerances",
+        "--tolerance",
+        "Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or one.",
+        kind="multiple",
+        metavar="[OUTPUT:]atol=A,rtol=R",
+        policy="validation.tolerances",
+        stages=("validate",),
+        api="tolerance",
+    ),
+    RunOption(
+        "samples",
+        "--samples",
+        "Input samples per shape.",
+        type=int,
+        default=3,
+        show_default=True,
+        policy="validation.samples",
+        stages=("reference", "validate"),
+    ),
+    RunOption(
+        "seed",
+        "--seed",
+        "Seed for the generated inputs.",
+        type=int,
+        default=0,
+        show_default=True,
+        policy="validation.seed",
+        stages=("reference", "export", "validate"),
+    ),
+    RunOption(
+        "allow_fixed_shapes",
+        "--allow-fixed-shapes",
+        "Accept an artifact that fixes a dim asked dynamic (its checks at other sizes are skipped); by default it fails.",
+        kind="flag",
+        default=False,
+        policy="validation.allow_fixed_shapes",
+        stages=("validate",),
+    ),
+    RunOption(
+        "trust_code",
+        "--trust-code",
+        "Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 "
+        "with pickled parts, SavedModel folders, legacy .h5, .keras naming code outside Keras).",
+        kind="flag",
+        default=False,
+        policy="model.trust_code",
+        stages=("load",),
+    ),
+    RunOption(
+        "force",
+        "--force",
+        "Replace what an earlier run wrote in the output folder (never the model or any other input).",
+        kind="flag",
+        default=False,
+        reproduce="never",
+        not_reproduced="the command writes to a folder of its own",
+    ),
+    RunOption(
+        "stage_timeout",
+        "--stage-timeout",
+        "Stop a stage (loading, an export, a validation, a benchmark) that runs longer, and fail it; the run goes on.",
+        type=float,
+        default=DEFAULT_STAGE_TIMEOUT,
+        show_default=True,
+        metavar="SECONDS",
+        policy="validation.stage_timeout",
+        reproduce="never",
+        not_reproduced="a limit on the run, not how the artifact is made",
+    ),
+    RunOption(
+        "isolate",
+        "--no-isolation",
+        "Run the framework work in this process instead of a worker process: no crash "
+        "isolation and no stage timeout (for debuggers and profilers).",
+        kind="negated-flag",
+        default=True,
+        reproduce="never",
+        not_reproduced="where the work runs, not what it makes",
+    ),
+    RunOption(
+        "cache",
+        "--no-cache",
+        "Run every stage even when an unchanged model, options and libraries have a cached result (also: CONVERT_NO_CACHE=1).",
+        kind="negated-flag",
+        default=True,
+        reproduce="never",
+        not_reproduced="the cache reuses results, it never changes them",
+    ),
+    RunOption(
+        "cache_dir",
+        "--cache-dir",
+        "Where cached artifacts and validation results live (default: $CONVERT_CACHE_DIR, "
+        "else ~/.cache/convert; deleting it is always safe).",
+        type=PATH,
+        metavar="FOLDER",
+        reproduce="never",
+        not_reproduced="the cache reuses results, it never changes them",
+    ),
+    RunOption(
+        "report_json",
+        "--report-json",
+        "Where to write the JSON report (default: OUT/report.json).",
+        type=PATH,
+        reproduce="never",
+        not_reproduced="the command writes its report in its own folder",
+    ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 CACHE_OPTIONS = ("cache", "cache_dir")  # the options every command that runs the pipeline shares
@@ -167,9 +354,17 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
                 from convert.registry import REGISTRY
 
                 kind = click.Choice([entry.name for entry in REGISTRY.entries(option.choices_from)])
-            command = click.option(option.flag, option.parameter, type=kind, default=option.default, metavar=option.metavar,
-                                   multiple=option.kind == "multiple", required=option.name == "to",
-                                   show_default=option.show_default, help=text)(command)
+            command = click.option(
+                option.flag,
+                option.parameter,
+                type=kind,
+                default=option.default,
+                metavar=option.metavar,
+                multiple=option.kind == "multiple",
+                required=option.name == "to",
+                show_default=option.show_default,
+                help=text,
+            )(command)
         return command
 
     return decorate
@@ -228,8 +423,7 @@ def reproduce_command(request: ConvertRequest, target: str, out_dir: Path, optim
             value = getattr(request, option.name)
             if not _is_object(value) and value not in (None, (), False, option.default):
                 keywords[option.keyword] = list(value) if isinstance(value, tuple) else _spelled(value)
-        return (f"convert.convert(<{type(request.model).__name__} object>"
-                + "".join(f", {k}={v!r}" for k, v in keywords.items()) + ")")
+        return f"convert.convert(<{type(request.model).__name__} object>" + "".join(f", {k}={v!r}" for k, v in keywords.items()) + ")"
     parts = ["python", "-m", "convert", os.fspath(request.model), "--to", target, "--out", str(out_dir)]
     if optimization:
         parts += ["--optimize", optimization]

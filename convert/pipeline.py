@@ -20,7 +20,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,20 +33,30 @@ from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_benchmark
 from convert.cache import Lookup, RunCache, artifact_data, cached_artifact
 from convert.devices import ALL_DEVICES, absent_reason, cuda_gpus, present_devices
 from convert.errors import ConvertError, require
-from convert.memory import GIB, check_fits, feed_bytes
 from convert.exporters.base import ExportJob
+from convert.memory import GIB, check_fits, feed_bytes
 from convert.protected_inputs import Read, Write, reads_of, refuse_writes_to_inputs
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.reports.console import first_line
-from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX, Staging, atomic_write_text, no_space_error, refuse_existing, sha256_files, size_of
+from convert.safety import (
+    FAILED_FOLDER,
+    LOCK_NAME,
+    STAGING_PREFIX,
+    Staging,
+    atomic_write_text,
+    no_space_error,
+    refuse_existing,
+    sha256_files,
+    size_of,
+)
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
 from convert.sources.signature import fixed_shape_note
 from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
 from convert.validation import ValidationCase
+from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, Session, SourceSummary, StageCrashed
 from convert.worker import start as start_worker
-from convert.validators import ShapeCase, TolerancePolicy, generate_feed, plan_shape_cases
 
 
 @dataclass
@@ -151,8 +161,10 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     if request.threads is not None and request.threads < 1 or request.benchmark_batch < 1:
         raise ConvertError("--threads and --benchmark-batch must be at least 1", "Leave them out for every core and a batch of 8.")
     if request.stage_timeout is not None and not request.stage_timeout > 0:
-        raise ConvertError(f"the stage timeout must be a positive number of seconds, not {request.stage_timeout}",
-                           f"Leave it out for {DEFAULT_STAGE_TIMEOUT:g} s.")
+        raise ConvertError(
+            f"the stage timeout must be a positive number of seconds, not {request.stage_timeout}",
+            f"Leave it out for {DEFAULT_STAGE_TIMEOUT:g} s.",
+        )
     settings = BenchmarkSettings(**{k: v for k, v in (("threads", request.threads), ("batch", request.benchmark_batch)) if v})
     example = request.example_inputs
     if isinstance(example, (str, os.PathLike)):
@@ -167,14 +179,25 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     refuse_existing([*finals.values(), report_path], request.force)  # again under the output lock, before writing
 
     stages = _Stages(progress)
-    report = rm.Report(tool_version=__version__, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       command=request.command, environment=_environment(), options=options.record(request))
+    report = rm.Report(
+        tool_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=request.command,
+        environment=_environment(),
+        options=options.record(request),
+    )
     artifacts: dict[str, Artifact] = {}
     staging: Staging | None = None
-    source_request = SourceRequest(model=request.model, framework=request.framework,
-                                   weights=Path(request.weights) if request.weights else None, params=request.params,
-                                   inputs=specs, example_inputs=example, trust_code=request.trust_code,
-                                   dim_ranges={symbol: (low, high) for symbol, (low, _, high) in shape_ranges.items()})
+    source_request = SourceRequest(
+        model=request.model,
+        framework=request.framework,
+        weights=Path(request.weights) if request.weights else None,
+        params=request.params,
+        inputs=specs,
+        example_inputs=example,
+        trust_code=request.trust_code,
+        dim_ranges={symbol: (low, high) for symbol, (low, _, high) in shape_ranges.items()},
+    )
     cache = RunCache.open(Path(request.cache_dir) if request.cache_dir else None, request.cache)
     report.cache = cache.record
     worker = start_worker(source_request, request.stage_timeout, request.isolate)
@@ -193,8 +216,11 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         report.source.outputs = list(source.signature.outputs)
         report.source.inputs = [str(s) for s in source.signature.inputs]
         # checked before anything is written: bad calibration data must not leave exported artifacts behind
-        calibration = _calibration_feeds(source, cases, request) if any(
-            REGISTRY.get("optimizer", o).meta.get("calibrated") for o in optimizations) else []
+        calibration = (
+            _calibration_feeds(source, cases, request)
+            if any(REGISTRY.get("optimizer", o).meta.get("calibrated") for o in optimizations)
+            else []
+        )
 
         ranges = _profile_ranges(source, cases, shape_ranges)
         staging = Staging(out_dir, [*finals.values(), report_path], request.force)
@@ -203,18 +229,38 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             record = rm.ArtifactRecord(format=target, reproduce=options.reproduce_command(request, target, out_dir))
             report.artifacts.append(record)
             with stages.run(f"export:{target}") as stage:
-                job = ExportJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
-                                dim_ranges=source.dim_ranges)
-                lookup = cache.find(stage.name, cache.source_packages, exporters[target], stem, export_feed,
-                                    source.dim_ranges)
-                artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, Session.export, exporters[target], job), record, stage)
+                job = ExportJob(
+                    source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset, dim_ranges=source.dim_ranges
+                )
+                lookup = cache.find(stage.name, cache.source_packages, exporters[target], stem, export_feed, source.dim_ranges)
+                artifact = _recorded(
+                    _made(worker, stage, cache, lookup, staging.path, Session.export, exporters[target], job), record, stage
+                )
             if artifact is not None:
-                _validate_and_publish(target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache,
-                                      request.allow_fixed_shapes)
+                _validate_and_publish(
+                    target, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache, request.allow_fixed_shapes
+                )
         candidates: dict[str, Artifact] = {}
         for name in optimizations:
-            _optimize(name, artifacts, source, export_feed, calibration, cases, policy, staging, out_dir, stem, request,
-                      report, stages, ranges, candidates if auto else None, worker, cache)
+            _optimize(
+                name,
+                artifacts,
+                source,
+                export_feed,
+                calibration,
+                cases,
+                policy,
+                staging,
+                out_dir,
+                stem,
+                request,
+                report,
+                stages,
+                ranges,
+                candidates if auto else None,
+                worker,
+                cache,
+            )
         if request.benchmark or auto:
             plan = plan_benchmark(source.signature, cases[0].shape.sizes, export_feed, settings, request.seed)
             _benchmark(worker, report, artifacts, candidates, plan, settings, stages)
@@ -260,8 +306,12 @@ def _report_stop(report: rm.Report, stages: _Stages, report_path: Path, exc: Exc
 
 def _writes(out_dir: Path, finals: dict[str, Path], report_path: Path) -> list[Write]:
     """Every path the run writes, replaces or removes in the output folder."""
-    writes = [Write("the output folder", out_dir, replaces=False), Write("the failed folder", out_dir / FAILED_FOLDER, replaces=False),
-              Write("the JSON report", report_path), Write("the output lock", out_dir / LOCK_NAME)]
+    writes = [
+        Write("the output folder", out_dir, replaces=False),
+        Write("the failed folder", out_dir / FAILED_FOLDER, replaces=False),
+        Write("the JSON report", report_path),
+        Write("the output lock", out_dir / LOCK_NAME),
+    ]
     for key, path in finals.items():
         writes.append(Write(f"the {key} artifact", path))
         if path.suffix == ".onnx":
@@ -274,8 +324,9 @@ def _reads(request: ConvertRequest) -> list[Read]:
     """Every path the run reads."""
     params = request.params if isinstance(request.params, (str, os.PathLike)) else None
     example = request.example_inputs if isinstance(request.example_inputs, (str, os.PathLike)) else None
-    return reads_of(request.model, weights=request.weights, params=params, example_inputs=example,
-                    calibration_data=request.calibration_data)
+    return reads_of(
+        request.model, weights=request.weights, params=params, example_inputs=example, calibration_data=request.calibration_data
+    )
 
 
 def _setup_job(worker, stage: rm.Stage, job: Callable, *args):
@@ -284,9 +335,11 @@ def _setup_job(worker, stage: rm.Stage, job: Callable, *args):
         return worker.call(job, *args, setup=True)
     except StageCrashed as exc:
         _crashed(stage, exc)
-        raise ConvertError(f"loading the model did not finish: {exc}",
-                           "The file may be corrupt or truncated, or need other versions of its framework's native "
-                           "libraries: load it in a Python shell with the same packages to see the crash.") from None
+        raise ConvertError(
+            f"loading the model did not finish: {exc}",
+            "The file may be corrupt or truncated, or need other versions of its framework's native "
+            "libraries: load it in a Python shell with the same packages to see the crash.",
+        ) from None
 
 
 def _export_job(worker, stage: rm.Stage, method: Callable, name: str, job):
@@ -310,8 +363,7 @@ def _made(worker, stage: rm.Stage, cache: RunCache, lookup: Lookup, folder: Path
         return ExportOutcome(cached_artifact(lookup.hit, folder), attempts)
     outcome = _export_job(worker, stage, method, name, job)
     if outcome.artifact is not None:
-        cache.keep(lookup, {**artifact_data(outcome.artifact), "attempts": [a.__dict__ for a in outcome.attempts]},
-                   outcome.artifact.files)
+        cache.keep(lookup, {**artifact_data(outcome.artifact), "attempts": [a.__dict__ for a in outcome.attempts]}, outcome.artifact.files)
     return outcome
 
 
@@ -329,14 +381,30 @@ def _write_report(path: Path, report: rm.Report) -> None:
         full = no_space_error(exc, path.parent)
         if full is not None:
             raise full from exc
-        raise ConvertError(f"cannot write the report {path}: {exc.strerror or exc}",
-                           "Choose a writable path with --report-json or --out.") from exc
+        raise ConvertError(
+            f"cannot write the report {path}: {exc.strerror or exc}", "Choose a writable path with --report-json or --out."
+        ) from exc
 
 
-def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, export_feed, calibration, cases,
-              policy: TolerancePolicy, staging: Staging, out_dir: Path, stem: str, request: ConvertRequest,
-              report: rm.Report, stages: _Stages, ranges: dict[str, tuple[int, int, int]],
-              candidates: dict[str, Artifact] | None, worker, cache: RunCache) -> None:
+def _optimize(
+    name: str,
+    artifacts: dict[str, Artifact],
+    source: SourceSummary,
+    export_feed,
+    calibration,
+    cases,
+    policy: TolerancePolicy,
+    staging: Staging,
+    out_dir: Path,
+    stem: str,
+    request: ConvertRequest,
+    report: rm.Report,
+    stages: _Stages,
+    ranges: dict[str, tuple[int, int, int]],
+    candidates: dict[str, Artifact] | None,
+    worker,
+    cache: RunCache,
+) -> None:
     """One --optimize pass from the validated artifact it takes; the result is validated like any artifact.
 
     With ``candidates`` (--optimize auto) the validated artifact stays staged there until one is chosen."""
@@ -345,13 +413,23 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
     entry = REGISTRY.get("optimizer", name)
     optimizer = entry.load()
     base = artifacts.get(entry.meta["takes"])
-    record = rm.ArtifactRecord(format=entry.meta["format"], optimization=name, candidate=candidates is not None, precision=optimizer.precision,
-                               reproduce=options.reproduce_command(request, entry.meta["takes"], out_dir, name))
+    record = rm.ArtifactRecord(
+        format=entry.meta["format"],
+        optimization=name,
+        candidate=candidates is not None,
+        precision=optimizer.precision,
+        reproduce=options.reproduce_command(request, entry.meta["takes"], out_dir, name),
+    )
     report.artifacts.append(record)
     with stages.run(f"{'auto' if candidates is not None else 'optimize'}:{name}") as stage:
         missing = [p for p in entry.meta.get("requires", ()) if not _importable(p)]
-        reason = (f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.meta['extra']}]'" if missing
-                  else None if base is None else optimizer.unavailable_reason())
+        reason = (
+            f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.meta['extra']}]'"
+            if missing
+            else None
+            if base is None
+            else optimizer.unavailable_reason()
+        )
         if base is None:
             stage.status, stage.reason = "skipped", f"the {entry.meta['takes']} artifact it starts from was not exported"
             return
@@ -359,17 +437,29 @@ def _optimize(name: str, artifacts: dict[str, Artifact], source: SourceSummary, 
             stage.status, stage.reason = "skipped", reason
             return
         record.derived_from = str(base.path)
-        job = OptimizeJob(source=None, feed=export_feed, folder=staging.path, stem=stem, opset=request.opset,
-                          base=base, calibration=calibration, shape_ranges=ranges)
+        job = OptimizeJob(
+            source=None,
+            feed=export_feed,
+            folder=staging.path,
+            stem=stem,
+            opset=request.opset,
+            base=base,
+            calibration=calibration,
+            shape_ranges=ranges,
+        )
         # a TensorRT engine is made for one GPU model and driver, and its runner checks only engines built in this run
-        lookup = Lookup(None) if entry.meta["format"] == "tensorrt" else cache.find(
-            stage.name, entry.packages, name, stem, base.sha256, export_feed, calibration, ranges)
+        lookup = (
+            Lookup(None)
+            if entry.meta["format"] == "tensorrt"
+            else cache.find(stage.name, entry.packages, name, stem, base.sha256, export_feed, calibration, ranges)
+        )
         artifact = _recorded(_made(worker, stage, cache, lookup, staging.path, Session.optimize, name, job), record, stage)
     if artifact is None:
         return
     if candidates is None:
-        _validate_and_publish(name, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache,
-                              request.allow_fixed_shapes)
+        _validate_and_publish(
+            name, artifact, record, cases, policy, staging, out_dir, artifacts, stages, worker, cache, request.allow_fixed_shapes
+        )
     else:
         _validate(name, artifact, record, cases, policy, stages, worker, cache, request.allow_fixed_shapes)
         candidates[name] = artifact
@@ -383,7 +473,9 @@ def _importable(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
-def _profile_ranges(source: SourceSummary, cases: list[ValidationCase], given: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
+def _profile_ranges(
+    source: SourceSummary, cases: list[ValidationCase], given: dict[str, tuple[int, int, int]]
+) -> dict[str, tuple[int, int, int]]:
     """(min, opt, max) per symbolic dim, for passes that fix them in advance (TensorRT profiles): --shape-range,
     else the smallest and largest validated sizes with the export size as opt."""
     ranges = {}
@@ -393,12 +485,20 @@ def _profile_ranges(source: SourceSummary, cases: list[ValidationCase], given: d
     return ranges
 
 
-def _benchmark(worker, report: rm.Report, artifacts: dict[str, Artifact], candidates: dict[str, Artifact],
-               plan: BenchmarkPlan, settings: BenchmarkSettings, stages: _Stages) -> None:
+def _benchmark(
+    worker,
+    report: rm.Report,
+    artifacts: dict[str, Artifact],
+    candidates: dict[str, Artifact],
+    plan: BenchmarkPlan,
+    settings: BenchmarkSettings,
+    stages: _Stages,
+) -> None:
     """The source's own run, then every artifact that passed, on every device where it passed."""
     with stages.run("benchmark:source") as stage:
-        report.source_benchmark = [_benchmark_job(worker, stage, f"{report.source.framework} (source)", "cpu",
-                                                      Session.benchmark_source, plan, settings)]
+        report.source_benchmark = [
+            _benchmark_job(worker, stage, f"{report.source.framework} (source)", "cpu", Session.benchmark_source, plan, settings)
+        ]
     by_key = {**artifacts, **candidates}
     for record in report.artifacts:
         key = record.key
@@ -407,8 +507,9 @@ def _benchmark(worker, report: rm.Report, artifacts: dict[str, Artifact], candid
             continue
         with stages.run(f"benchmark:{key}") as stage:
             for runtime, device in dict.fromkeys((c.runtime, c.device) for c in record.checks if c.status == "passed"):
-                record.benchmarks.append(_benchmark_job(worker, stage, runtime, device, Session.benchmark_artifact, runtime,
-                                                        artifact, device, plan, settings))
+                record.benchmarks.append(
+                    _benchmark_job(worker, stage, runtime, device, Session.benchmark_artifact, runtime, artifact, device, plan, settings)
+                )
 
 
 def _benchmark_job(worker, stage: rm.Stage, runtime: str, device: str, method: Callable, *args) -> rm.Benchmark:
@@ -418,8 +519,14 @@ def _benchmark_job(worker, stage: rm.Stage, runtime: str, device: str, method: C
         return rm.Benchmark(runtime=runtime, device=device, status="failed", reason=_crashed(stage, exc))
 
 
-def _choose(report: rm.Report, candidates: dict[str, Artifact], staging: Staging, out_dir: Path,
-            artifacts: dict[str, Artifact], stage_records: list[rm.Stage]) -> None:
+def _choose(
+    report: rm.Report,
+    candidates: dict[str, Artifact],
+    staging: Staging,
+    out_dir: Path,
+    artifacts: dict[str, Artifact],
+    stage_records: list[rm.Stage],
+) -> None:
     """Rank the candidates (the exported ONNX artifact included) by p50 latency; publish the fastest that passed."""
     source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
     stage_of = {s.subject: s for s in stage_records if s.kind == "auto"}
@@ -445,16 +552,22 @@ def _choose(report: rm.Report, candidates: dict[str, Artifact], staging: Staging
         else:
             failing = next((c for c in record.checks if c.status == "failed"), None)
             entry.status = "failed"
-            entry.reason = (f"failed validation ({failing.runtime}, {failing.device}, {failing.shape}): {failing.reason}" if failing
-                            else "no check passed" if not record.passed else "its benchmark failed: "
-                            + "; ".join(b.reason for b in record.benchmarks))
+            entry.reason = (
+                f"failed validation ({failing.runtime}, {failing.device}, {failing.shape}): {failing.reason}"
+                if failing
+                else "no check passed"
+                if not record.passed
+                else "its benchmark failed: " + "; ".join(b.reason for b in record.benchmarks)
+            )
             others.append(entry)
     ranked.sort(key=lambda c: c.latency_ms_p50)
     for rank, entry in enumerate(ranked, 1):
         entry.rank = rank
         if rank > 1:
-            entry.reason = (f"slower: p50 {entry.latency_ms_p50:.4g} ms on {entry.device}, "
-                            f"{entry.latency_ms_p50 / ranked[0].latency_ms_p50:.2f}x the chosen's {ranked[0].latency_ms_p50:.4g} ms")
+            entry.reason = (
+                f"slower: p50 {entry.latency_ms_p50:.4g} ms on {entry.device}, "
+                f"{entry.latency_ms_p50 / ranked[0].latency_ms_p50:.2f}x the chosen's {ranked[0].latency_ms_p50:.4g} ms"
+            )
     report.auto = rm.AutoSelection(candidates=ranked + others)
     if not ranked:
         return
@@ -468,8 +581,9 @@ def _choose(report: rm.Report, candidates: dict[str, Artifact], staging: Staging
 
 def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | None:
     """Record an export's (or optimization's) attempts; the artifact, or None when every strategy failed."""
-    record.attempts = [rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error, note=a.note)
-                       for a in outcome.attempts]
+    record.attempts = [
+        rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error, note=a.note) for a in outcome.attempts
+    ]
     if outcome.artifact is None:
         stage.status, stage.error = "failed", outcome.primary_error
         return None
@@ -479,16 +593,36 @@ def _recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact |
     return artifact
 
 
-def _validate_and_publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
-                          staging: Staging, out_dir: Path, artifacts: dict[str, Artifact], stages: _Stages, worker,
-                          cache: RunCache, allow_fixed_shapes: bool) -> None:
+def _validate_and_publish(
+    key: str,
+    artifact: Artifact,
+    record: rm.ArtifactRecord,
+    cases,
+    policy: TolerancePolicy,
+    staging: Staging,
+    out_dir: Path,
+    artifacts: dict[str, Artifact],
+    stages: _Stages,
+    worker,
+    cache: RunCache,
+    allow_fixed_shapes: bool,
+) -> None:
     """Validate a staged artifact, then move it into place and record where it went."""
     _validate(key, artifact, record, cases, policy, stages, worker, cache, allow_fixed_shapes)
     _publish(key, artifact, record, staging, out_dir, artifacts)
 
 
-def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy, stages: _Stages,
-              worker, cache: RunCache, allow_fixed_shapes: bool) -> None:
+def _validate(
+    key: str,
+    artifact: Artifact,
+    record: rm.ArtifactRecord,
+    cases,
+    policy: TolerancePolicy,
+    stages: _Stages,
+    worker,
+    cache: RunCache,
+    allow_fixed_shapes: bool,
+) -> None:
     """Validate a staged artifact; an ONNX artifact whose declared output shapes did not hold has those dims made
     dynamic in its graph, and is validated again (the report records the repair)."""
     from convert.validation import declared_repairs, fixed_dims
@@ -504,16 +638,25 @@ def _validate(key: str, artifact: Artifact, record: rm.ArtifactRecord, cases, po
     record.passed = _artifact_passed(record)
 
 
-def _checks(worker, stage: rm.Stage, artifact: Artifact, record: rm.ArtifactRecord, cases, policy: TolerancePolicy,
-            cache: RunCache, allow_fixed_shapes: bool) -> list[rm.Check]:
+def _checks(
+    worker,
+    stage: rm.Stage,
+    artifact: Artifact,
+    record: rm.ArtifactRecord,
+    cases,
+    policy: TolerancePolicy,
+    cache: RunCache,
+    allow_fixed_shapes: bool,
+) -> list[rm.Check]:
     artifact.sha256 = sha256_files(artifact.files)  # before validation: the cache keys its results on it
     artifact.size_bytes = size_of(artifact.files)
     record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
     return validate_artifact(worker, stage, artifact, cases, policy, cache, allow_fixed_shapes)
 
 
-def _publish(key: str, artifact: Artifact, record: rm.ArtifactRecord, staging: Staging, out_dir: Path,
-             artifacts: dict[str, Artifact]) -> None:
+def _publish(
+    key: str, artifact: Artifact, record: rm.ArtifactRecord, staging: Staging, out_dir: Path, artifacts: dict[str, Artifact]
+) -> None:
     """Move a validated artifact to its final path; one that failed validation goes to the failed folder instead."""
     failed = out_dir / FAILED_FOLDER
     folder, other = (out_dir, failed) if record.passed else (failed, out_dir)
@@ -543,13 +686,22 @@ def _calibration_feeds(source: SourceSummary, cases, request: ConvertRequest) ->
         return feeds
     sizes = cases[0].shape.sizes
     feeds.extend(generate_feed(source.signature.inputs, sizes, sample, request.seed + 1000) for sample in range(CALIBRATION_SAMPLES))
-    feeds.origin = (f"generated from the input specs ({CALIBRATION_SAMPLES} feeds at the export shape, seed {request.seed + 1000}): "
-                    "pass --calibration-data with real inputs for a representative calibration")
+    feeds.origin = (
+        f"generated from the input specs ({CALIBRATION_SAMPLES} feeds at the export shape, seed {request.seed + 1000}): "
+        "pass --calibration-data with real inputs for a representative calibration"
+    )
     return feeds
 
 
-def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[ValidationCase], policy: TolerancePolicy,
-                      cache: RunCache, allow_fixed_shapes: bool = False) -> list[rm.Check]:
+def validate_artifact(
+    worker,
+    stage: rm.Stage,
+    artifact: Artifact,
+    cases: list[ValidationCase],
+    policy: TolerancePolicy,
+    cache: RunCache,
+    allow_fixed_shapes: bool = False,
+) -> list[rm.Check]:
     """Every runtime that can run the artifact × every device × every shape case; a runtime that crashes the
     worker fails its checks on that device, and the others still run. Each runtime × device is cached on its own."""
     checks: list[rm.Check] = []
@@ -558,14 +710,28 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[V
         runner_class = entry.load()
         for device in ALL_DEVICES:
             if runner_class.never_runs_on(device) or absent_reason(device):  # known here, without a job
-                checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="skipped",
-                                       reason=runner_class.unavailable_reason(device),
-                                       device_unsupported=runner_class.never_runs_on(device)))
+                checks.append(
+                    rm.Check(
+                        runtime=entry.name,
+                        device=device,
+                        shape="*",
+                        status="skipped",
+                        reason=runner_class.unavailable_reason(device),
+                        device_unsupported=runner_class.never_runs_on(device),
+                    )
+                )
                 continue
             jobs += 1
-            lookup = cache.find(f"{stage.name} {entry.name} {device}", entry.packages, artifact.sha256,
-                                artifact_data(artifact), entry.name, device, cuda_gpus() if device != "cpu" else [],
-                                cache.cases_digest(cases))
+            lookup = cache.find(
+                f"{stage.name} {entry.name} {device}",
+                entry.packages,
+                artifact.sha256,
+                artifact_data(artifact),
+                entry.name,
+                device,
+                cuda_gpus() if device != "cpu" else [],
+                cache.cases_digest(cases),
+            )
             if lookup.hit is not None:
                 checks += [rm.Check.model_validate(check) for check in lookup.hit.data["checks"]]
                 reused += 1
@@ -579,32 +745,45 @@ def validate_artifact(worker, stage: rm.Stage, artifact: Artifact, cases: list[V
             cache.keep(lookup, {"checks": [check.model_dump() for check in found]})
     stage.reused = jobs > 0 and reused == jobs
     if not checks:
-        checks.append(rm.Check(runtime="-", device="-", shape="*", status="skipped",
-                               reason=f"no runtime is registered for {artifact.format}"))
+        checks.append(
+            rm.Check(runtime="-", device="-", shape="*", status="skipped", reason=f"no runtime is registered for {artifact.format}")
+        )
     return checks
 
 
-def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, request: ConvertRequest,
-               policy: TolerancePolicy, cache: RunCache) -> list[ValidationCase]:
+def _reference(
+    source: SourceSummary, worker, stage: rm.Stage, dim_sizes, request: ConvertRequest, policy: TolerancePolicy, cache: RunCache
+) -> list[ValidationCase]:
     """Inputs for every shape case and the source's own outputs for them, computed once."""
     signature = source.signature
     unknown = [s for s in dim_sizes if s not in signature.symbols]
     if unknown:
-        raise ConvertError(f"--dim or --shape-range names the symbol {unknown[0]}, which no input uses",
-                           f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.")
+        raise ConvertError(
+            f"--dim or --shape-range names the symbol {unknown[0]}, which no input uses",
+            f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.",
+        )
     shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, source.dim_ranges or None)
     sample_bytes = [feed_bytes(signature.inputs, shape.sizes) for shape in shapes]
     largest = max(range(len(shapes)), key=sample_bytes.__getitem__)
-    fits = functools.partial(check_fits, request.samples * sum(sample_bytes), copies=2 if isinstance(worker, ChildWorker) else 1,
-                             largest=f"{', '.join(f'{s.name}:{s.dtype}{list(s.shape(shapes[largest].sizes))}' for s in signature.inputs)} at "
-                                     f"{sample_bytes[largest] / GIB:.2f} GiB a sample",
-                             samples=request.samples, cases=len(shapes))
+    fits = functools.partial(
+        check_fits,
+        request.samples * sum(sample_bytes),
+        copies=2 if isinstance(worker, ChildWorker) else 1,
+        largest=f"{', '.join(f'{s.name}:{s.dtype}{list(s.shape(shapes[largest].sizes))}' for s in signature.inputs)} at "
+        f"{sample_bytes[largest] / GIB:.2f} GiB a sample",
+        samples=request.samples,
+        cases=len(shapes),
+    )
     fits(None)  # before any input is generated
     cases = []
     for index, shape in enumerate(shapes):
         case = ValidationCase(shape)
-        feeds = [source.example_feed if index == 0 and sample == 0 and source.example_feed is not None
-                 else generate_feed(signature.inputs, shape.sizes, sample, request.seed) for sample in range(request.samples)]
+        feeds = [
+            source.example_feed
+            if index == 0 and sample == 0 and source.example_feed is not None
+            else generate_feed(signature.inputs, shape.sizes, sample, request.seed)
+            for sample in range(request.samples)
+        ]
         lookup = cache.find(f"reference {shape.describe()}", cache.source_packages, feeds)
         if lookup.hit is not None:
             case.references, error, case.reused = _cached_references(lookup), lookup.hit.data["error"], True
@@ -612,20 +791,27 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
             try:
                 case.references, error = worker.call(Session.reference, feeds)
             except StageCrashed as exc:
-                raise ConvertError(f"{_crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
-                                   "Run the model on such inputs in a Python shell to see the crash; check the --input specs.") from None
-            cache.keep(lookup, {"error": error, "outputs": [list(outputs) for outputs in case.references]},
-                       arrays={f"{sample}/{name}": value for sample, outputs in enumerate(case.references)
-                               for name, value in outputs.items()})
-        case.feeds = feeds[:len(case.references)]
+                raise ConvertError(
+                    f"{_crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
+                    "Run the model on such inputs in a Python shell to see the crash; check the --input specs.",
+                ) from None
+            cache.keep(
+                lookup,
+                {"error": error, "outputs": [list(outputs) for outputs in case.references]},
+                arrays={f"{sample}/{name}": value for sample, outputs in enumerate(case.references) for name, value in outputs.items()},
+            )
+        case.feeds = feeds[: len(case.references)]
         if error and index == 0:
             raise ConvertError(
                 f"the source model fails on inputs generated from its specs ({', '.join(map(str, signature.inputs))}): {error}",
-                "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).")
+                "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).",
+            )
         case.source_error = error
         cases.append(case)
         if index == 0:  # outputs at the other shapes estimated in proportion to their inputs
-            per_input_byte = sum(v.nbytes for outputs in case.references for v in outputs.values()) / max(1, len(case.references) * sample_bytes[0])
+            per_input_byte = sum(v.nbytes for outputs in case.references for v in outputs.values()) / max(
+                1, len(case.references) * sample_bytes[0]
+            )
             fits(round(per_input_byte * request.samples * sum(sample_bytes)))
     stage.reused = all(case.reused for case in cases)
     outputs = tuple(cases[0].references[0])
@@ -635,8 +821,10 @@ def _reference(source: SourceSummary, worker, stage: rm.Stage, dim_sizes, reques
     source.with_outputs(outputs)
     unknown_outputs = policy.unknown_outputs(outputs)
     if unknown_outputs:
-        raise ConvertError(f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
-                           f"The model's outputs are: {', '.join(outputs)}.")
+        raise ConvertError(
+            f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
+            f"The model's outputs are: {', '.join(outputs)}.",
+        )
     return cases
 
 
@@ -662,8 +850,10 @@ def _check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
     chosen = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     if "auto" in chosen:
         if len(chosen) > 1:
-            raise ConvertError("--optimize auto is given with other passes",
-                               "Give auto alone (it tries every pass this machine can run), or list the passes you want.")
+            raise ConvertError(
+                "--optimize auto is given with other passes",
+                "Give auto alone (it tries every pass this machine can run), or list the passes you want.",
+            )
         if "onnx" not in targets:
             raise ConvertError("--optimize auto starts from the onnx artifact, which --to does not ask for", "Add onnx to --to.")
         return [e.name for e in REGISTRY.entries("optimizer") if e.meta["takes"] in targets], True
@@ -673,8 +863,10 @@ def _check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
     for name in chosen:
         entry = REGISTRY.get("optimizer", name)
         if entry.meta["takes"] not in targets:
-            raise ConvertError(f"--optimize {name} works on the {entry.meta['takes']} artifact, which --to does not ask for",
-                               f"Add {entry.meta['takes']} to --to.")
+            raise ConvertError(
+                f"--optimize {name} works on the {entry.meta['takes']} artifact, which --to does not ask for",
+                f"Add {entry.meta['takes']} to --to.",
+            )
         for package in entry.meta.get("requires", ()):
             require(package, entry.meta["extra"], f"--optimize {name}")
     return chosen, False
@@ -684,10 +876,14 @@ def _exporter_for(target: str, framework: str) -> str:
     """The name of the exporter from this framework to the target."""
     entries = REGISTRY.entries("exporter", format=target, source=framework)
     if not entries:
-        able = sorted({name for e in REGISTRY.entries("exporter", format=target)
-                       for name in (e.meta["source"] if isinstance(e.meta["source"], tuple) else (e.meta["source"],))})
-        raise ConvertError(f"there is no exporter from {framework} to {target}",
-                           f"{target} can be made from: {', '.join(able)}.")
+        able = sorted(
+            {
+                name
+                for e in REGISTRY.entries("exporter", format=target)
+                for name in (e.meta["source"] if isinstance(e.meta["source"], tuple) else (e.meta["source"],))
+            }
+        )
+        raise ConvertError(f"there is no exporter from {framework} to {target}", f"{target} can be made from: {', '.join(able)}.")
     return entries[0].name
 
 
@@ -719,13 +915,22 @@ def _environment() -> rm.Environment:
     from convert.doctor import package_version
 
     packages = {name: version for name in REGISTRY.packages() if (version := package_version(name)) != "-"}
-    return rm.Environment(python=sys.version.split()[0], platform=platform.platform(), packages=packages,
-                          devices=list(present_devices()), device_names=list(cuda_gpus()))
+    return rm.Environment(
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        packages=packages,
+        devices=list(present_devices()),
+        device_names=list(cuda_gpus()),
+    )
 
 
 def _source_record(source: SourceSummary) -> rm.SourceRecord:
     info = source.info
-    return rm.SourceRecord(framework=info.framework, kind=info.kind, path=info.path, sha256=info.sha256,
-                           description=info.description, inputs=[str(s) for s in source.signature.inputs])
-
-
+    return rm.SourceRecord(
+        framework=info.framework,
+        kind=info.kind,
+        path=info.path,
+        sha256=info.sha256,
+        description=info.description,
+        inputs=[str(s) for s in source.signature.inputs],
+    )

@@ -66,14 +66,21 @@ class Validation(_Strict):
     shape_ranges: list[str] = []
     samples: int = Field(3, ge=1, le=10_000)
     seed: int = Field(0, ge=0, le=2**32 - 1)
-    allow_fixed_shapes: bool = Field(False, description="accept an artifact that fixes a dim asked dynamic; its checks at other "
-                                                        "sizes are skipped, and a skipped check on a required device still rejects")
+    allow_fixed_shapes: bool = Field(
+        False,
+        description="accept an artifact that fixes a dim asked dynamic; its checks at other "
+        "sizes are skipped, and a skipped check on a required device still rejects",
+    )
     tolerances: list[str] = Field([], description="fp32 tolerance overrides, as --tolerance")
     accuracy: list[str] = Field([], description="accuracy budgets that judge fp16 / int8 checks, as --accuracy")
     opset: int | None = Field(None, ge=1, le=100)
     calibration_data: str | None = None
-    stage_timeout: float = Field(DEFAULT_STAGE_TIMEOUT, gt=0, le=7 * 24 * 3600,
-                                 description="seconds a stage may run in the worker process before it is stopped and failed")
+    stage_timeout: float = Field(
+        DEFAULT_STAGE_TIMEOUT,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="seconds a stage may run in the worker process before it is stopped and failed",
+    )
 
     @field_validator("dims", "shape_ranges", "tolerances", "accuracy")
     @classmethod
@@ -81,14 +88,17 @@ class Validation(_Strict):
         from convert.specs import parse_dim_sizes, parse_shape_ranges
         from convert.validators.tolerances import TolerancePolicy
 
-        parse = {"dims": parse_dim_sizes, "shape_ranges": parse_shape_ranges, "tolerances": TolerancePolicy,
-                 "accuracy": lambda texts: TolerancePolicy((), texts)}[info.field_name]
+        parse = {
+            "dims": parse_dim_sizes,
+            "shape_ranges": parse_shape_ranges,
+            "tolerances": TolerancePolicy,
+            "accuracy": lambda texts: TolerancePolicy((), texts),
+        }[info.field_name]
         return _parsed(parse, texts)
 
 
 class ArtifactBudget(_Strict):
-    accuracy: str | dict[str, str] | None = Field(
-        None, description="'cosine>=0.999,max_abs<=1e-4' for every output, or {output: budget}")
+    accuracy: str | dict[str, str] | None = Field(None, description="'cosine>=0.999,max_abs<=1e-4' for every output, or {output: budget}")
     runtime: str | None = Field(None, description="judge latency and throughput on this runtime only (default: every runtime)")
     latency_ms_p50: PerDevice = None
     latency_ms_p90: PerDevice = None
@@ -107,8 +117,10 @@ class ArtifactBudget(_Strict):
             except ConvertError as exc:
                 raise ValueError(exc.paragraph()) from None
             if named is not None:
-                raise ValueError(f"'{text}' names an output in the text; write {{{named}: '{text.rpartition(':')[2]}'}}"
-                                 + (" instead" if output == "*" else " as its own key"))
+                raise ValueError(
+                    f"'{text}' names an output in the text; write {{{named}: '{text.rpartition(':')[2]}'}}"
+                    + (" instead" if output == "*" else " as its own key")
+                )
         return accuracy
 
     def timed(self) -> bool:
@@ -161,8 +173,10 @@ def load_policy(source: str | os.PathLike | dict) -> tuple[Policy, str]:
     data, lines = read_yaml(path, "policy", "promotion policy YAML file (see 'Promotion gate' in the README)")
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
-        raise ConvertError(f"{name}: a policy is a mapping of keys (model, require, budgets, ...); this one is {what}",
-                           "Start from the example policy in the README's 'Promotion gate' section.")
+        raise ConvertError(
+            f"{name}: a policy is a mapping of keys (model, require, budgets, ...); this one is {what}",
+            "Start from the example policy in the README's 'Promotion gate' section.",
+        )
     policy = _validated(data, lines, name)
     return _resolved(policy, path.resolve().parent), name
 
@@ -172,8 +186,10 @@ def read_yaml(path: Path, what: str, hint: str) -> tuple[Any, dict[tuple, int]]:
     cannot be read."""
     name = str(path)
     if not path.is_file():
-        raise ConvertError(f"the {what} file {name} does not exist" if not path.exists() else f"the {what} {name} is not a file",
-                           f"Pass the path of a {hint}.")
+        raise ConvertError(
+            f"the {what} file {name} does not exist" if not path.exists() else f"the {what} {name} is not a file",
+            f"Pass the path of a {hint}.",
+        )
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -184,7 +200,9 @@ def read_yaml(path: Path, what: str, hint: str) -> tuple[Any, dict[tuple, int]]:
     except OSError as exc:
         raise ConvertError(f"cannot read the {what} {name}: {exc.strerror or exc}", "Check that the file is readable.") from None
     except RecursionError:
-        raise ConvertError(f"{name} nests too deeply (or an alias refers to itself)", f"Write the {what} as plain mappings and lists.") from None
+        raise ConvertError(
+            f"{name} nests too deeply (or an alias refers to itself)", f"Write the {what} as plain mappings and lists."
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -217,12 +235,11 @@ def _problems(exc: ValidationError, data: dict, lines: dict[tuple, int], schema:
 
     A value that fits none of a union's types gives one pydantic error per type; the deepest says most (a bad
     value inside a mapping rather than 'not a string'), and of several at one place the first is kept."""
-    errors = [(error, _data_path(tuple(error["loc"]), data, error["type"] in ("extra_forbidden", "missing")))
-              for error in exc.errors()]
+    errors = [(error, _data_path(tuple(error["loc"]), data, error["type"] in ("extra_forbidden", "missing"))) for error in exc.errors()]
     paths = {path for _, path in errors}
     kept: dict[tuple, dict] = {}
     for error, path in errors:
-        if not any(other[:len(path)] == path and len(other) > len(path) for other in paths):
+        if not any(other[: len(path)] == path and len(other) > len(path) for other in paths):
             kept.setdefault(path, error)
     ordered = sorted(kept.items(), key=lambda item: _line(lines, item[0]) or 0)
     return [_describe(error, path, lines, schema) for path, error in ordered]
@@ -292,7 +309,9 @@ def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, st
         if name not in passes:
             problem(("require", "optimizations", index), f"unknown pass '{name}' (known: {', '.join(passes)})")
         elif (takes := REGISTRY.get("optimizer", name).meta["takes"]) not in policy.require.targets:
-            problem(("require", "optimizations", index), f"the pass '{name}' starts from the {takes} artifact: add {takes} to require.targets")
+            problem(
+                ("require", "optimizations", index), f"the pass '{name}' starts from the {takes} artifact: add {takes} to require.targets"
+            )
     for key, budget in policy.budgets.items():
         if key not in policy.required_keys():
             problem(("budgets", key), f"'{key}' is not a required target or optimization (required: {', '.join(policy.required_keys())})")
@@ -330,8 +349,11 @@ def _lines(node: yaml.Node | None, name: str, path: tuple = (), seen: set[int] |
         for key_node, value in node.value:
             key = _key(key_node)
             if key in first:
-                raise ConvertError(f"{name} line {key_node.start_mark.line + 1}: the key '{key}' is given twice in one mapping "
-                                   f"(first on line {first[key]})", "Keep one of them: YAML would silently use the last.")
+                raise ConvertError(
+                    f"{name} line {key_node.start_mark.line + 1}: the key '{key}' is given twice in one mapping "
+                    f"(first on line {first[key]})",
+                    "Keep one of them: YAML would silently use the last.",
+                )
             first[key] = key_node.start_mark.line + 1
             found.update(_lines(value, name, path + (key,), seen))
             found[path + (key,)] = key_node.start_mark.line + 1
@@ -360,8 +382,14 @@ def _resolved(policy: Policy, folder: Path) -> Policy:
     model = policy.model
     path = anchored_reference(model.path, folder)
     update = {
-        "model": model.model_copy(update={"path": path, "weights": absolute(model.weights), "params": absolute(model.params),
-                                          "example_inputs": absolute(model.example_inputs)}),
+        "model": model.model_copy(
+            update={
+                "path": path,
+                "weights": absolute(model.weights),
+                "params": absolute(model.params),
+                "example_inputs": absolute(model.example_inputs),
+            }
+        ),
         "validation": policy.validation.model_copy(update={"calibration_data": absolute(policy.validation.calibration_data)}),
         "out": absolute(policy.out),
     }

@@ -27,15 +27,31 @@ from convert.validators.tolerances import parse_budget
 
 EXIT_PROMOTE, EXIT_REJECT = 0, 1
 # report field per budget metric, and whether a larger value is better
-ACCURACY_FIELDS = {"cosine": ("cosine_similarity", True), "rel_rms": ("rel_rms_error", False), "top1": ("top1_agreement", True),
-                   "top5": ("top5_agreement", True), "max_abs": ("max_abs_error", False)}
+ACCURACY_FIELDS = {
+    "cosine": ("cosine_similarity", True),
+    "rel_rms": ("rel_rms_error", False),
+    "top1": ("top1_agreement", True),
+    "top5": ("top5_agreement", True),
+    "max_abs": ("max_abs_error", False),
+}
 TIMED_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_per_s")
 
 
-def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None = None, out: str | os.PathLike | None = None,
-         force: bool = False, html: str | os.PathLike | None = None, markdown: str | os.PathLike | None = None,
-         junit: str | os.PathLike | None = None, mlflow: bool = False, progress: Progress | None = None,
-         command: str = "", cache: bool = True, cache_dir: str | os.PathLike | None = None) -> rm.Verdict:
+def gate(
+    policy: str | os.PathLike | dict,
+    *,
+    baseline: str | os.PathLike | None = None,
+    out: str | os.PathLike | None = None,
+    force: bool = False,
+    html: str | os.PathLike | None = None,
+    markdown: str | os.PathLike | None = None,
+    junit: str | os.PathLike | None = None,
+    mlflow: bool = False,
+    progress: Progress | None = None,
+    command: str = "",
+    cache: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+) -> rm.Verdict:
     """Run the conversion a policy describes and return the verdict, written into the report as ``gate``.
 
     ``baseline`` (a report JSON) overrides the policy's ``baseline.report``; ``out`` its ``out`` folder. ``html``,
@@ -50,8 +66,11 @@ def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None
     if mlflow:
         require("mlflow", "mlflow", "--mlflow")
     reads = reads_of(policy=policy if isinstance(policy, (str, os.PathLike)) else None, baseline_report=baseline_path)
-    writes = [Write(f"the {what} rendering", Path(path)) for what, path in (("HTML", html), ("Markdown", markdown), ("JUnit", junit))
-              if path is not None]
+    writes = [
+        Write(f"the {what} rendering", Path(path))
+        for what, path in (("HTML", html), ("Markdown", markdown), ("JUnit", junit))
+        if path is not None
+    ]
     if mlflow:
         from convert.mlflow_log import local_store
 
@@ -60,8 +79,13 @@ def gate(policy: str | os.PathLike | dict, *, baseline: str | os.PathLike | None
     refuse_writes_to_inputs(writes, [*reads, *reads_of(policy_model.model.path, weights=policy_model.model.weights)])
     # read before the run: a bad baseline must not cost a conversion
     baseline_report = load_report(baseline_path) if baseline_path is not None else None
-    request = _request(policy_model, Path(out) if out is not None else Path(policy_model.out), force, command,
-                       benchmark=policy_model.timed() or _has_benchmarks(baseline_report))
+    request = _request(
+        policy_model,
+        Path(out) if out is not None else Path(policy_model.out),
+        force,
+        command,
+        benchmark=policy_model.timed() or _has_benchmarks(baseline_report),
+    )
     request.reads, request.writes = tuple(reads), tuple(writes)
 
     def verdict_of(report: rm.Report, report_path: Path) -> rm.Verdict:
@@ -88,9 +112,12 @@ def _path(value: str | os.PathLike | None) -> Path | None:
 def load_report(path: Path, what: str = "baseline report") -> rm.Report:
     """A report.json written by convert (this schema's major version), or a ConvertError naming what is wrong."""
     if not path.is_file():
-        raise ConvertError(f"the {what} {path} does not exist" if not path.exists() else f"the {what} {path} is not a file",
-                           "Pass the report.json of the last promoted model, or leave the baseline out for a first promotion."
-                           if what == "baseline report" else "Pass the report.json that convert wrote.")
+        raise ConvertError(
+            f"the {what} {path} does not exist" if not path.exists() else f"the {what} {path} is not a file",
+            "Pass the report.json of the last promoted model, or leave the baseline out for a first promotion."
+            if what == "baseline report"
+            else "Pass the report.json that convert wrote.",
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -98,14 +125,18 @@ def load_report(path: Path, what: str = "baseline report") -> rm.Report:
     version = data.get("schema_version") if isinstance(data, dict) else None
     major = rm.SCHEMA_VERSION.split(".")[0]
     if str(version).split(".")[0] != major:
-        raise ConvertError(f"the {what} {path} is not a convert report of schema {major}.x (its schema_version is {version!r})",
-                           "Pass a report.json written by convert, or re-run that model with this version.")
+        raise ConvertError(
+            f"the {what} {path} is not a convert report of schema {major}.x (its schema_version is {version!r})",
+            "Pass a report.json written by convert, or re-run that model with this version.",
+        )
     try:
         return rm.Report.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ConvertError(f"the {what} {path} does not match the report schema: {first['msg']} at "
-                           f"{'.'.join(map(str, first['loc']))}", "Pass a report.json written by convert.") from None
+        raise ConvertError(
+            f"the {what} {path} does not match the report schema: {first['msg']} at {'.'.join(map(str, first['loc']))}",
+            "Pass a report.json written by convert.",
+        ) from None
 
 
 def _has_benchmarks(report: rm.Report | None) -> bool:
@@ -113,16 +144,23 @@ def _has_benchmarks(report: rm.Report | None) -> bool:
 
 
 def _request(policy: Policy, out: Path, force: bool, command: str, benchmark: bool) -> ConvertRequest:
-    return ConvertRequest(model=policy.model.path, **{**options.from_policy(policy), "out": out}, benchmark=benchmark, force=force,
-                          command=command)
+    return ConvertRequest(
+        model=policy.model.path, **{**options.from_policy(policy), "out": out}, benchmark=benchmark, force=force, command=command
+    )
 
 
 def artifact_key(record: rm.ArtifactRecord) -> str:
     return record.key
 
 
-def judge(report: rm.Report, policy: Policy, policy_name: str = "<dict>", baseline: rm.Report | None = None,
-          baseline_path: Path | None = None, allowance: Allowance | None = None) -> rm.Verdict:
+def judge(
+    report: rm.Report,
+    policy: Policy,
+    policy_name: str = "<dict>",
+    baseline: rm.Report | None = None,
+    baseline_path: Path | None = None,
+    allowance: Allowance | None = None,
+) -> rm.Verdict:
     """The verdict of ``policy`` on ``report``: every reason to reject, the budgets, the baseline deltas."""
     _check_output_names(policy, report)
     reasons: list[rm.GateReason] = []
@@ -137,8 +175,13 @@ def judge(report: rm.Report, policy: Policy, policy_name: str = "<dict>", baseli
         elif device in policy.require.may_skip_devices:
             notes.append(f"required device {device} is absent from this machine; the policy may skip it, so nothing was checked on it")
         else:
-            reasons.append(rm.GateReason(code="missing_device", message=f"required device {device} is absent from this machine "
-                                         f"(present: {', '.join(sorted(present))}); add it to require.may_skip_devices to allow that"))
+            reasons.append(
+                rm.GateReason(
+                    code="missing_device",
+                    message=f"required device {device} is absent from this machine "
+                    f"(present: {', '.join(sorted(present))}); add it to require.may_skip_devices to allow that",
+                )
+            )
     if report.interrupted or report.error:
         reasons.append(rm.GateReason(code="run_failed", message=report.error or "the run was interrupted"))
     for key in policy.required_keys():
@@ -150,31 +193,64 @@ def judge(report: rm.Report, policy: Policy, policy_name: str = "<dict>", baseli
         reasons += _device_reasons(key, record, devices, notes)
     for key, record in records.items():
         reasons += _check_reasons(key, record)
-    budgets = [result for key, budget in policy.budgets.items()
-               for result in _budget_results(key, records.get(key), budget, skippable, notes)]
+    budgets = [
+        result for key, budget in policy.budgets.items() for result in _budget_results(key, records.get(key), budget, skippable, notes)
+    ]
     for result in budgets:
         if result.status != "passed":
-            where = " ".join(p for p in (result.output and f"output '{result.output}'", result.runtime and f"on {result.runtime}",
-                                         result.device and f"({result.device})") if p)
-            reasons.append(rm.GateReason(code="budget", artifact=result.artifact, message=(
-                f"{result.metric} {_number(result.value)} {where} misses the budget {result.metric}{result.limit}"
-                if result.status == "failed" else f"{result.metric}{result.limit} {where}".rstrip() + f": {result.reason}").replace("  ", " ")))
+            where = " ".join(
+                p
+                for p in (
+                    result.output and f"output '{result.output}'",
+                    result.runtime and f"on {result.runtime}",
+                    result.device and f"({result.device})",
+                )
+                if p
+            )
+            reasons.append(
+                rm.GateReason(
+                    code="budget",
+                    artifact=result.artifact,
+                    message=(
+                        f"{result.metric} {_number(result.value)} {where} misses the budget {result.metric}{result.limit}"
+                        if result.status == "failed"
+                        else f"{result.metric}{result.limit} {where}".rstrip() + f": {result.reason}"
+                    ).replace("  ", " "),
+                )
+            )
     comparison = None
     if baseline is not None:
         comparison = compare_with_baseline(report, baseline, baseline_path, policy.required_keys(), allowance or Allowance())
         for delta in comparison.deltas:
             if delta.status == "regressed":
                 where = ", ".join(p for p in (delta.output and f"output '{delta.output}'", delta.runtime, delta.device) if p)
-                reasons.append(rm.GateReason(code="regression", artifact=delta.artifact, message=(
-                    f"{delta.kind} regressed against the baseline: {delta.metric} {_number(delta.baseline)} → "
-                    f"{_number(delta.current)}" + (f" ({delta.delta_pct:+.1f}%)" if delta.delta_pct is not None else "")
-                    + (f" [{where}]" if where else "")
-                    + f", beyond the allowance {delta.allowed}")))
+                reasons.append(
+                    rm.GateReason(
+                        code="regression",
+                        artifact=delta.artifact,
+                        message=(
+                            f"{delta.kind} regressed against the baseline: {delta.metric} {_number(delta.baseline)} → "
+                            f"{_number(delta.current)}"
+                            + (f" ({delta.delta_pct:+.1f}%)" if delta.delta_pct is not None else "")
+                            + (f" [{where}]" if where else "")
+                            + f", beyond the allowance {delta.allowed}"
+                        ),
+                    )
+                )
     promoted = not reasons
-    return rm.Verdict(decision="promote" if promoted else "reject", promoted=promoted,
-                      exit_code=EXIT_PROMOTE if promoted else EXIT_REJECT, policy=policy_name, reasons=reasons, notes=notes,
-                      required_targets=list(policy.require.targets), required_optimizations=list(policy.require.optimizations),
-                      required_devices=list(policy.require.devices), budgets=budgets, baseline=comparison)
+    return rm.Verdict(
+        decision="promote" if promoted else "reject",
+        promoted=promoted,
+        exit_code=EXIT_PROMOTE if promoted else EXIT_REJECT,
+        policy=policy_name,
+        reasons=reasons,
+        notes=notes,
+        required_targets=list(policy.require.targets),
+        required_optimizations=list(policy.require.optimizations),
+        required_devices=list(policy.require.devices),
+        budgets=budgets,
+        baseline=comparison,
+    )
 
 
 def _check_output_names(policy: Policy, report: rm.Report) -> None:
@@ -183,8 +259,10 @@ def _check_output_names(policy: Policy, report: rm.Report) -> None:
     for key, budget in policy.budgets.items():
         for name in budget.accuracy if isinstance(budget.accuracy, dict) else ():
             if name != "*" and outputs and name not in outputs:
-                raise ConvertError(f"the policy's budgets.{key}.accuracy names the output '{name}', which the model does not have",
-                                   f"The model's outputs are: {', '.join(outputs)} ('*' is every output).")
+                raise ConvertError(
+                    f"the policy's budgets.{key}.accuracy names the output '{name}', which the model does not have",
+                    f"The model's outputs are: {', '.join(outputs)} ('*' is every output).",
+                )
 
 
 def _missing(report: rm.Report, key: str) -> str:
@@ -210,11 +288,15 @@ def _device_reasons(key: str, record: rm.ArtifactRecord, devices: list[str], not
             continue
         for check in runnable:
             if check.status == "skipped":
-                reasons.append(rm.GateReason(code="skipped_check", artifact=key, message=(
-                    f"required check skipped: {check.runtime} on {device} at {check.shape}: {check.reason}")))
+                reasons.append(
+                    rm.GateReason(
+                        code="skipped_check",
+                        artifact=key,
+                        message=(f"required check skipped: {check.runtime} on {device} at {check.shape}: {check.reason}"),
+                    )
+                )
         if not any(c.status in ("passed", "failed") for c in runnable):  # a failed check is a reason of its own
-            reasons.append(rm.GateReason(code="skipped_check", artifact=key,
-                                         message=f"no check ran on required device {device}"))
+            reasons.append(rm.GateReason(code="skipped_check", artifact=key, message=f"no check ran on required device {device}"))
     if not any(c.status in ("passed", "failed") for c in record.checks):  # whatever devices the policy names
         reasons.append(rm.GateReason(code="skipped_check", artifact=key, message="no check of this artifact ran on any device"))
     return reasons
@@ -226,15 +308,21 @@ def _check_reasons(key: str, record: rm.ArtifactRecord) -> list[rm.GateReason]:
         where = f"{check.runtime} on {check.device} at {check.shape}"
         bad = [o for o in check.outputs if o.nan_count or o.inf_count]
         for output in bad:
-            reasons.append(rm.GateReason(code="nan_inf", artifact=key, message=(
-                f"output '{output.name}' has {output.nan_count} NaN and {output.inf_count} Inf values ({where})")))
+            reasons.append(
+                rm.GateReason(
+                    code="nan_inf",
+                    artifact=key,
+                    message=(f"output '{output.name}' has {output.nan_count} NaN and {output.inf_count} Inf values ({where})"),
+                )
+            )
         if check.status == "failed":
             reasons.append(rm.GateReason(code="failed_check", artifact=key, message=f"check failed: {where}: {check.reason}"))
     return reasons
 
 
-def _budget_results(key: str, record: rm.ArtifactRecord | None, budget: ArtifactBudget, skippable: set[str],
-                    notes: list[str]) -> list[rm.BudgetResult]:
+def _budget_results(
+    key: str, record: rm.ArtifactRecord | None, budget: ArtifactBudget, skippable: set[str], notes: list[str]
+) -> list[rm.BudgetResult]:
     """Every bound of one artifact's budget; a bound on a device the policy may skip, and that is absent, is a note."""
     results: list[rm.BudgetResult] = []
     if budget.accuracy is not None:
@@ -253,12 +341,28 @@ def _budget_results(key: str, record: rm.ArtifactRecord | None, budget: Artifact
     if budget.size_mb is not None:
         limit = f"<={budget.size_mb:g}"
         if record is None or record.path is None:
-            results.append(rm.BudgetResult(artifact=key, kind="size", metric="size_mb", limit=limit, status="skipped",
-                                           reason="not measured: the artifact was not made"))
+            results.append(
+                rm.BudgetResult(
+                    artifact=key,
+                    kind="size",
+                    metric="size_mb",
+                    limit=limit,
+                    status="skipped",
+                    reason="not measured: the artifact was not made",
+                )
+            )
         else:
             value = record.size_bytes / 1e6
-            results.append(rm.BudgetResult(artifact=key, kind="size", metric="size_mb", limit=limit, value=round(value, 6),
-                                           status="passed" if value <= budget.size_mb else "failed"))
+            results.append(
+                rm.BudgetResult(
+                    artifact=key,
+                    kind="size",
+                    metric="size_mb",
+                    limit=limit,
+                    value=round(value, 6),
+                    status="passed" if value <= budget.size_mb else "failed",
+                )
+            )
     return results
 
 
@@ -281,13 +385,33 @@ def _accuracy_results(key: str, record: rm.ArtifactRecord | None, accuracy: str 
                     if slot not in worst or _worse(value, worst[slot][0], larger_better):
                         worst[slot] = (value, check.shape)
             if not worst:
-                results.append(rm.BudgetResult(
-                    artifact=key, kind="accuracy", metric=metric, limit=limit, output="" if output_name == "*" else output_name,
-                    status="skipped", reason="not measured: no check of this artifact measured it"))
+                results.append(
+                    rm.BudgetResult(
+                        artifact=key,
+                        kind="accuracy",
+                        metric=metric,
+                        limit=limit,
+                        output="" if output_name == "*" else output_name,
+                        status="skipped",
+                        reason="not measured: no check of this artifact measured it",
+                    )
+                )
             for (output, runtime, device), (value, shape) in worst.items():
                 ok = value >= bound if op == ">=" else value <= bound
-                results.append(rm.BudgetResult(artifact=key, kind="accuracy", metric=metric, limit=limit, value=value, output=output,
-                                               runtime=runtime, device=device, shape=shape, status="passed" if ok else "failed"))
+                results.append(
+                    rm.BudgetResult(
+                        artifact=key,
+                        kind="accuracy",
+                        metric=metric,
+                        limit=limit,
+                        value=value,
+                        output=output,
+                        runtime=runtime,
+                        device=device,
+                        shape=shape,
+                        status="passed" if ok else "failed",
+                    )
+                )
     return results
 
 
@@ -298,22 +422,41 @@ def _worse(value: float, than: float, larger_better: bool) -> bool:
     return value < than if larger_better else value > than
 
 
-def _timed_results(key: str, record: rm.ArtifactRecord | None, runtime: str | None, metric: str, op: str, device: str,
-                   limit: float) -> list[rm.BudgetResult]:
+def _timed_results(
+    key: str, record: rm.ArtifactRecord | None, runtime: str | None, metric: str, op: str, device: str, limit: float
+) -> list[rm.BudgetResult]:
     kind = "throughput" if metric == "throughput_per_s" else "latency"
-    benchmarks = [b for b in (record.benchmarks if record is not None else [])
-                  if device in ("*", b.device) and runtime in (None, b.runtime)]
+    benchmarks = [
+        b for b in (record.benchmarks if record is not None else []) if device in ("*", b.device) and runtime in (None, b.runtime)
+    ]
     if not benchmarks:
         scope = " ".join(p for p in (runtime and f"on {runtime}", device != "*" and f"on {device}") if p)
-        return [rm.BudgetResult(artifact=key, kind=kind, metric=metric, limit=f"{op}{limit:g}", runtime=runtime or "",
-                                device="" if device == "*" else device, status="skipped",
-                                reason=f"not measured: no benchmark of this artifact {scope}".rstrip())]
+        return [
+            rm.BudgetResult(
+                artifact=key,
+                kind=kind,
+                metric=metric,
+                limit=f"{op}{limit:g}",
+                runtime=runtime or "",
+                device="" if device == "*" else device,
+                status="skipped",
+                reason=f"not measured: no benchmark of this artifact {scope}".rstrip(),
+            )
+        ]
     results = []
     for bench in benchmarks:
         value = getattr(bench, metric)
-        result = rm.BudgetResult(artifact=key, kind=kind, metric=metric, limit=f"{op}{limit:g}", value=value, runtime=bench.runtime,
-                                 device=bench.device, shape=bench.throughput_shape if kind == "throughput" else bench.shape,
-                                 status="skipped")
+        result = rm.BudgetResult(
+            artifact=key,
+            kind=kind,
+            metric=metric,
+            limit=f"{op}{limit:g}",
+            value=value,
+            runtime=bench.runtime,
+            device=bench.device,
+            shape=bench.throughput_shape if kind == "throughput" else bench.shape,
+            status="skipped",
+        )
         if value is None:
             result.reason = f"not measured: the benchmark {bench.status}" + (f": {bench.reason}" if bench.reason else "")
         else:
@@ -322,8 +465,9 @@ def _timed_results(key: str, record: rm.ArtifactRecord | None, runtime: str | No
     return results
 
 
-def compare_with_baseline(report: rm.Report, baseline: rm.Report, path: Path | None, keys: list[str],
-                          allowance: Allowance) -> rm.BaselineComparison:
+def compare_with_baseline(
+    report: rm.Report, baseline: rm.Report, path: Path | None, keys: list[str], allowance: Allowance
+) -> rm.BaselineComparison:
     """Per required artifact: accuracy errors, p50 latency and size against the baseline, beyond the noise allowance."""
     current = {artifact_key(r): r for r in report.artifacts if r.path}
     previous = {artifact_key(r): r for r in baseline.artifacts if r.path}
@@ -332,20 +476,34 @@ def compare_with_baseline(report: rm.Report, baseline: rm.Report, path: Path | N
         if key not in current:
             continue
         if key not in previous:
-            deltas.append(rm.BaselineDelta(artifact=key, kind="size", metric="size_bytes", status="not_compared",
-                                           current=current[key].size_bytes, reason="the baseline has no such artifact"))
+            deltas.append(
+                rm.BaselineDelta(
+                    artifact=key,
+                    kind="size",
+                    metric="size_bytes",
+                    status="not_compared",
+                    current=current[key].size_bytes,
+                    reason="the baseline has no such artifact",
+                )
+            )
             continue
         now, before = current[key], previous[key]
         deltas += _accuracy_deltas(key, now, before, allowance)
         deltas += _latency_deltas(key, now, before, allowance)
-        deltas.append(_delta(key, "size", "size_bytes", "", "", "", float(before.size_bytes), float(now.size_bytes),
-                             allowance.size, 0.0))
-    same_environment = (report.environment.platform == baseline.environment.platform
-                        and report.environment.packages == baseline.environment.packages)
-    return rm.BaselineComparison(path=str(path) if path else "", tool_version=baseline.tool_version, created_at=baseline.created_at,
-                                 source_sha256=baseline.source.sha256,
-                                 same_source=bool(baseline.source.sha256) and baseline.source.sha256 == report.source.sha256,
-                                 same_environment=same_environment, allowance=allowance.model_dump(), deltas=deltas)
+        deltas.append(_delta(key, "size", "size_bytes", "", "", "", float(before.size_bytes), float(now.size_bytes), allowance.size, 0.0))
+    same_environment = (
+        report.environment.platform == baseline.environment.platform and report.environment.packages == baseline.environment.packages
+    )
+    return rm.BaselineComparison(
+        path=str(path) if path else "",
+        tool_version=baseline.tool_version,
+        created_at=baseline.created_at,
+        source_sha256=baseline.source.sha256,
+        same_source=bool(baseline.source.sha256) and baseline.source.sha256 == report.source.sha256,
+        same_environment=same_environment,
+        allowance=allowance.model_dump(),
+        deltas=deltas,
+    )
 
 
 def _worst_errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], float]:
@@ -353,8 +511,11 @@ def _worst_errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], 
     worst: dict[tuple[str, str, str, str], float] = {}
     for check in record.checks:
         for output in check.outputs:
-            for metric, value in (("max_abs_error", output.max_abs_error), ("rel_rms_error", output.rel_rms_error),
-                                  ("cosine_distance", None if output.cosine_similarity is None else 1.0 - output.cosine_similarity)):
+            for metric, value in (
+                ("max_abs_error", output.max_abs_error),
+                ("rel_rms_error", output.rel_rms_error),
+                ("cosine_distance", None if output.cosine_similarity is None else 1.0 - output.cosine_similarity),
+            ):
                 if value is not None:
                     slot = (metric, output.name, check.runtime, check.device)
                     if slot not in worst or _worse(value, worst[slot], larger_better=False):
@@ -367,8 +528,9 @@ def _accuracy_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord
     for slot, value in _worst_errors(now).items():
         metric, output, runtime, device = slot
         if slot in previous:
-            yield _delta(key, "accuracy", metric, output, runtime, device, previous[slot], value, allowance.accuracy,
-                         allowance.accuracy_abs)
+            yield _delta(
+                key, "accuracy", metric, output, runtime, device, previous[slot], value, allowance.accuracy, allowance.accuracy_abs
+            )
 
 
 def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord, allowance: Allowance) -> Iterator[rm.BaselineDelta]:
@@ -382,23 +544,53 @@ def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord,
         if base is None:
             continue
         if bench.latency_ms_p50 is None:
-            yield rm.BaselineDelta(artifact=key, kind="latency", metric="latency_ms_p50", runtime=bench.runtime, device=bench.device,
-                                   baseline=base, status="not_compared", reason=f"not measured now: {bench.reason or bench.status}")
+            yield rm.BaselineDelta(
+                artifact=key,
+                kind="latency",
+                metric="latency_ms_p50",
+                runtime=bench.runtime,
+                device=bench.device,
+                baseline=base,
+                status="not_compared",
+                reason=f"not measured now: {bench.reason or bench.status}",
+            )
             continue
-        yield _delta(key, "latency", "latency_ms_p50", "", bench.runtime, bench.device, base, bench.latency_ms_p50,
-                     allowance.latency, allowance.latency_ms)
+        yield _delta(
+            key,
+            "latency",
+            "latency_ms_p50",
+            "",
+            bench.runtime,
+            bench.device,
+            base,
+            bench.latency_ms_p50,
+            allowance.latency,
+            allowance.latency_ms,
+        )
 
 
-def _delta(key: str, kind: str, metric: str, output: str, runtime: str, device: str, before: float, now: float,
-           relative: float, absolute: float) -> rm.BaselineDelta:
+def _delta(
+    key: str, kind: str, metric: str, output: str, runtime: str, device: str, before: float, now: float, relative: float, absolute: float
+) -> rm.BaselineDelta:
     """Larger is worse for every metric compared; ``now`` regressed when above before * (1 + relative) + absolute."""
     delta = now - before
     regressed = not math.isfinite(now) or now > before * (1 + relative) + absolute
     status = "regressed" if regressed else "improved" if now < before else "ok"
     allowed = f"+{relative * 100:g}%" + (f" +{absolute:.3g}" if absolute else "")
-    return rm.BaselineDelta(artifact=key, kind=kind, metric=metric, output=output, runtime=runtime, device=device, baseline=before,
-                            current=now, delta=delta, delta_pct=100.0 * delta / before if before else None, allowed=allowed,
-                            status=status)
+    return rm.BaselineDelta(
+        artifact=key,
+        kind=kind,
+        metric=metric,
+        output=output,
+        runtime=runtime,
+        device=device,
+        baseline=before,
+        current=now,
+        delta=delta,
+        delta_pct=100.0 * delta / before if before else None,
+        allowed=allowed,
+        status=status,
+    )
 
 
 def _number(value: float | None) -> str:

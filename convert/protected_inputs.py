@@ -17,8 +17,10 @@ from typing import Any
 
 from convert.errors import ConvertError
 
-NEXT_STEP = ("Nothing was written. Choose output paths outside the files the run reads (a new folder with --out, another "
-             "--report-json or rendering path); --force replaces only what an earlier convert run wrote, never an input.")
+NEXT_STEP = (
+    "Nothing was written. Choose output paths outside the files the run reads (a new folder with --out, another "
+    "--report-json or rendering path); --force replaces only what an earlier convert run wrote, never an input."
+)
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,11 @@ def refuse_writes_to_inputs(writes: Iterable[Write], reads: Iterable[Read]) -> N
                 continue
             given = read.path if source == Path(os.path.realpath(read.path)) else f"{source} (inside {read.path})"
             through = "" if Path(os.path.abspath(write.path)) == target else f", which resolves to {target}"
-            raise ConvertError(f"{write.what} {write.path}{through} would {verb} {read.what} {given}: a run never changes its "
-                               "inputs, with or without --force", NEXT_STEP)
+            raise ConvertError(
+                f"{write.what} {write.path}{through} would {verb} {read.what} {given}: a run never changes its "
+                "inputs, with or without --force",
+                NEXT_STEP,
+            )
 
 
 def _collision(target: Path, source: Path, replaces: bool) -> str | None:

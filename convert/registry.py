@@ -78,15 +78,21 @@ class Registry:
 
     def source_packages(self, framework: str) -> tuple[str, ...]:
         """What a source's results depend on: its own packages and those of every exporter that takes it."""
-        return tuple(dict.fromkeys([*CORE_PACKAGES, *self.get("source", framework).meta.get("packages", ()),
-                                    *self.packages("exporter", source=framework)[len(CORE_PACKAGES):]]))
+        return tuple(
+            dict.fromkeys(
+                [
+                    *CORE_PACKAGES,
+                    *self.get("source", framework).meta.get("packages", ()),
+                    *self.packages("exporter", source=framework)[len(CORE_PACKAGES) :],
+                ]
+            )
+        )
 
     def extra_of(self, package: str) -> str:
         """The extra that installs ``package`` ("(core)" for the tool's own dependencies)."""
         if package in CORE_PACKAGES:
             return "(core)"
-        return next(entry.meta["extra"] for kind in KINDS for entry in self.entries(kind)
-                    if package in entry.meta.get("packages", ()))
+        return next(entry.meta["extra"] for kind in KINDS for entry in self.entries(kind) if package in entry.meta.get("packages", ()))
 
     def target_formats(self) -> list[str]:
         """Every format some exporter can produce, in registration order (the CLI's --to choices)."""

@@ -82,8 +82,9 @@ class Staging:
             held = False
         if not held:
             self._lock.close()
-            raise ConvertError(f"another convert run is writing to {out_dir}",
-                               "Wait for it to finish, or choose another folder with --out.")
+            raise ConvertError(
+                f"another convert run is writing to {out_dir}", "Wait for it to finish, or choose another folder with --out."
+            )
         try:
             refuse_existing(finals, force)
         except ConvertError:
@@ -95,8 +96,9 @@ class Staging:
             self.path = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
         except OSError as exc:
             self._release()
-            raise ConvertError(f"cannot write to the output folder {out_dir}: {exc.strerror or exc}",
-                               "Choose a writable folder with --out.") from exc
+            raise ConvertError(
+                f"cannot write to the output folder {out_dir}: {exc.strerror or exc}", "Choose a writable folder with --out."
+            ) from exc
 
     def publish(self, staged: list[Path], into: Path | None = None, instead_of: Path | None = None) -> list[Path]:
         """Move staged files into the output folder (or the folder ``into``); each rename is atomic (same file system).
@@ -136,9 +138,11 @@ def no_space_error(exc: BaseException, folder: Path) -> ConvertError | None:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
-            return ConvertError(f"there is no room to write to {folder}: {exc.strerror or exc} (the disk is full, or a quota or "
-                                "file size limit is reached); nothing was left at a final path",
-                                "Free some space there, or choose another folder with --out.")
+            return ConvertError(
+                f"there is no room to write to {folder}: {exc.strerror or exc} (the disk is full, or a quota or "
+                "file size limit is reached); nothing was left at a final path",
+                "Free some space there, or choose another folder with --out.",
+            )
         exc = exc.__cause__ or exc.__context__
     return None
 
@@ -146,8 +150,9 @@ def no_space_error(exc: BaseException, folder: Path) -> ConvertError | None:
 def refuse_existing(finals: list[Path], force: bool) -> None:
     existing = [str(p) for p in finals if p.exists()]
     if existing and not force:
-        raise ConvertError(f"the output already exists: {', '.join(existing)}",
-                           "Pass --force to replace it, or choose another folder with --out.")
+        raise ConvertError(
+            f"the output already exists: {', '.join(existing)}", "Pass --force to replace it, or choose another folder with --out."
+        )
 
 
 def atomic_write_text(final: Path, text: str) -> None:
@@ -173,14 +178,17 @@ def zip_members(path: Path) -> list[str]:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
     except (zipfile.BadZipFile, OSError) as exc:
-        raise ConvertError(f"{path} looks like a zip archive but cannot be read ({exc})", "The file may be truncated or corrupt: export it again.") from exc
+        raise ConvertError(
+            f"{path} looks like a zip archive but cannot be read ({exc})", "The file may be truncated or corrupt: export it again."
+        ) from exc
     for info in infos:
         parts = info.filename.replace("\\", "/").split("/")
         is_link = stat.S_ISLNK(info.external_attr >> 16)
         if info.filename.startswith(("/", "\\")) or ".." in parts or (len(parts[0]) == 2 and parts[0][1] == ":") or is_link:
-            raise ConvertError(f"{path} has an archive member that points outside it: {info.filename!r}"
-                               + (" (a symlink)" if is_link else ""),
-                               "Refused: a model archive never needs that. Re-export the model from its framework.")
+            raise ConvertError(
+                f"{path} has an archive member that points outside it: {info.filename!r}" + (" (a symlink)" if is_link else ""),
+                "Refused: a model archive never needs that. Re-export the model from its framework.",
+            )
     return [info.filename for info in infos]
 
 
@@ -189,8 +197,10 @@ def check_contained(folder: Path) -> None:
     root = folder.resolve()
     for path in folder.rglob("*"):
         if path.is_symlink() and not path.resolve().is_relative_to(root):
-            raise ConvertError(f"{folder} has a symlink that leads outside it: {path.relative_to(folder)} -> {os.readlink(path)}",
-                               "Refused: copy the files it needs into the folder instead.")
+            raise ConvertError(
+                f"{folder} has a symlink that leads outside it: {path.relative_to(folder)} -> {os.readlink(path)}",
+                "Refused: copy the files it needs into the folder instead.",
+            )
 
 
 def detect_format(path: Path) -> str:

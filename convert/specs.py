@@ -20,8 +20,16 @@ from dataclasses import dataclass, field
 from convert.errors import ConvertError
 
 DTYPES = (
-    "float32", "float16", "bfloat16", "float64",
-    "int64", "int32", "int16", "int8", "uint8", "bool",
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
 )
 INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 
@@ -35,7 +43,7 @@ _DOMAIN = re.compile(rf"^\s*(?P<low>{_NUMBER})\s*\.\.\s*(?P<high>{_NUMBER})\s*$"
 
 SYNTAX_HELP = (
     "An input spec looks like name:dtype[dims]{low..high}, for example "
-    "\"x:float32[B,3,224,224]\" or \"input_ids:int64[B,S]{0..30521}\"; dtype is one of "
+    '"x:float32[B,3,224,224]" or "input_ids:int64[B,S]{0..30521}"; dtype is one of '
     + ", ".join(DTYPES)
     + "; a dim is a positive integer or a symbol such as B or S; the {low..high} value domain is optional."
 )
@@ -119,14 +127,20 @@ def parse_input_spec(text: str) -> InputSpec:
             raise ConvertError(f"the input spec {text!r} has a value domain that is not low..high", SYNTAX_HELP)
         low, high = float(domain["low"]), float(domain["high"])
         if dtype in INTEGER_DTYPES + ("bool",) and not (low.is_integer() and high.is_integer()):
-            raise ConvertError(f"the input spec {text!r} gives a fractional domain to an integer input", "Use whole numbers, e.g. {0..30521}.")
+            raise ConvertError(
+                f"the input spec {text!r} gives a fractional domain to an integer input", "Use whole numbers, e.g. {0..30521}."
+            )
         if high < low or (high == low and dtype not in INTEGER_DTYPES + ("bool",)):
-            raise ConvertError(f"the input spec {text!r} has an empty value domain",
-                               "Write the domain as {low..high}: low at most high for integers and bools (both included), "
-                               "low below high for floats ([low, high)).")
+            raise ConvertError(
+                f"the input spec {text!r} has an empty value domain",
+                "Write the domain as {low..high}: low at most high for integers and bools (both included), "
+                "low below high for floats ([low, high)).",
+            )
         if dtype == "bool" and not (low >= 0 and high <= 1):
-            raise ConvertError(f"the input spec {text!r} gives a bool input a domain outside 0..1",
-                               "Use {0..1} for both values, {0..0} for all False or {1..1} for all True.")
+            raise ConvertError(
+                f"the input spec {text!r} gives a bool input a domain outside 0..1",
+                "Use {0..1} for both values, {0..0} for all False or {1..1} for all True.",
+            )
     return InputSpec(name=name, dtype=dtype, dims=tuple(dims), low=low, high=high)
 
 
@@ -174,7 +188,7 @@ def parse_shape_ranges(texts: list[str] | tuple[str, ...]) -> dict[str, tuple[in
             if not sep or not _SYMBOL.match(name) or len(parsed) != 3 or parsed[0] < 1 or not parsed[0] <= parsed[1] <= parsed[2]:
                 raise ConvertError(
                     f"cannot read the shape range {item!r}",
-                    "Write each as SYMBOL=MIN..OPT..MAX with 1 <= MIN <= OPT <= MAX, for example --shape-range \"B=1..8..32,S=16..128..512\".",
+                    'Write each as SYMBOL=MIN..OPT..MAX with 1 <= MIN <= OPT <= MAX, for example --shape-range "B=1..8..32,S=16..128..512".',
                 )
             ranges[name] = parsed
     return ranges

@@ -35,30 +35,47 @@ class ValidationCase:
     reused: bool = False  # its references came from the cache
 
 
-def checks_on(artifact: Artifact, runtime: str, device: str, cases: list[ValidationCase], policy: TolerancePolicy,
-              allow_fixed_shapes: bool = False) -> list[rm.Check]:
+def checks_on(
+    artifact: Artifact, runtime: str, device: str, cases: list[ValidationCase], policy: TolerancePolicy, allow_fixed_shapes: bool = False
+) -> list[rm.Check]:
     """One check per shape case; one skipped check with the reason where the runtime cannot run here."""
     from convert.runtimes.base import ArtifactUnsupported, FeedMismatch
 
     runner_class = REGISTRY.get("runtime", runtime).load()
     reason = runner_class.unavailable_reason(device)
     if reason:
-        return [rm.Check(runtime=runtime, device=device, shape="*", status="skipped", reason=reason,
-                         device_unsupported=runner_class.never_runs_on(device))]
+        return [
+            rm.Check(
+                runtime=runtime,
+                device=device,
+                shape="*",
+                status="skipped",
+                reason=reason,
+                device_unsupported=runner_class.never_runs_on(device),
+            )
+        ]
     runner = runner_class(artifact, device)
     try:
         runner.activate()
     except ArtifactUnsupported as exc:
         return [rm.Check(runtime=runtime, device=device, shape="*", status="skipped", reason=str(exc))]
     except Exception as exc:
-        return [rm.Check(runtime=runtime, device=device, shape="*", status="failed",
-                         reason=f"cannot load the artifact: {type(exc).__name__}: {exc}")]
+        return [
+            rm.Check(
+                runtime=runtime, device=device, shape="*", status="failed", reason=f"cannot load the artifact: {type(exc).__name__}: {exc}"
+            )
+        ]
     checks = []
     try:
         declared_inputs, declared_outputs = runner.input_metadata(), runner.output_metadata()
         for case in cases:
-            check = rm.Check(runtime=runtime, device=device, shape=case.shape.describe(), status="passed",
-                             input_shapes={n: list(a.shape) for n, a in case.feeds[0].items()})
+            check = rm.Check(
+                runtime=runtime,
+                device=device,
+                shape=case.shape.describe(),
+                status="passed",
+                input_shapes={n: list(a.shape) for n, a in case.feeds[0].items()},
+            )
             started = time.perf_counter()
             fixed = artifact.fixed_dims_mismatch({n: a.shape for n, a in case.feeds[0].items()}) if case.feeds else ""
             symbols = fixed_dims(artifact, cases, [case]) if fixed else {}
@@ -81,8 +98,12 @@ def checks_on(artifact: Artifact, runtime: str, device: str, cases: list[Validat
                         break
                     if not per_sample:
                         check.declared_mismatches = declared_mismatches(
-                            declared_inputs, {n: a.shape for n, a in feed.items()}, declared_outputs,
-                            {n: getattr(a, "shape", ()) for n, a in actual.items()}, check.shape)
+                            declared_inputs,
+                            {n: a.shape for n, a in feed.items()},
+                            declared_outputs,
+                            {n: getattr(a, "shape", ()) for n, a in actual.items()},
+                            check.shape,
+                        )
                     per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
                 check.samples = len(per_sample)
                 if check.status == "passed":
@@ -98,8 +119,9 @@ def checks_on(artifact: Artifact, runtime: str, device: str, cases: list[Validat
     return checks
 
 
-def declared_mismatches(inputs: dict, input_shapes: dict[str, tuple[int, ...]], outputs: dict | None,
-                        output_shapes: dict[str, tuple[int, ...]], at: str) -> list[rm.DeclaredShapeMismatch]:
+def declared_mismatches(
+    inputs: dict, input_shapes: dict[str, tuple[int, ...]], outputs: dict | None, output_shapes: dict[str, tuple[int, ...]], at: str
+) -> list[rm.DeclaredShapeMismatch]:
     """Where the declared shapes (a runner's metadata; None where it cannot read them) do not hold for the shapes of
     one run at ``at``: a rank, a fixed size, or a dim name that takes two sizes."""
     found: list[rm.DeclaredShapeMismatch] = []
@@ -120,8 +142,16 @@ def declared_mismatches(inputs: dict, input_shapes: dict[str, tuple[int, ...]], 
                 elif isinstance(want, str):
                     first, where = named.setdefault(want, (int(size), f"axis {axis} of {role} '{name}'"))
                     if first != size:
-                        found.append(record.model_copy(update={"axis": axis, "reason": (
-                            f"{text} but its axis {axis} was {size} at {at}, while {where}, also declared {want}, was {first}")}))
+                        found.append(
+                            record.model_copy(
+                                update={
+                                    "axis": axis,
+                                    "reason": (
+                                        f"{text} but its axis {axis} was {size} at {at}, while {where}, also declared {want}, was {first}"
+                                    ),
+                                }
+                            )
+                        )
     return found
 
 
@@ -172,11 +202,17 @@ def declared_repairs(checks: list[rm.Check], cases: list[ValidationCase]) -> dic
     repairs = {}
     for (tensor, axis), found in seen.items():
         declared = found[0][0].declared[axis]
-        symbols = [s for s in export if all(m.shape[axis] == sizes.get(s) for m, sizes in found)
-                   and (not isinstance(declared, int) or export[s] == declared)]
+        symbols = [
+            s
+            for s in export
+            if all(m.shape[axis] == sizes.get(s) for m, sizes in found) and (not isinstance(declared, int) or export[s] == declared)
+        ]
         name = symbols[0] if len(symbols) == 1 else f"{tensor}_dim{axis}"
-        repairs[(tensor, axis)] = (name, f"{found[0][0].reason}: made axis {axis} of output '{tensor}' the dynamic dim "
-                                         f"'{name}' in the graph's declared outputs and validated again")
+        repairs[(tensor, axis)] = (
+            name,
+            f"{found[0][0].reason}: made axis {axis} of output '{tensor}' the dynamic dim "
+            f"'{name}' in the graph's declared outputs and validated again",
+        )
     return repairs
 
 

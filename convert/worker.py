@@ -23,9 +23,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from convert.errors import ConvertError
@@ -80,8 +80,13 @@ class Session:
 
         self.source = resolve_source(request)
         source = self.source
-        return SourceSummary(info=source.info, signature=source.signature, export_sizes=dict(source.export_sizes or {}),
-                             dim_ranges=dict(getattr(source, "dim_ranges", {}) or {}), example_feed=source.example_feed)
+        return SourceSummary(
+            info=source.info,
+            signature=source.signature,
+            export_sizes=dict(source.export_sizes or {}),
+            dim_ranges=dict(getattr(source, "dim_ranges", {}) or {}),
+            example_feed=source.example_feed,
+        )
 
     def reference(self, feeds: list[dict[str, np.ndarray]]) -> tuple[list[dict[str, np.ndarray]], str]:
         """The source's outputs for each feed, up to the first that fails, and that failure ("" when none did)."""
@@ -110,7 +115,9 @@ class Session:
 
         return REGISTRY.get("optimizer", name).load()().export(replace(job, source=self.source))
 
-    def validate(self, artifact, runtime: str, device: str, cases: list[ValidationCase], policy, allow_fixed_shapes: bool) -> list[rm.Check]:
+    def validate(
+        self, artifact, runtime: str, device: str, cases: list[ValidationCase], policy, allow_fixed_shapes: bool
+    ) -> list[rm.Check]:
         from convert.validation import checks_on
 
         return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
@@ -188,7 +195,9 @@ class ChildWorker:
         with ours, theirs:
             self._process = subprocess.Popen(
                 [sys.executable, "-c", "from convert.worker import serve; serve()", str(theirs.fileno()), str(os.getpid())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+            )
             self._connection = Connection(os.dup(ours.fileno()))
         with contextlib.suppress(OSError):  # a worker that died at start is reported by the first job
             self._connection.send(list(sys.path))

@@ -31,8 +31,9 @@ class CliRun:
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict[str, str] | None = None) -> CliRun:
     """Run the real command line (python -m convert) in a child process (``env`` adds to or overrides the environment)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    done = subprocess.run([sys.executable, "-m", "convert", *args], cwd=cwd or REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "convert", *args], cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
     return CliRun(done.returncode, done.stdout, done.stderr)
 
 
@@ -67,8 +68,7 @@ def torch_files(tmp_path_factory) -> Path:
 def _build_fixtures(module: str, folder: Path) -> Path:
     """Run a fixture writer in a child process, so that its framework is not loaded into the test process."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", module, str(folder)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", module, str(folder)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return folder
 

@@ -32,8 +32,12 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
             shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         else:
             shutil.copy2(REPO / name, source / name)
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                           "--quiet", "-w", str(out), str(source)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     [built] = out.glob("*.whl")
     with zipfile.ZipFile(built) as archive:
@@ -56,8 +60,7 @@ def test_the_only_top_level_package_is_convert(wheel):
 def test_every_module_is_in_the_wheel(wheel):
     """pyproject.toml lists the packages by hand: a new folder under convert/ or validators/ must be added there."""
     expected = {f"convert/{path.relative_to(REPO / 'convert').as_posix()}" for path in (REPO / "convert").rglob("*.py")}
-    expected |= {f"convert/validators/{path.relative_to(REPO / 'validators').as_posix()}"
-                 for path in (REPO / "validators").rglob("*.py")}
+    expected |= {f"convert/validators/{path.relative_to(REPO / 'validators').as_posix()}" for path in (REPO / "validators").rglob("*.py")}
     assert expected - set(wheel.namelist()) == set()
 
 
@@ -65,10 +68,13 @@ def test_the_installed_numerics_are_convert_validators(wheel, tmp_path):
     """Unpacked (a pure wheel installs by unpacking), ``import convert.validators`` takes the wheel's copy."""
     site = tmp_path / "site"
     wheel.extractall(site)
-    code = ("import convert, convert.validators as v; from convert.validators.tolerances import TolerancePolicy; "
-            "print(convert.__file__); print(v.__file__)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(site)})
+    code = (
+        "import convert, convert.validators as v; from convert.validators.tolerances import TolerancePolicy; "
+        "print(convert.__file__); print(v.__file__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(site)}
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.split() == [str(site / "convert" / "__init__.py"), str(site / "convert" / "validators" / "__init__.py")]
 
@@ -77,7 +83,8 @@ def test_a_checkout_imports_its_own_numerics(tmp_path):
     """Run from the repository (PYTHONPATH, as the tests and benchmarks do), convert.validators is validators/ of this
     checkout, whatever install of the project the environment holds."""
     code = "import convert.validators as v; print(v.__file__)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert Path(done.stdout.strip()) == REPO / "validators" / "__init__.py"

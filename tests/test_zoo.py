@@ -54,8 +54,14 @@ def _report(checks: list[dict], passed: bool = True) -> dict:
 
 
 def _check(shape: str, status: str = "passed", reason: str = "", error: float = 1e-6) -> dict:
-    return {"runtime": "onnxruntime", "device": "cpu", "shape": shape, "status": status, "reason": reason,
-            "outputs": [{"name": "y", "status": status if status != "skipped" else "passed", "max_abs_error": error}]}
+    return {
+        "runtime": "onnxruntime",
+        "device": "cpu",
+        "shape": shape,
+        "status": status,
+        "reason": reason,
+        "outputs": [{"name": "y", "status": status if status != "skipped" else "passed", "max_abs_error": error}],
+    }
 
 
 def test_a_pass_needs_every_symbol_at_two_sizes():
@@ -68,19 +74,35 @@ def test_a_pass_needs_every_symbol_at_two_sizes():
 
 def test_a_skipped_size_is_a_fixed_shape_and_a_missing_artifact_an_error():
     entry = ENTRIES["linen_cnn"]
-    skipped = classify(_report([_check("B=2,H=16,W=16"), _check("B=1,H=8,W=12", "skipped", "not run at this shape: B is 2 in the model")]),
-                       entry, "module", "onnx")
+    skipped = classify(
+        _report([_check("B=2,H=16,W=16"), _check("B=1,H=8,W=12", "skipped", "not run at this shape: B is 2 in the model")]),
+        entry,
+        "module",
+        "onnx",
+    )
     assert skipped.status == "fixed-shape" and "B is 2" in skipped.reason
-    refused = classify(_report([_check("B=2,H=16,W=16"), _check("B=1,H=8,W=12", "failed", "the artifact fixes dim B that was asked dynamic")],
-                               passed=False), entry, "module", "onnx")
+    refused = classify(
+        _report(
+            [_check("B=2,H=16,W=16"), _check("B=1,H=8,W=12", "failed", "the artifact fixes dim B that was asked dynamic")], passed=False
+        ),
+        entry,
+        "module",
+        "onnx",
+    )
     assert refused.status == "fixed-shape" and refused.reason.startswith("onnxruntime B=1,H=8,W=12: the artifact fixes dim B")
-    wrong = classify(_report([_check("B=2,H=16,W=16", "failed", "output 'y': 3 of 20 elements differ")], passed=False), entry, "module", "onnx")
+    wrong = classify(
+        _report([_check("B=2,H=16,W=16", "failed", "output 'y': 3 of 20 elements differ")], passed=False), entry, "module", "onnx"
+    )
     assert wrong.status == "failed" and "3 of 20" in wrong.reason
-    report = {"stages": [{"name": "export:tflite", "status": "failed", "seconds": 2.0, "error": "ConverterError: op X\nmore"}],
-              "artifacts": [{"format": "tflite", "path": None, "attempts": []}]}
+    report = {
+        "stages": [{"name": "export:tflite", "status": "failed", "seconds": 2.0, "error": "ConverterError: op X\nmore"}],
+        "artifacts": [{"format": "tflite", "path": None, "attempts": []}],
+    }
     missing = classify(report, entry, "module", "tflite")
     assert (missing.status, missing.reason) == ("error", "ConverterError: op X more")
-    report["stages"][0]["error"] = ('ValueError: in user code:\n  File "serve.py", line 38, in serve\n'
-                                    "    ValueError: Incompatible shapes for broadcasting: (B, S), (min(128, S),)")
+    report["stages"][0]["error"] = (
+        'ValueError: in user code:\n  File "serve.py", line 38, in serve\n'
+        "    ValueError: Incompatible shapes for broadcasting: (B, S), (min(128, S),)"
+    )
     wrapped = classify(report, entry, "module", "tflite")
     assert wrapped.reason == "ValueError: Incompatible shapes for broadcasting: (B, S), (min(128, S),)"

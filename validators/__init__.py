@@ -5,7 +5,13 @@ from convert.validators.inputs import ShapeCase, generate_feed, plan_shape_cases
 from convert.validators.tolerances import Tolerance, TolerancePolicy, default_tolerance
 
 __all__ = [
-    "OutputResult", "compare_outputs", "merge_results",
-    "ShapeCase", "generate_feed", "plan_shape_cases",
-    "Tolerance", "TolerancePolicy", "default_tolerance",
+    "OutputResult",
+    "compare_outputs",
+    "merge_results",
+    "ShapeCase",
+    "generate_feed",
+    "plan_shape_cases",
+    "Tolerance",
+    "TolerancePolicy",
+    "default_tolerance",
 ]

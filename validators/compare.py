@@ -9,14 +9,13 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
-
 from convert.validators.tolerances import Tolerance, TolerancePolicy
+from pydantic import BaseModel, Field
 
 TOP_K = 5  # top-k agreement: the reference's top-1 class is among the artifact's top 5
 # Lower edges of the absolute-error histogram: exactly 0, then one bin per decade from 1e-10 up, the last open-ended.
 # Fixed edges let samples, shapes and runs be summed and compared bin by bin.
-ERROR_HISTOGRAM_EDGES = [0.0, *(10.0 ** e for e in range(-10, 2))]
+ERROR_HISTOGRAM_EDGES = [0.0, *(10.0**e for e in range(-10, 2))]
 
 
 class OutputMetrics(BaseModel):
@@ -36,7 +35,9 @@ class OutputMetrics(BaseModel):
     cosine_similarity: float | None = None
     rel_rms_error: float | None = Field(None, description="||a-e|| / ||e|| (float outputs)")
     top1_agreement: float | None = Field(None, description="fraction of rows whose argmax agrees (last axis of 2 or more)")
-    top5_agreement: float | None = Field(None, description="fraction of rows whose reference argmax is in the artifact's top 5 (last axis over 5)")
+    top5_agreement: float | None = Field(
+        None, description="fraction of rows whose reference argmax is in the artifact's top 5 (last axis over 5)"
+    )
     nan_count: int = 0
     inf_count: int = 0
     atol: float | None = None
@@ -45,7 +46,9 @@ class OutputMetrics(BaseModel):
     budget: str = Field("", description="the accuracy budget that judged a reduced-precision output, e.g. 'cosine>=0.98,rel_rms<=0.2'")
     budget_source: str = ""
     samples: int = 0
-    error_histogram: list[int] | None = Field(None, description="counts of |actual - expected| per bin of the report's error_histogram_edges")
+    error_histogram: list[int] | None = Field(
+        None, description="counts of |actual - expected| per bin of the report's error_histogram_edges"
+    )
 
 
 class OutputResult(OutputMetrics):
@@ -66,12 +69,19 @@ def _is_float(array: np.ndarray) -> bool:
 
 def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> OutputResult:
     result = OutputResult(
-        name=name, status="passed",
-        expected_shape=list(expected.shape), shape=list(actual.shape),
-        expected_dtype=str(expected.dtype), dtype=str(actual.dtype),
-        elements=int(expected.size), atol=tolerance.atol, rtol=tolerance.rtol,
-        tolerance_source=tolerance.source, bounds=tolerance.budget,
-        budget=tolerance.describe_budget(), budget_source=tolerance.budget_source,
+        name=name,
+        status="passed",
+        expected_shape=list(expected.shape),
+        shape=list(actual.shape),
+        expected_dtype=str(expected.dtype),
+        dtype=str(actual.dtype),
+        elements=int(expected.size),
+        atol=tolerance.atol,
+        rtol=tolerance.rtol,
+        tolerance_source=tolerance.source,
+        bounds=tolerance.budget,
+        budget=tolerance.describe_budget(),
+        budget_source=tolerance.budget_source,
     )
     problems = []
     if _is_float(actual):
@@ -146,8 +156,13 @@ def _finish(result: OutputResult) -> None:
 
 def _budget_problems(result: OutputResult) -> list[str]:
     """The accuracy-budget bounds this output misses (metrics that do not apply to it are not judged)."""
-    values = {"cosine": result.cosine_similarity, "rel_rms": result.rel_rms_error, "top1": result.top1_agreement,
-              "top5": result.top5_agreement, "max_abs": result.max_abs_error}
+    values = {
+        "cosine": result.cosine_similarity,
+        "rel_rms": result.rel_rms_error,
+        "top1": result.top1_agreement,
+        "top5": result.top5_agreement,
+        "max_abs": result.max_abs_error,
+    }
     problems = []
     for metric, op, bound in result.bounds:
         value = values[metric]
@@ -170,24 +185,34 @@ def _cosine(expected: np.ndarray, actual: np.ndarray) -> float | None:
     return float(np.dot(e, a) / (ne * na))
 
 
-def compare_outputs(expected: dict[str, np.ndarray], actual: dict[str, np.ndarray],
-                    policy: TolerancePolicy, precision: str = "fp32") -> list[OutputResult]:
+def compare_outputs(
+    expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], policy: TolerancePolicy, precision: str = "fp32"
+) -> list[OutputResult]:
     """Every expected output must be present by its exact name; extra outputs fail too."""
     results = []
     for name, reference in expected.items():
         if name not in actual:
-            results.append(OutputResult(name=name, status="failed",
-                                        reason=f"missing: the artifact has no output named '{name}' "
-                                               f"(it has {sorted(actual) or 'none'})",
-                                        expected_shape=list(reference.shape), expected_dtype=str(reference.dtype)))
+            results.append(
+                OutputResult(
+                    name=name,
+                    status="failed",
+                    reason=f"missing: the artifact has no output named '{name}' (it has {sorted(actual) or 'none'})",
+                    expected_shape=list(reference.shape),
+                    expected_dtype=str(reference.dtype),
+                )
+            )
             continue
-        results.append(compare_output(name, np.asarray(reference), np.asarray(actual[name]),
-                                      policy.for_output(name, precision)))
+        results.append(compare_output(name, np.asarray(reference), np.asarray(actual[name]), policy.for_output(name, precision)))
     for name in actual:
         if name not in expected:
-            results.append(OutputResult(name=name, status="failed",
-                                        reason=f"extra: the source model has no output named '{name}'",
-                                        shape=list(np.shape(actual[name]))))
+            results.append(
+                OutputResult(
+                    name=name,
+                    status="failed",
+                    reason=f"extra: the source model has no output named '{name}'",
+                    shape=list(np.shape(actual[name])),
+                )
+            )
     return results
 
 

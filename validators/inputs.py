@@ -31,9 +31,12 @@ class ShapeCase:
         return ",".join(f"{k}={v}" for k, v in self.sizes.items()) or "static"
 
 
-def plan_shape_cases(symbols: tuple[str, ...], chosen: dict[str, tuple[int, ...]] | None = None,
-                     export_sizes: dict[str, int] | None = None,
-                     ranges: dict[str, tuple[int, int | None]] | None = None) -> list[ShapeCase]:
+def plan_shape_cases(
+    symbols: tuple[str, ...],
+    chosen: dict[str, tuple[int, ...]] | None = None,
+    export_sizes: dict[str, int] | None = None,
+    ranges: dict[str, tuple[int, int | None]] | None = None,
+) -> list[ShapeCase]:
     """The export case, every symbol at its smallest size, then each symbol at its largest size while the others
     stay at their smallest (and at any other size ``--dim`` asks for): every symbol moves on its own.
 
@@ -57,8 +60,12 @@ def plan_shape_cases(symbols: tuple[str, ...], chosen: dict[str, tuple[int, ...]
     planned = [("export", exports), ("min", low)]
     planned += [(f"{symbol} max", {**low, symbol: max(sizes)}) for symbol, sizes in per_symbol.items()]
     covered = {(symbol, size) for _, sizes in planned for symbol, size in sizes.items()}
-    planned += [(f"{symbol}={size}", {**low, symbol: size}) for symbol, sizes in per_symbol.items() for size in sizes
-                if (symbol, size) not in covered]
+    planned += [
+        (f"{symbol}={size}", {**low, symbol: size})
+        for symbol, sizes in per_symbol.items()
+        for size in sizes
+        if (symbol, size) not in covered
+    ]
     cases: list[ShapeCase] = []
     for label, sizes in planned:
         if all(c.sizes != sizes for c in cases):
@@ -66,16 +73,18 @@ def plan_shape_cases(symbols: tuple[str, ...], chosen: dict[str, tuple[int, ...]
     return cases
 
 
-def _export_sizes(symbols: tuple[str, ...], chosen: dict[str, tuple[int, ...]], given: dict[str, int],
-                  ranges: dict[str, tuple[int, int | None]]) -> dict[str, int]:
+def _export_sizes(
+    symbols: tuple[str, ...], chosen: dict[str, tuple[int, ...]], given: dict[str, int], ranges: dict[str, tuple[int, int | None]]
+) -> dict[str, int]:
     """The example inputs' size of each symbol, else the one ``--dim`` gives first, else a default no other symbol has."""
     exports = {s: given[s] if s in given else chosen[s][0] for s in symbols if s in given or s in chosen}
     for position, symbol in enumerate(symbols):
         if symbol in exports:
             continue
         low, high = ranges.get(symbol, (1, None))
-        candidates = itertools.chain(DEFAULT_EXPORT_SIZES[position:], DEFAULT_EXPORT_SIZES[:position],
-                                     itertools.count(DEFAULT_EXPORT_SIZES[-1] + 2, 2))
+        candidates = itertools.chain(
+            DEFAULT_EXPORT_SIZES[position:], DEFAULT_EXPORT_SIZES[:position], itertools.count(DEFAULT_EXPORT_SIZES[-1] + 2, 2)
+        )
         exports[symbol] = _clamp(next(size for size in candidates if size not in exports.values()), low, high)
     return {s: exports[s] for s in symbols}
 
@@ -91,8 +100,11 @@ def _seed(*parts: object) -> int:
 
 def is_padding_mask(spec) -> bool:
     """An integer or bool input named like a padding mask (``attention_mask``, ``padding_mask``) with no domain, or 0..1."""
-    return (spec.is_integer or spec.dtype == "bool") and spec.name.lower().endswith("mask") and (
-        spec.low is None or (spec.low, spec.high) == (0, 1))
+    return (
+        (spec.is_integer or spec.dtype == "bool")
+        and spec.name.lower().endswith("mask")
+        and (spec.low is None or (spec.low, spec.high) == (0, 1))
+    )
 
 
 def _padding_mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -115,7 +127,9 @@ def generate_feed(specs, sizes: dict[str, int], sample: int, seed: int = 0) -> d
         if is_padding_mask(spec) and len(shape) >= 1:
             feed[spec.name] = _padding_mask(rng, shape).astype(spec.dtype)
         elif spec.dtype == "bool":
-            feed[spec.name] = rng.integers(*(int(spec.low), int(spec.high) + 1) if spec.low is not None else (0, 2), size=shape).astype(bool)
+            feed[spec.name] = rng.integers(*(int(spec.low), int(spec.high) + 1) if spec.low is not None else (0, 2), size=shape).astype(
+                bool
+            )
         elif spec.is_integer:
             low, high = (spec.low, spec.high) if spec.low is not None else DEFAULT_INT_DOMAIN
             feed[spec.name] = rng.integers(int(low), int(high), size=shape, endpoint=True).astype(spec.dtype)

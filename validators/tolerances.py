@@ -109,7 +109,8 @@ def parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
             raise ConvertError(
                 f"cannot read the accuracy budget {text!r}",
                 "Write it as cosine>=0.995,rel_rms<=0.05,top1>=0.98,top5>=0.99,max_abs<=0.1 for every output, or OUTPUT:cosine>=0.99 "
-                "for one (cosine, top1, top5: >=; rel_rms, max_abs: <=).")
+                "for one (cosine, top1, top5: >=; rel_rms, max_abs: <=).",
+            )
         bounds[metric] = (op, bound)
     return output, bounds
 

@@ -22,9 +22,10 @@ class RayEngine:
         try:
             ray.init(address=self.address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError) as exc:
-            raise ConvertError(f"cannot reach the Ray cluster at {self.address}: {exc}",
-                               "Start one with 'ray start --head' (or give its address), or leave --address out to start "
-                               "a local instance.") from None
+            raise ConvertError(
+                f"cannot reach the Ray cluster at {self.address}: {exc}",
+                "Start one with 'ray start --head' (or give its address), or leave --address out to start a local instance.",
+            ) from None
         task = ray.remote(max_retries=0)(run_model)
         pending = {}
         try:

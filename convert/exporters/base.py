@@ -65,7 +65,10 @@ def describe_exception(exc: BaseException) -> str:
 @contextlib.contextmanager
 def quiet(log: io.StringIO) -> Iterator[None]:
     """Capture the chatter exporters print (progress lines, tracer warnings) into the attempt's log."""
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "torch.fx", "tensorflow", "absl", "tf2onnx", "jax2onnx", "onnx_ir")]
+    loggers = [
+        logging.getLogger(name)
+        for name in ("torch.onnx", "torch.export", "torch._export", "torch.fx", "tensorflow", "absl", "tf2onnx", "jax2onnx", "onnx_ir")
+    ]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
@@ -108,13 +111,18 @@ class Exporter(abc.ABC):
                 if full is not None:  # no other strategy can write either
                     raise full from exc
                 log.write(traceback.format_exc())
-                attempts.append(Attempt(strategy, "failed", time.perf_counter() - started, describe_exception(exc), log.getvalue()[-MAX_ERROR_CHARS:]))
+                attempts.append(
+                    Attempt(strategy, "failed", time.perf_counter() - started, describe_exception(exc), log.getvalue()[-MAX_ERROR_CHARS:])
+                )
                 continue
             artifact.exporter, artifact.strategy = self.name, strategy
             artifact.inputs = artifact.inputs or job.source.signature.inputs
             artifact.output_names = artifact.output_names or job.source.signature.outputs
-            attempts.append(Attempt(strategy, "ok", time.perf_counter() - started, log=log.getvalue()[-MAX_ERROR_CHARS:],
-                                    note="; ".join(artifact.notes)))
+            attempts.append(
+                Attempt(
+                    strategy, "ok", time.perf_counter() - started, log=log.getvalue()[-MAX_ERROR_CHARS:], note="; ".join(artifact.notes)
+                )
+            )
             return ExportOutcome(artifact, attempts)
         return ExportOutcome(None, attempts)
 

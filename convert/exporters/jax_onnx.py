@@ -28,9 +28,11 @@ from convert.exporters.onnx import onnx_artifact, rename_values, save_onnx
 
 TF2ONNX_OPSET = 17
 # jax2onnx's plugins that patch a flax.linen pooling function with a keyword-only window_shape
-LINEN_POOLING_PLUGINS = (("jax2onnx.plugins.flax.linen.max_pool", "MaxPoolPlugin"),
-                         ("jax2onnx.plugins.flax.linen.avg_pool", "AvgPoolPlugin"),
-                         ("jax2onnx.plugins.flax.linen.min_pool", "MinPoolPlugin"))
+LINEN_POOLING_PLUGINS = (
+    ("jax2onnx.plugins.flax.linen.max_pool", "MaxPoolPlugin"),
+    ("jax2onnx.plugins.flax.linen.avg_pool", "AvgPoolPlugin"),
+    ("jax2onnx.plugins.flax.linen.min_pool", "MinPoolPlugin"),
+)
 
 
 class JaxToOnnx(Exporter):
@@ -39,10 +41,14 @@ class JaxToOnnx(Exporter):
     suffix = ".onnx"
 
     def strategies(self, job: ExportJob):
-        strategies = [("jax2onnx.to_onnx", lambda path: self._jax2onnx(job, path)),
-                      ("jax2tf → TFLite → tf2onnx", lambda path: self._via_tflite(job, path, fixed=False))]
+        strategies = [
+            ("jax2onnx.to_onnx", lambda path: self._jax2onnx(job, path)),
+            ("jax2tf → TFLite → tf2onnx", lambda path: self._via_tflite(job, path, fixed=False)),
+        ]
         if job.source.signature.symbols:
-            strategies.append(("jax2tf → TFLite → tf2onnx (fixed at the export shape)", lambda path: self._via_tflite(job, path, fixed=True)))
+            strategies.append(
+                ("jax2tf → TFLite → tf2onnx (fixed at the export shape)", lambda path: self._via_tflite(job, path, fixed=True))
+            )
         return strategies
 
     def _jax2onnx(self, job: ExportJob, path: Path) -> Artifact:
@@ -53,8 +59,14 @@ class JaxToOnnx(Exporter):
         symbolic = source.symbolic_dims()
         inputs = [jax.ShapeDtypeStruct(tuple(symbolic.get(d, d) for d in s.dims), s.dtype) for s in source.signature.inputs]
         with linen_pooling_by_position():
-            model = jax2onnx.to_onnx(source.bound(), inputs, model_name=job.stem, **({"opset": job.opset} if job.opset else {}),
-                                     input_names=[s.name for s in source.signature.inputs], output_names=list(source.signature.outputs))
+            model = jax2onnx.to_onnx(
+                source.bound(),
+                inputs,
+                model_name=job.stem,
+                **({"opset": job.opset} if job.opset else {}),
+                input_names=[s.name for s in source.signature.inputs],
+                output_names=list(source.signature.outputs),
+            )
         save_onnx(model, path)
         return onnx_artifact(path, job.opset)
 
@@ -120,8 +132,12 @@ def linen_pooling_by_position() -> Iterator[None]:
 
 
 def _specs_by_position(specs: Callable[[], list], cls) -> list:
-    return [dataclasses.replace(spec, make_value=functools.partial(_patched_by_position, spec.make_value))
-            if hasattr(spec, "make_value") else spec for spec in specs()]
+    return [
+        dataclasses.replace(spec, make_value=functools.partial(_patched_by_position, spec.make_value))
+        if hasattr(spec, "make_value")
+        else spec
+        for spec in specs()
+    ]
 
 
 def _patched_by_position(make_value: Callable, original: Callable | None) -> Callable:

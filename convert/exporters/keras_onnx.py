@@ -71,8 +71,9 @@ class KerasToOnnx(Exporter):
         _register_missing_tf2onnx_ops()
         signature = input_signature(job)
         function = tf.function(serving_function(job), input_signature=signature)
-        model, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=job.opset or DEFAULT_OPSET,
-                                                 output_path=str(path))
+        model, _ = tf2onnx.convert.from_function(
+            function, input_signature=signature, opset=job.opset or DEFAULT_OPSET, output_path=str(path)
+        )
         if _fold_captured_inputs(model, function, {s.name for s in job.source.signature.inputs}):
             save_onnx(model, path)
         return onnx_artifact(path, job.opset)

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.torch_common import (dynamic_axes, dynamic_shapes, example_arguments, export_program, exportable_module,
-                                           record_bounds)
+from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example_arguments, export_program, exportable_module, record_bounds
 
 # Weights past this go to external data: torch.onnx's own threshold, which leaves the graph room under the limit.
 EXTERNAL_DATA_THRESHOLD = 1536 * 2**20
@@ -37,7 +36,9 @@ def onnx_artifact(path: Path, opset: int | None = None) -> Artifact:
     for data in files[1:]:
         os.chmod(data, mode)  # onnx writes external data files 0600 whatever the umask: readable like the model
     return Artifact(
-        format="onnx", path=path, files=files,
+        format="onnx",
+        path=path,
+        files=files,
         output_names=tuple(o.name for o in model.graph.output),
     )
 
@@ -77,8 +78,9 @@ def save_onnx(model, path: Path) -> None:
         return
     data = path.with_name(f"{path.name}.data")
     data.unlink(missing_ok=True)  # onnx appends to an existing data file
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name,
-              convert_attribute=True)  # the tensors counted above include those of Constant nodes
+    onnx.save(
+        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name, convert_attribute=True
+    )  # the tensors counted above include those of Constant nodes
 
 
 def rename_values(model, mapping: dict[str, str]) -> None:
@@ -104,22 +106,31 @@ class TorchToOnnx(Exporter):
 
     def strategies(self, job: ExportJob):
         converted = "TS2EPConverter, then " if job.source.is_scripted else ""  # see torch_common.exportable_module
-        return [(f"{converted}torch.onnx.export(dynamo=True)", lambda path: self._dynamo(job, path)),
-                (f"{converted}torch.export.export, its default decompositions, then torch.onnx.export",
-                 lambda path: self._decomposed(job, path)),
-                ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path))]
+        return [
+            (f"{converted}torch.onnx.export(dynamo=True)", lambda path: self._dynamo(job, path)),
+            (
+                f"{converted}torch.export.export, its default decompositions, then torch.onnx.export",
+                lambda path: self._decomposed(job, path),
+            ),
+            ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path)),
+        ]
 
     def _names(self, job: ExportJob) -> dict:
-        return {"input_names": [s.name for s in job.source.signature.inputs],
-                "output_names": list(job.source.signature.outputs)}
+        return {"input_names": [s.name for s in job.source.signature.inputs], "output_names": list(job.source.signature.outputs)}
 
     def _dynamo(self, job: ExportJob, path: Path) -> Artifact:
         import torch
 
         args, kwargs = example_arguments(job)
         program = torch.onnx.export(
-            exportable_module(job), args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes(job),
-            opset_version=job.opset, optimize=True, **self._names(job),
+            exportable_module(job),
+            args,
+            kwargs=kwargs,
+            dynamo=True,
+            dynamic_shapes=dynamic_shapes(job),
+            opset_version=job.opset,
+            optimize=True,
+            **self._names(job),
         )
         program.save(str(path), external_data=None)  # None: external data only past the 2 GB limit
         # torch.onnx applies torch.export's suggested fixes on its own (a bound on a dim): its program tells which
@@ -132,8 +143,9 @@ class TorchToOnnx(Exporter):
         import torch
 
         program, bounded = export_program(job)
-        onnx_program = torch.onnx.export(program.run_decompositions(), dynamo=True, opset_version=job.opset, optimize=True,
-                                         **self._names(job))
+        onnx_program = torch.onnx.export(
+            program.run_decompositions(), dynamo=True, opset_version=job.opset, optimize=True, **self._names(job)
+        )
         onnx_program.save(str(path), external_data=None)
         return record_bounds(onnx_artifact(path, job.opset), program, job, bounded)
 
@@ -142,7 +154,14 @@ class TorchToOnnx(Exporter):
 
         args, kwargs = example_arguments(job)
         torch.onnx.export(
-            job.source.native, args, str(path), kwargs=kwargs or None, dynamo=False, dynamic_axes=dynamic_axes(job) or None,
-            do_constant_folding=True, **({"opset_version": job.opset} if job.opset else {}), **self._names(job),
+            job.source.native,
+            args,
+            str(path),
+            kwargs=kwargs or None,
+            dynamo=False,
+            dynamic_axes=dynamic_axes(job) or None,
+            do_constant_folding=True,
+            **({"opset_version": job.opset} if job.opset else {}),
+            **self._names(job),
         )
         return onnx_artifact(path, job.opset)

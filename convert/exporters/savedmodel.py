@@ -16,7 +16,9 @@ class TfSavedModel(Exporter):
 
     def strategies(self, job: ExportJob):
         bridge = getattr(job.source, "tf_bridge", "")
-        strategy = "keras.export.ExportArchive" if job.source.is_keras else f"{bridge} + tf.saved_model.save" if bridge else "tf.saved_model.save"
+        strategy = (
+            "keras.export.ExportArchive" if job.source.is_keras else f"{bridge} + tf.saved_model.save" if bridge else "tf.saved_model.save"
+        )
         return [(strategy, lambda path: self._write(job, path))]
 
     def _write(self, job: ExportJob, path: Path) -> Artifact:

@@ -24,10 +24,14 @@ def input_signature(job: ExportJob) -> list[Any]:
     tf = tensorflow()
     for spec in job.source.signature.inputs:
         if not _TF_NAME.match(spec.name):
-            raise ValueError(f"the input name {spec.name!r} cannot name a TensorFlow signature input "
-                             "(letters, digits and . _ / > - only, not starting with _ - / >): rename the model's input")
-    return [tf.TensorSpec(tuple(None if isinstance(d, str) else d for d in spec.dims), tf.as_dtype(spec.dtype), name=spec.name)
-            for spec in job.source.signature.inputs]
+            raise ValueError(
+                f"the input name {spec.name!r} cannot name a TensorFlow signature input "
+                "(letters, digits and . _ / > - only, not starting with _ - / >): rename the model's input"
+            )
+    return [
+        tf.TensorSpec(tuple(None if isinstance(d, str) else d for d in spec.dims), tf.as_dtype(spec.dtype), name=spec.name)
+        for spec in job.source.signature.inputs
+    ]
 
 
 def serving_function(job: ExportJob):

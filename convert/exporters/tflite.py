@@ -23,8 +23,10 @@ class TfLite(Exporter):
     suffix = ".tflite"
 
     def strategies(self, job: ExportJob):
-        return [("TFLiteConverter(TFLITE_BUILTINS)", lambda path: self._convert(job, path, select_tf_ops=False)),
-                ("TFLiteConverter(TFLITE_BUILTINS+SELECT_TF_OPS)", lambda path: self._convert(job, path, select_tf_ops=True))]
+        return [
+            ("TFLiteConverter(TFLITE_BUILTINS)", lambda path: self._convert(job, path, select_tf_ops=False)),
+            ("TFLiteConverter(TFLITE_BUILTINS+SELECT_TF_OPS)", lambda path: self._convert(job, path, select_tf_ops=True)),
+        ]
 
     def _convert(self, job: ExportJob, path: Path, select_tf_ops: bool) -> Artifact:
         write_tflite(job, path, select_tf_ops)

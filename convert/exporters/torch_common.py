@@ -31,12 +31,16 @@ def dynamic_shapes(job: ExportJob, lowest: dict[str, int] | None = None) -> tupl
                 low = max(low, 1, (lowest or {}).get(symbol, 1))
                 dims[symbol] = torch.export.Dim(symbol, min=low, **({"max": high} if high else {}))
     return job.source.convention.dynamic_shapes(
-        [{axis: dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)} for spec in specs])
+        [{axis: dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)} for spec in specs]
+    )
 
 
 def dynamic_axes(job: ExportJob) -> dict[str, dict[int, str]]:
-    return {spec.name: {axis: d for axis, d in enumerate(spec.dims) if isinstance(d, str)}
-            for spec in job.source.signature.inputs if spec.symbols}
+    return {
+        spec.name: {axis: d for axis, d in enumerate(spec.dims) if isinstance(d, str)}
+        for spec in job.source.signature.inputs
+        if spec.symbols
+    }
 
 
 def export_program(job: ExportJob) -> tuple[Any, str]:
@@ -63,7 +67,7 @@ def export_program(job: ExportJob) -> tuple[Any, str]:
         why = "torch.export's suggested fix ({}), applied".format("; ".join(line.strip() for line in fixes.splitlines() if line.strip()))
     else:
         refined = dynamic_shapes(job, lowest=violated)
-        why = ("torch.export's guard on {} had no suggested fix: bounded below by the export size".format(", ".join(violated)))
+        why = "torch.export's guard on {} had no suggested fix: bounded below by the export size".format(", ".join(violated))
     return torch.export.export(module, args, kwargs, dynamic_shapes=refined, strict=False), why
 
 
@@ -127,11 +131,13 @@ def record_bounds(artifact: Artifact, program, job: ExportJob, why: str = "torch
             if upper is not None or int(bounds.lower) > 1:
                 artifact.dim_bounds[dim] = (max(int(bounds.lower), 1), upper)
     for dim, (low, high) in artifact.dim_bounds.items():
-        artifact.notes.append(f"{dim} takes {low} to {'any size' if high is None else high} ({why}): "
-                              "the artifact is checked at those sizes only")
+        artifact.notes.append(
+            f"{dim} takes {low} to {'any size' if high is None else high} ({why}): the artifact is checked at those sizes only"
+        )
     if fixed:
-        artifact.inputs = tuple(replace(spec, dims=tuple(fixed.get(d, d) if isinstance(d, str) else d for d in spec.dims))
-                                for spec in specs)
+        artifact.inputs = tuple(
+            replace(spec, dims=tuple(fixed.get(d, d) if isinstance(d, str) else d for d in spec.dims)) for spec in specs
+        )
         artifact.fixed_shape_reason = f"torch.export fixed {', '.join(f'{d}={n}' for d, n in fixed.items())} ({why})"
         artifact.notes.append(artifact.fixed_shape_reason)
     return artifact

@@ -31,10 +31,11 @@ class TorchToTorchScript(Exporter):
         if job.source.is_scripted:
             return [("torch.jit.save", lambda path: self._save(job.source.native, path))]
         if job.source.info.kind in ("pt2", "exported-program"):
-            return [("torch.jit.script (program graph)", lambda path: self._script_program(job, path)),
-                    ("torch.jit.trace", lambda path: self._trace(job, path))]
-        return [("torch.jit.trace", lambda path: self._trace(job, path)),
-                ("torch.jit.script", lambda path: self._script(job, path))]
+            return [
+                ("torch.jit.script (program graph)", lambda path: self._script_program(job, path)),
+                ("torch.jit.trace", lambda path: self._trace(job, path)),
+            ]
+        return [("torch.jit.trace", lambda path: self._trace(job, path)), ("torch.jit.script", lambda path: self._script(job, path))]
 
     def _save(self, scripted, path: Path) -> Artifact:
         import torch
@@ -54,8 +55,9 @@ class TorchToTorchScript(Exporter):
             traced = torch.jit.trace(module, args, strict=False, check_trace=False)
         artifact = self._save(traced, path)
         if job.source.info.kind in ("pt2", "exported-program") and job.source.signature.symbols and _computes_with_sizes(module):
-            artifact.inputs = tuple(replace(spec, dims=tuple(int(n) for n in job.feed[spec.name].shape))
-                                    for spec in job.source.signature.inputs)
+            artifact.inputs = tuple(
+                replace(spec, dims=tuple(int(n) for n in job.feed[spec.name].shape)) for spec in job.source.signature.inputs
+            )
             artifact.fixed_shape_reason = "traced from a torch.export program, whose symbolic sizes tracing turns into constants"
         return artifact
 
@@ -63,7 +65,6 @@ class TorchToTorchScript(Exporter):
         import torch
 
         return self._save(torch.jit.script(job.source.native), path)
-
 
     def _script_program(self, job: ExportJob, path: Path) -> Artifact:
         import torch
@@ -85,8 +86,11 @@ def _flat_program_module(module, output_names: list[str]):
     import torch
     from torch import fx
 
-    checks = {torch.ops.aten._assert_scalar.default, torch.ops.aten.sym_constrain_range_for_size.default,
-              torch.ops.aten._assert_tensor_metadata.default}
+    checks = {
+        torch.ops.aten._assert_scalar.default,
+        torch.ops.aten.sym_constrain_range_for_size.default,
+        torch.ops.aten._assert_tensor_metadata.default,
+    }
     graph = copy.deepcopy(module.graph)
     graph._codegen = fx.graph.CodeGen()
     for node in list(graph.nodes):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.onnx import onnx_artifact, save_onnx
-from convert.optimizers.base import Optimizer, OptimizeJob
+from convert.optimizers.base import OptimizeJob, Optimizer
 
 
 def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> Artifact:
@@ -24,8 +24,14 @@ def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> 
     model = path.with_name(f".{path.name}.pre.onnx") if preprocess else job.base.path
     try:
         if preprocess:
-            quant_pre_process(str(job.base.path), str(model), skip_symbolic_shape=False, save_as_external_data=external_data,
-                              all_tensors_to_one_file=True, external_data_location=f"{model.name}.data")
+            quant_pre_process(
+                str(job.base.path),
+                str(model),
+                skip_symbolic_shape=False,
+                save_as_external_data=external_data,
+                all_tensors_to_one_file=True,
+                external_data_location=f"{model.name}.data",
+            )
             gc.collect()  # quant_pre_process leaves its copy of the model in reference cycles: free it before quantizing
         quantize(str(model), external_data)
     finally:
@@ -45,8 +51,10 @@ class _Int8(Optimizer):
     call = ""  # the ONNX Runtime call, as the strategies name it
 
     def strategies(self, job: OptimizeJob):
-        return [(f"quant_pre_process + {self.call}", lambda path: _quantize_from(job, path, True, self.quantizer(job, path))),
-                (self.call, lambda path: _quantize_from(job, path, False, self.quantizer(job, path)))]
+        return [
+            (f"quant_pre_process + {self.call}", lambda path: _quantize_from(job, path, True, self.quantizer(job, path))),
+            (self.call, lambda path: _quantize_from(job, path, False, self.quantizer(job, path))),
+        ]
 
     def quantizer(self, job: OptimizeJob, path: Path):
         """A function of the input model's path, and whether to write external data, that writes the quantized model
@@ -70,8 +78,15 @@ class StaticInt8(_Int8):
                 return next(self.feeds, None)
 
         return lambda model, external_data: quantize_static(
-            model, str(path), Feeds(job.calibration), quant_format=QuantFormat.QDQ, per_channel=True,
-            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, use_external_data_format=external_data)
+            model,
+            str(path),
+            Feeds(job.calibration),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            use_external_data_format=external_data,
+        )
 
 
 class DynamicInt8(_Int8):
@@ -82,8 +97,9 @@ class DynamicInt8(_Int8):
     def quantizer(self, job: OptimizeJob, path: Path):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        return lambda model, external_data: quantize_dynamic(model, str(path), weight_type=QuantType.QInt8,
-                                                             use_external_data_format=external_data)
+        return lambda model, external_data: quantize_dynamic(
+            model, str(path), weight_type=QuantType.QInt8, use_external_data_format=external_data
+        )
 
 
 class Fp16(Optimizer):

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.optimizers.base import Optimizer, OptimizeJob
+from convert.optimizers.base import OptimizeJob, Optimizer
 
 IR_NAME = "model.xml"
 
@@ -55,5 +55,9 @@ class OpenVinoInt8(OpenVinoIR):
         names = [port.get_any_name() for port in model.inputs]
         # NNCF's transformer scheme (SmoothQuant, attention-aware placement) keeps encoders accurate
         transformer = any(op.get_type_name() == "Softmax" for op in model.get_ops())
-        return nncf.quantize(model, nncf.Dataset(job.calibration, lambda feed: {n: feed[n] for n in names}),
-                             subset_size=len(job.calibration), model_type=nncf.ModelType.TRANSFORMER if transformer else None)
+        return nncf.quantize(
+            model,
+            nncf.Dataset(job.calibration, lambda feed: {n: feed[n] for n in names}),
+            subset_size=len(job.calibration),
+            model_type=nncf.ModelType.TRANSFORMER if transformer else None,
+        )

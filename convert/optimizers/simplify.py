@@ -10,7 +10,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.onnx import onnx_artifact, save_onnx
-from convert.optimizers.base import Optimizer, OptimizeJob
+from convert.optimizers.base import OptimizeJob, Optimizer
 
 
 class Simplify(Optimizer):
@@ -19,8 +19,10 @@ class Simplify(Optimizer):
     suffix = ".slim.onnx"
 
     def strategies(self, job: OptimizeJob):
-        return [("onnxslim.slim", lambda path: self._onnxslim(job, path)),
-                ("onnxruntime offline optimization (basic)", lambda path: self._onnxruntime(job, path))]
+        return [
+            ("onnxslim.slim", lambda path: self._onnxslim(job, path)),
+            ("onnxruntime offline optimization (basic)", lambda path: self._onnxruntime(job, path)),
+        ]
 
     def _onnxslim(self, job: OptimizeJob, path: Path) -> Artifact:
         import onnxslim

@@ -46,8 +46,9 @@ def timing_cache_path() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "model-convert") / "tensorrt-timing.cache"
 
 
-def profile_shapes(network_inputs: list[tuple[str, Shape]], specs: tuple[InputSpec, ...] | list[InputSpec],
-                   shape_ranges: dict[str, tuple[int, int, int]]) -> dict[str, tuple[Shape, Shape, Shape]]:
+def profile_shapes(
+    network_inputs: list[tuple[str, Shape]], specs: tuple[InputSpec, ...] | list[InputSpec], shape_ranges: dict[str, tuple[int, int, int]]
+) -> dict[str, tuple[Shape, Shape, Shape]]:
     """(min, opt, max) shapes of each network input: an axis the ONNX graph leaves dynamic (-1) takes the
     range of the symbol the input spec names there; fixed axes stay fixed."""
     by_name = {spec.name: spec for spec in specs}
@@ -68,7 +69,7 @@ def profile_shapes(network_inputs: list[tuple[str, Shape]], specs: tuple[InputSp
                 raise ConvertError(
                     f"the TensorRT optimization profile needs a size range for axis {axis} of input '{name}', "
                     f"which is dynamic in the ONNX graph{named}, and none is known",
-                    "Name the axis with a symbol in --input (e.g. \"x:float32[B,3,224,224]\") and give its range "
+                    'Name the axis with a symbol in --input (e.g. "x:float32[B,3,224,224]") and give its range '
                     "with --shape-range SYMBOL=MIN..OPT..MAX.",
                 )
             for bound, value in zip((low, opt, high), sizes):
@@ -93,8 +94,10 @@ class TensorRtFp32(Optimizer):
 
             gone = [need for need in cls.needs if not _has(trt, need)]
             if gone:
-                reason = (f"TensorRT {trt.__version__} has no {', '.join(gone)} (removed in TensorRT 11): "
-                          f"pip install 'tensorrt>=10,<11' for the {cls.name} pass")
+                reason = (
+                    f"TensorRT {trt.__version__} has no {', '.join(gone)} (removed in TensorRT 11): "
+                    f"pip install 'tensorrt>=10,<11' for the {cls.name} pass"
+                )
         return reason
 
     def strategies(self, job: OptimizeJob):
@@ -119,8 +122,7 @@ class TensorRtFp32(Optimizer):
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
         inputs = [network.get_input(i) for i in range(network.num_inputs)]
         profile = builder.create_optimization_profile()
-        for name, (low, opt, high) in profile_shapes([(t.name, tuple(t.shape)) for t in inputs], job.base.inputs,
-                                                     job.shape_ranges).items():
+        for name, (low, opt, high) in profile_shapes([(t.name, tuple(t.shape)) for t in inputs], job.base.inputs, job.shape_ranges).items():
             profile.set_shape(name, low, opt, high)
         config.add_optimization_profile(profile)
         calibrator = self.configure(trt, builder, config, job)

@@ -40,12 +40,20 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
     for artifact in report.artifacts:
         if artifact.path:
             kept = "" if artifact.passed else " [red]failed validation: kept for inspection, not at a final path[/]"
-            bounds = "".join(f", {symbol} {low}..{'' if high is None else high} only" for symbol, (low, high) in artifact.dim_bounds.items())
-            _say(console, f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}{bounds}){kept}")
+            bounds = "".join(
+                f", {symbol} {low}..{'' if high is None else high} only" for symbol, (low, high) in artifact.dim_bounds.items()
+            )
+            _say(
+                console,
+                f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}{bounds}){kept}",
+            )
     cache = report.cache
     if cache.reused or cache.rebuilt:
-        _say(console, f"  cache: {len(cache.reused)} stage jobs reused from {escape(cache.folder or '-')}"
-                      + "".join(f"; rebuilt {escape(r.stage)}: {escape(r.reason)}" for r in cache.rebuilt))
+        _say(
+            console,
+            f"  cache: {len(cache.reused)} stage jobs reused from {escape(cache.folder or '-')}"
+            + "".join(f"; rebuilt {escape(r.stage)}: {escape(r.reason)}" for r in cache.rebuilt),
+        )
     for note in report.notes:
         _say(console, f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if verdict:
@@ -64,23 +72,39 @@ def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> No
     decision = "[bold green]PROMOTE[/]" if verdict.promoted else "[bold red]REJECT[/]"
     _say(console, f"Gate: {decision} (exit code {verdict.exit_code})" + (f"; report: {escape(verdict.report)}" if verdict.report else ""))
     for reason in verdict.reasons:
-        _say(console, f"  [red]✗[/] {escape(f'[{reason.code}]')} " + (f"{escape(reason.artifact)}: " if reason.artifact else "")
-             + escape(_one_line(reason.message)), soft_wrap=True)
+        _say(
+            console,
+            f"  [red]✗[/] {escape(f'[{reason.code}]')} "
+            + (f"{escape(reason.artifact)}: " if reason.artifact else "")
+            + escape(_one_line(reason.message)),
+            soft_wrap=True,
+        )
 
 
 def _print_budgets(verdict: Verdict, console: Console) -> None:
     if not console.is_terminal:
         console.out("Budgets", highlight=False)
         for b in verdict.budgets:
-            console.out(f"budget {b.artifact} {b.runtime or '-'} {b.device or '-'} {b.output or '-'} {b.status} "
-                        f"{b.metric}={_num(b.value)} (limit {b.metric}{b.limit})" + _reason(b.reason), highlight=False)
+            console.out(
+                f"budget {b.artifact} {b.runtime or '-'} {b.device or '-'} {b.output or '-'} {b.status} "
+                f"{b.metric}={_num(b.value)} (limit {b.metric}{b.limit})" + _reason(b.reason),
+                highlight=False,
+            )
         return
     table = Table(title="Budgets")
     for column in ("artifact", "metric", "output", "runtime", "device", "limit", "value", "status"):
         table.add_column(column, overflow="fold")
     for b in verdict.budgets:
-        table.add_row(escape(b.artifact), b.metric, escape(b.output) or "-", b.runtime or "-", b.device or "-", b.limit,
-                      _num(b.value), f"[{STYLE[b.status]}]{b.status}[/]")
+        table.add_row(
+            escape(b.artifact),
+            b.metric,
+            escape(b.output) or "-",
+            b.runtime or "-",
+            b.device or "-",
+            b.limit,
+            _num(b.value),
+            f"[{STYLE[b.status]}]{b.status}[/]",
+        )
     console.print(table)
 
 
@@ -91,17 +115,29 @@ def _print_baseline(verdict: Verdict, console: Console) -> None:
         console.out(title, highlight=False)
         for d in baseline.deltas:
             delta = "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%"
-            console.out(f"baseline {d.artifact} {d.runtime or '-'} {d.device or '-'} {d.output or '-'} {d.status} "
-                        f"{d.metric} {_num(d.baseline)} -> {_num(d.current)} ({delta}, allowed {d.allowed or '-'})" + _reason(d.reason),
-                        highlight=False)
+            console.out(
+                f"baseline {d.artifact} {d.runtime or '-'} {d.device or '-'} {d.output or '-'} {d.status} "
+                f"{d.metric} {_num(d.baseline)} -> {_num(d.current)} ({delta}, allowed {d.allowed or '-'})" + _reason(d.reason),
+                highlight=False,
+            )
         return
     table = Table(title=escape(title))
     for column in ("artifact", "metric", "output", "runtime", "device", "baseline", "now", "delta", "allowed", "status"):
         table.add_column(column, overflow="fold")
     styles = {"ok": "green", "improved": "green", "regressed": "bold red", "not_compared": "yellow"}
     for d in baseline.deltas:
-        table.add_row(escape(d.artifact), d.metric, escape(d.output) or "-", d.runtime or "-", d.device or "-", _num(d.baseline), _num(d.current),
-                      "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%", d.allowed, f"[{styles[d.status]}]{d.status}[/]")
+        table.add_row(
+            escape(d.artifact),
+            d.metric,
+            escape(d.output) or "-",
+            d.runtime or "-",
+            d.device or "-",
+            _num(d.baseline),
+            _num(d.current),
+            "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%",
+            d.allowed,
+            f"[{styles[d.status]}]{d.status}[/]",
+        )
     console.print(table)
 
 
@@ -135,9 +171,16 @@ def _print_validation_table(report: Report, console: Console) -> None:
             cosines = [o.cosine_similarity for o in outputs if o.cosine_similarity is not None]
             detail = next((c.reason for c in checks if c.status == "failed"), "") or next((c.reason for c in checks if c.reason), "")
             shapes = " ".join(c.shape for c in checks if c.shape != "*") or "-"
-            table.add_row(name, runtime, device, shapes, f"[{STYLE[status]}]{status}[/]",
-                          f"{max(errors):.1e}" if errors else "-", f"{min(cosines):.6f}" if cosines else "-",
-                          cell(detail, 100))
+            table.add_row(
+                name,
+                runtime,
+                device,
+                shapes,
+                f"[{STYLE[status]}]{status}[/]",
+                f"{max(errors):.1e}" if errors else "-",
+                f"{min(cosines):.6f}" if cosines else "-",
+                cell(detail, 100),
+            )
     console.print(table)
 
 
@@ -157,9 +200,12 @@ def _print_validation_lines(report: Report, console: Console) -> None:
         for check in artifact.checks:
             errors = [o.max_abs_error for o in check.outputs if o.max_abs_error is not None]
             cosines = [o.cosine_similarity for o in check.outputs if o.cosine_similarity is not None]
-            console.out(f"check {key} {check.runtime} {check.device} {check.shape} {check.status} "
-                        f"max_abs_err={f'{max(errors):.1e}' if errors else '-'} min_cosine={f'{min(cosines):.6f}' if cosines else '-'}"
-                        + _reason(check.reason), highlight=False)
+            console.out(
+                f"check {key} {check.runtime} {check.device} {check.shape} {check.status} "
+                f"max_abs_err={f'{max(errors):.1e}' if errors else '-'} min_cosine={f'{min(cosines):.6f}' if cosines else '-'}"
+                + _reason(check.reason),
+                highlight=False,
+            )
 
 
 def _print_stage_lines(report: Report, console: Console) -> None:
@@ -191,8 +237,18 @@ def _print_benchmarks(report: Report, console: Console) -> None:
             table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", cell(b.reason, 60))
             continue
         speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
-        table.add_row(name, b.runtime, b.device, str(b.threads or "default"), f"{b.latency_ms_p50:.3f}", f"{b.latency_ms_p90:.3f}",
-                      f"{b.latency_ms_p99:.3f}", speedup, f"{b.throughput_per_s:g} ({b.throughput_shape})", f"{b.peak_memory_mb:g}")
+        table.add_row(
+            name,
+            b.runtime,
+            b.device,
+            str(b.threads or "default"),
+            f"{b.latency_ms_p50:.3f}",
+            f"{b.latency_ms_p90:.3f}",
+            f"{b.latency_ms_p99:.3f}",
+            speedup,
+            f"{b.throughput_per_s:g} ({b.throughput_shape})",
+            f"{b.peak_memory_mb:g}",
+        )
     console.print(table)
 
 
@@ -207,9 +263,11 @@ def _print_benchmark_lines(report: Report, console: Console) -> None:
         line = f"benchmark {name} {b.runtime} {b.device} {b.status}"
         if b.status == "ok":
             speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
-            line += (f" threads={b.threads or 'default'} p50_ms={b.latency_ms_p50:.3f} p90_ms={b.latency_ms_p90:.3f} "
-                     f"p99_ms={b.latency_ms_p99:.3f} vs_source={speedup} throughput_per_s={b.throughput_per_s:g} "
-                     f"throughput_shape={b.throughput_shape} peak_mb={b.peak_memory_mb:g}")
+            line += (
+                f" threads={b.threads or 'default'} p50_ms={b.latency_ms_p50:.3f} p90_ms={b.latency_ms_p90:.3f} "
+                f"p99_ms={b.latency_ms_p99:.3f} vs_source={speedup} throughput_per_s={b.throughput_per_s:g} "
+                f"throughput_shape={b.throughput_shape} peak_mb={b.peak_memory_mb:g}"
+            )
         console.out(line + _reason(b.reason), highlight=False)
 
 
@@ -225,9 +283,15 @@ def _print_auto(report: Report, console: Console) -> None:
         table.add_column(column, overflow="fold")
     for c in report.auto.candidates:
         style = "green" if c.status == "chosen" else "yellow" if c.status in ("lost", "skipped") else "bold red"
-        table.add_row(str(c.rank or "-"), c.name, c.precision, f"[{style}]{c.status}[/]",
-                      f"{c.latency_ms_p50:.3f}" if c.latency_ms_p50 else "-",
-                      f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-", cell(c.reason, 110))
+        table.add_row(
+            str(c.rank or "-"),
+            c.name,
+            c.precision,
+            f"[{style}]{c.status}[/]",
+            f"{c.latency_ms_p50:.3f}" if c.latency_ms_p50 else "-",
+            f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-",
+            cell(c.reason, 110),
+        )
     console.print(table)
 
 
@@ -237,9 +301,12 @@ def _print_auto_lines(report: Report, console: Console) -> None:
         return
     console.out(_auto_title(report), highlight=False)
     for c in report.auto.candidates:
-        console.out(f"candidate {c.rank or '-'} {c.name} {c.precision} {c.status} "
-                    f"p50_ms={f'{c.latency_ms_p50:.3f}' if c.latency_ms_p50 else '-'} "
-                    f"vs_source={f'{c.speedup_vs_source:.2f}x' if c.speedup_vs_source else '-'}" + _reason(c.reason), highlight=False)
+        console.out(
+            f"candidate {c.rank or '-'} {c.name} {c.precision} {c.status} "
+            f"p50_ms={f'{c.latency_ms_p50:.3f}' if c.latency_ms_p50 else '-'} "
+            f"vs_source={f'{c.speedup_vs_source:.2f}x' if c.speedup_vs_source else '-'}" + _reason(c.reason),
+            highlight=False,
+        )
 
 
 def _say(console: Console, markup: str, soft_wrap: bool = False) -> None:

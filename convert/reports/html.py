@@ -105,24 +105,26 @@ def render_html(report: Report) -> str:
         _timeline_section(report.stages),
         _environment_section(report.environment),
     ]
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(word)} · {_e(source_name)} · convert report</title>",
-        f"<style>{CSS}</style>",
-        "</head>",
-        "<body>",
-        _verdict_banner(report, word, good),
-        '<main class="wrap">',
-        *[section for section in sections if section],
-        "</main>",
-        "</body>",
-        "</html>",
-        "",
-    ])
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_e(word)} · {_e(source_name)} · convert report</title>",
+            f"<style>{CSS}</style>",
+            "</head>",
+            "<body>",
+            _verdict_banner(report, word, good),
+            '<main class="wrap">',
+            *[section for section in sections if section],
+            "</main>",
+            "</body>",
+            "</html>",
+            "",
+        ]
+    )
 
 
 def write_html(report: Report, path: Path) -> None:
@@ -181,14 +183,15 @@ def _row_class(status: str) -> str:
 
 
 def _svg(width: int, height: int, kind: str, label: str, parts: list[str]) -> str:
-    return (f'<svg class="chart" data-chart="{kind}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-            f'role="img" aria-label="{_e(label)}"><title>{_e(label)}</title>' + "".join(parts) + "</svg>")
+    return (
+        f'<svg class="chart" data-chart="{kind}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'role="img" aria-label="{_e(label)}"><title>{_e(label)}</title>' + "".join(parts) + "</svg>"
+    )
 
 
 def _text(x: float, y: float, text: str, anchor: str = "middle", size: float = 11, css: str = "", extra: str = "") -> str:
     css_attr = f' class="{css}"' if css else ""
-    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}"{css_attr}{extra}>'
-            f"{_e(text)}</text>")
+    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}"{css_attr}{extra}>{_e(text)}</text>'
 
 
 def _rect(x: float, y: float, width: float, height: float, fill: str, tooltip: str = "") -> str:
@@ -237,9 +240,12 @@ def _verdict_banner(report: Report, word: str, good: bool) -> str:
     parts = [f'<div class="verdict-word">{_e(word)}</div>']
     parts.append(f'<div class="verdict-summary">{_e(gate.summary() if gate else _run_summary(report))}</div>')
     if gate and gate.reasons:
-        items = "".join(f'<li><span class="code">{_e(r.code)}</span>'
-                        + (f'<span class="artifact">{_e(r.artifact)}</span>' if r.artifact else "")
-                        + f"{_e(r.message)}</li>" for r in gate.reasons)
+        items = "".join(
+            f'<li><span class="code">{_e(r.code)}</span>'
+            + (f'<span class="artifact">{_e(r.artifact)}</span>' if r.artifact else "")
+            + f"{_e(r.message)}</li>"
+            for r in gate.reasons
+        )
         parts.append(f'<ul class="reasons">{items}</ul>')
     if gate and gate.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>note: {_e(n)}</li>" for n in gate.notes) + "</ul>")
@@ -287,11 +293,19 @@ def _artifacts_section(report: Report) -> str:
     rows = []
     for index, artifact in enumerate(report.artifacts):
         key = artifact.key + (" (candidate)" if artifact.candidate else "")
-        rows.append(("" if artifact.passed else "failed",
-                     f'<td><a href="#artifact-{index}">{_e(key)}</a></td>' + _td(artifact.format) + _td(artifact.precision)
-                     + _td(_size(artifact.size_bytes), numeric=True) + f"<td>{_short_sha(artifact.sha256)}</td>"
-                     + f"<td>{_badge('passed' if artifact.passed else 'failed')}</td>" + _td(_status_counts(artifact.checks))
-                     + f"<td><code>{_e(artifact.path or '–')}</code></td>"))
+        rows.append(
+            (
+                "" if artifact.passed else "failed",
+                f'<td><a href="#artifact-{index}">{_e(key)}</a></td>'
+                + _td(artifact.format)
+                + _td(artifact.precision)
+                + _td(_size(artifact.size_bytes), numeric=True)
+                + f"<td>{_short_sha(artifact.sha256)}</td>"
+                + f"<td>{_badge('passed' if artifact.passed else 'failed')}</td>"
+                + _td(_status_counts(artifact.checks))
+                + f"<td><code>{_e(artifact.path or '–')}</code></td>",
+            )
+        )
     headers = ["artifact", "format", "precision", "size", "sha256", "status", "checks", "path"]
     return "<section><h2>Artifacts</h2>" + _table(headers, rows) + "</section>"
 
@@ -308,12 +322,18 @@ def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> s
     if artifact.reproduce:
         details.append(("reproduce", f"<pre>{_e(artifact.reproduce)}</pre>"))
     failed_attempts = [a for a in artifact.attempts if a.status == "failed"]
-    attempts = "".join(f"<h3>Failed attempt: {_e(a.strategy)} ({a.seconds:.3g} s)</h3><pre>{_e(a.error)}</pre>"
-                       for a in failed_attempts)
-    return (f'<section class="artifact-section" id="artifact-{index}">'
-            f"<h2>{_e(artifact.key)} {_badge(status)}</h2>" + _facts(details) + attempts
-            + "<h3>Checks</h3>" + _checks_table(artifact.checks)
-            + "<h3>Error histograms and latency</h3>" + _charts(artifact, report) + "</section>")
+    attempts = "".join(f"<h3>Failed attempt: {_e(a.strategy)} ({a.seconds:.3g} s)</h3><pre>{_e(a.error)}</pre>" for a in failed_attempts)
+    return (
+        f'<section class="artifact-section" id="artifact-{index}">'
+        f"<h2>{_e(artifact.key)} {_badge(status)}</h2>"
+        + _facts(details)
+        + attempts
+        + "<h3>Checks</h3>"
+        + _checks_table(artifact.checks)
+        + "<h3>Error histograms and latency</h3>"
+        + _charts(artifact, report)
+        + "</section>"
+    )
 
 
 def _charts(artifact: ArtifactRecord, report: Report) -> str:
@@ -330,9 +350,11 @@ def _checks_table(checks: list[Check]) -> str:
     rows = []
     for check in checks:
         outputs = check.outputs or [None]
-        check_cells = (f'<td rowspan="{len(outputs)}">{_e(check.runtime)}</td><td rowspan="{len(outputs)}">'
-                       f'{_e(check.device)}</td><td rowspan="{len(outputs)}">{_e(check.shape)}</td>'
-                       f'<td rowspan="{len(outputs)}">{_badge(check.status)}</td>')
+        check_cells = (
+            f'<td rowspan="{len(outputs)}">{_e(check.runtime)}</td><td rowspan="{len(outputs)}">'
+            f'{_e(check.device)}</td><td rowspan="{len(outputs)}">{_e(check.shape)}</td>'
+            f'<td rowspan="{len(outputs)}">{_badge(check.status)}</td>'
+        )
         for position, output in enumerate(outputs):
             first = position == 0
             if output is None:
@@ -340,10 +362,14 @@ def _checks_table(checks: list[Check]) -> str:
                 status = check.status
             else:
                 reason = output.reason or (check.reason if first else "")
-                cells = (_td(output.name) + _td(_num(output.max_abs_error), numeric=True)
-                         + _td(_num(output.cosine_similarity, ".6f"), numeric=True)
-                         + _td(_num(output.rel_rms_error), numeric=True)
-                         + _td(_num(output.top1_agreement, ".1%"), numeric=True) + _td(reason))
+                cells = (
+                    _td(output.name)
+                    + _td(_num(output.max_abs_error), numeric=True)
+                    + _td(_num(output.cosine_similarity, ".6f"), numeric=True)
+                    + _td(_num(output.rel_rms_error), numeric=True)
+                    + _td(_num(output.top1_agreement, ".1%"), numeric=True)
+                    + _td(reason)
+                )
                 status = "failed" if output.status == "failed" else check.status
             rows.append((_row_class(status), (check_cells if first else "") + cells))
     headers = ["runtime", "device", "shape", "status", "output", "max |err|", "cosine", "rel rms", "top-1", "reason"]
@@ -356,6 +382,7 @@ def _checks_table(checks: list[Check]) -> str:
 
 def _bin_labels(edges: list[float]) -> list[str]:
     """'0' for the first bin (exact zeros and anything below the second edge), '>=X' for the open last one."""
+
     def decade(edge: float) -> str:
         exponent = math.log10(edge)
         if exponent.is_integer() and exponent not in (0, 1):
@@ -378,20 +405,23 @@ def _histograms(artifact: ArtifactRecord, edges: list[float]) -> tuple[list[str]
                 exact.append(output.name)
                 continue
             previous = summed.get(output.name)
-            summed[output.name] = ([a + b for a, b in zip(previous, output.error_histogram)] if previous
-                                   else list(output.error_histogram))
+            summed[output.name] = [a + b for a, b in zip(previous, output.error_histogram)] if previous else list(output.error_histogram)
             checks_per_output[output.name] = checks_per_output.get(output.name, 0) + 1
             if output.atol is not None:
                 atols.setdefault(output.name, set()).add(output.atol)
     figures = []
     for name, counts in summed.items():
         atol = next(iter(atols[name])) if len(atols.get(name, ())) == 1 else None
-        figures.append(f'<figure><figcaption>{_e(name)} <span class="muted">· |actual − expected| of '
-                       f"{sum(counts)} values over {checks_per_output[name]} check"
-                       f'{"s" * (checks_per_output[name] != 1)}</span></figcaption>'
-                       + _histogram_svg(name, counts, edges, atol) + "</figure>")
-    notes = "".join(f'<p class="muted">Output <code>{_e(name)}</code>: compared exactly (integer or boolean), '
-                    "no error histogram.</p>" for name in dict.fromkeys(exact) if name not in summed)
+        figures.append(
+            f'<figure><figcaption>{_e(name)} <span class="muted">· |actual − expected| of '
+            f"{sum(counts)} values over {checks_per_output[name]} check"
+            f"{'s' * (checks_per_output[name] != 1)}</span></figcaption>" + _histogram_svg(name, counts, edges, atol) + "</figure>"
+        )
+    notes = "".join(
+        f'<p class="muted">Output <code>{_e(name)}</code>: compared exactly (integer or boolean), no error histogram.</p>'
+        for name in dict.fromkeys(exact)
+        if name not in summed
+    )
     if not figures and not notes:
         notes = '<p class="muted">No outputs were compared, so there are no error histograms.</p>'
     return figures, notes
@@ -429,15 +459,19 @@ def _histogram_svg(name: str, counts: list[int], edges: list[float], atol: float
     if atol is not None and 0 < atol and len(edges) > 1:
         # Place the tolerance on the decade axis: bin i spans edges[i]..edges[i+1], log-interpolated within it.
         index = max(i for i, edge in enumerate(edges) if edge <= atol)
-        inside = (0.0 if index == 0 or index == len(edges) - 1
-                  else math.log10(atol / edges[index]) / math.log10(edges[index + 1] / edges[index]))
+        inside = (
+            0.0 if index == 0 or index == len(edges) - 1 else math.log10(atol / edges[index]) / math.log10(edges[index + 1] / edges[index])
+        )
         x = left + (index + inside) * slot
         parts.append(_line(x, top - 4, x, top + plot_height, FAIL_COLOR, dashed=True))
         parts.append(_text(x + 3, top + 6, f"atol {atol:g}", anchor="start", size=10, extra=f' fill="{FAIL_COLOR}"'))
     parts.append(_line(left, top + plot_height, left + plot_width, top + plot_height, AXIS_COLOR))
     parts.append(_text(left + plot_width / 2, height - 6, "|actual − expected| (decade bins)", size=10, css="axis"))
-    parts.append(_text(12, top + plot_height / 2, "count (log)", size=10, css="axis",
-                       extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"'))
+    parts.append(
+        _text(
+            12, top + plot_height / 2, "count (log)", size=10, css="axis", extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"'
+        )
+    )
     return _svg(width, height, "histogram", f"error histogram of {name}", parts)
 
 
@@ -457,14 +491,13 @@ def _latency(artifact: ArtifactRecord, source_benchmark: list[Benchmark]) -> tup
     # The source's runtime is named "<framework> (source)" already.
     groups = [(f"{b.runtime}/{b.device}", b, True) for b in references]
     groups += [(f"{b.runtime}/{b.device}", b, False) for b in measured]
-    legend = "".join(f'<span><span class="swatch" style="background:{color}"></span>{p}</span>'
-                     for p, color in PERCENTILE_COLORS.items())
+    legend = "".join(f'<span><span class="swatch" style="background:{color}"></span>{p}</span>' for p, color in PERCENTILE_COLORS.items())
     if references:
-        legend += (f'<span><span class="swatch" style="background:{SOURCE_PERCENTILE_COLORS["p50"]}"></span>'
-                   "source model (reference)</span>")
-    figure = (f'<figure><figcaption>Latency <span class="muted">· ms after warm-up, at the export shape'
-              f'</span></figcaption><div class="legend">{legend}</div>'
-              + _latency_svg(artifact.key, groups) + "</figure>")
+        legend += f'<span><span class="swatch" style="background:{SOURCE_PERCENTILE_COLORS["p50"]}"></span>source model (reference)</span>'
+    figure = (
+        f'<figure><figcaption>Latency <span class="muted">· ms after warm-up, at the export shape'
+        f'</span></figcaption><div class="legend">{legend}</div>' + _latency_svg(artifact.key, groups) + "</figure>"
+    )
     return [figure], table
 
 
@@ -493,14 +526,23 @@ def _latency_svg(name: str, groups: list[tuple[str, Benchmark, bool]]) -> str:
 
         def fraction(value: float) -> float:
             return value / highest
+
     parts = []
     for tick in ticks:
         y = top + plot_height * (1 - fraction(tick))
         parts.append(_line(left, y, left + plot_width, y, GRID_COLOR))
         parts.append(_text(left - 6, y + 4, f"{tick:g} ms", anchor="end", size=10, css="axis"))
     if logarithmic:
-        parts.append(_text(12, top + plot_height / 2, "log scale", size=10, css="axis",
-                           extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"'))
+        parts.append(
+            _text(
+                12,
+                top + plot_height / 2,
+                "log scale",
+                size=10,
+                css="axis",
+                extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"',
+            )
+        )
     slot = plot_width / len(groups)
     bar = min(slot * 0.8 / 3, 44)
     for index, (label, benchmark, is_source) in enumerate(groups):
@@ -523,22 +565,45 @@ def _benchmark_table(benchmarks: list[Benchmark], references: list[Benchmark]) -
     source_p50 = next((b.latency_ms_p50 for b in references if b.latency_ms_p50), None)
     rows = []
     for benchmark, is_source in [(b, True) for b in references] + [(b, False) for b in benchmarks]:
-        speedup = (f"{source_p50 / benchmark.latency_ms_p50:.2f}x"
-                   if source_p50 and benchmark.latency_ms_p50 and not is_source else "–")
-        throughput = (f"{_rate(benchmark.throughput_per_s)} ({benchmark.throughput_shape})"
-                      if benchmark.throughput_per_s is not None else "–")
-        memory = (f"{benchmark.peak_memory_mb:.3g} MB ({benchmark.memory_scope})"
-                  if benchmark.peak_memory_mb is not None else "–")
+        speedup = f"{source_p50 / benchmark.latency_ms_p50:.2f}x" if source_p50 and benchmark.latency_ms_p50 and not is_source else "–"
+        throughput = (
+            f"{_rate(benchmark.throughput_per_s)} ({benchmark.throughput_shape})" if benchmark.throughput_per_s is not None else "–"
+        )
+        memory = f"{benchmark.peak_memory_mb:.3g} MB ({benchmark.memory_scope})" if benchmark.peak_memory_mb is not None else "–"
         css = "reference" if is_source else _row_class(benchmark.status)
-        rows.append((css, _td(benchmark.runtime) + _td(benchmark.device)
-                     + f"<td>{_badge(benchmark.status)}</td>" + _td(benchmark.threads or "default", numeric=True)
-                     + _td(benchmark.shape) + _td(benchmark.runs, numeric=True)
-                     + "".join(_td(_num(v), numeric=True) for v in (benchmark.latency_ms_p50, benchmark.latency_ms_p90,
-                                                                      benchmark.latency_ms_p99))
-                     + _td(speedup, numeric=True)
-                     + _td(throughput) + _td(memory) + _td(benchmark.reason)))
-    headers = ["runtime", "device", "status", "threads", "shape", "runs", "p50 ms", "p90 ms", "p99 ms", "vs source",
-               "throughput / s", "peak memory", "reason"]
+        rows.append(
+            (
+                css,
+                _td(benchmark.runtime)
+                + _td(benchmark.device)
+                + f"<td>{_badge(benchmark.status)}</td>"
+                + _td(benchmark.threads or "default", numeric=True)
+                + _td(benchmark.shape)
+                + _td(benchmark.runs, numeric=True)
+                + "".join(
+                    _td(_num(v), numeric=True) for v in (benchmark.latency_ms_p50, benchmark.latency_ms_p90, benchmark.latency_ms_p99)
+                )
+                + _td(speedup, numeric=True)
+                + _td(throughput)
+                + _td(memory)
+                + _td(benchmark.reason),
+            )
+        )
+    headers = [
+        "runtime",
+        "device",
+        "status",
+        "threads",
+        "shape",
+        "runs",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "vs source",
+        "throughput / s",
+        "peak memory",
+        "reason",
+    ]
     return _table(headers, rows)
 
 
@@ -548,73 +613,142 @@ def _benchmark_table(benchmarks: list[Benchmark], references: list[Benchmark]) -
 
 def _gate_section(gate: Verdict) -> str:
     requirements = [("policy", f"<code>{_e(gate.policy)}</code>")]
-    for label, names in (("required targets", gate.required_targets), ("required optimizations", gate.required_optimizations),
-                         ("required devices", gate.required_devices)):
+    for label, names in (
+        ("required targets", gate.required_targets),
+        ("required optimizations", gate.required_optimizations),
+        ("required devices", gate.required_devices),
+    ):
         if names:
             requirements.append((label, _e(", ".join(names))))
     if gate.report:
         requirements.append(("gated report", f"<code>{_e(gate.report)}</code>"))
     budgets = '<p class="muted">The policy sets no budgets.</p>'
     if gate.budgets:
-        rows = [(_row_class(b.status), _td(b.artifact) + _td(b.kind) + _td(b.metric) + _td(b.output or "–")
-                 + _td("/".join(p for p in (b.runtime, b.device, b.shape) if p) or "–") + _td(b.limit, numeric=True)
-                 + _td(_num(b.value), numeric=True) + f"<td>{_badge(b.status)}</td>" + _td(b.reason))
-                for b in gate.budgets]
-        budgets = _table(["artifact", "kind", "metric", "output", "runtime/device/shape", "limit", "value", "status",
-                          "reason"], rows)
+        rows = [
+            (
+                _row_class(b.status),
+                _td(b.artifact)
+                + _td(b.kind)
+                + _td(b.metric)
+                + _td(b.output or "–")
+                + _td("/".join(p for p in (b.runtime, b.device, b.shape) if p) or "–")
+                + _td(b.limit, numeric=True)
+                + _td(_num(b.value), numeric=True)
+                + f"<td>{_badge(b.status)}</td>"
+                + _td(b.reason),
+            )
+            for b in gate.budgets
+        ]
+        budgets = _table(["artifact", "kind", "metric", "output", "runtime/device/shape", "limit", "value", "status", "reason"], rows)
     baseline = _baseline(gate.baseline) if gate.baseline else '<p class="muted">No baseline report was compared.</p>'
-    return ("<section><h2>Promotion gate</h2>" + _facts(requirements) + "<h3>Budgets</h3>" + budgets
-            + "<h3>Against the baseline</h3>" + baseline + "</section>")
+    return (
+        "<section><h2>Promotion gate</h2>"
+        + _facts(requirements)
+        + "<h3>Budgets</h3>"
+        + budgets
+        + "<h3>Against the baseline</h3>"
+        + baseline
+        + "</section>"
+    )
 
 
 def _baseline(comparison: BaselineComparison) -> str:
     allowance = ", ".join(f"{k} {v:g}" for k, v in comparison.allowance.items())
-    facts = _facts([
-        ("baseline report", f"<code>{_e(comparison.path)}</code>"),
-        ("made by", _e(" · ".join(p for p in (comparison.tool_version, comparison.created_at) if p) or "–")),
-        ("same source", _e("yes" if comparison.same_source else "no")),
-        ("same environment", _e("yes (latency deltas comparable)" if comparison.same_environment
-                                else "no (latency deltas are only indicative)")),
-        ("allowance", _e(allowance or "–")),
-    ])
+    facts = _facts(
+        [
+            ("baseline report", f"<code>{_e(comparison.path)}</code>"),
+            ("made by", _e(" · ".join(p for p in (comparison.tool_version, comparison.created_at) if p) or "–")),
+            ("same source", _e("yes" if comparison.same_source else "no")),
+            (
+                "same environment",
+                _e("yes (latency deltas comparable)" if comparison.same_environment else "no (latency deltas are only indicative)"),
+            ),
+            ("allowance", _e(allowance or "–")),
+        ]
+    )
     if not comparison.deltas:
         return facts + '<p class="muted">Nothing was compared.</p>'
-    rows = [(_row_class(d.status) or ("good" if d.status == "improved" else ""),
-             _td(d.artifact) + _td(d.kind) + _td(d.metric) + _td(d.output or "–")
-             + _td("/".join(p for p in (d.runtime, d.device) if p) or "–") + _td(_num(d.baseline), numeric=True)
-             + _td(_num(d.current), numeric=True) + _td(_num(d.delta, "+.3g"), numeric=True)
-             + _td(_num(d.delta_pct, "+.3g") + ("%" if d.delta_pct is not None else ""), numeric=True)
-             + _td(d.allowed or "–") + f"<td>{_badge(d.status)}</td>" + _td(d.reason))
-            for d in comparison.deltas]
-    headers = ["artifact", "kind", "metric", "output", "runtime/device", "baseline", "current", "delta", "delta %",
-               "allowed", "status", "reason"]
+    rows = [
+        (
+            _row_class(d.status) or ("good" if d.status == "improved" else ""),
+            _td(d.artifact)
+            + _td(d.kind)
+            + _td(d.metric)
+            + _td(d.output or "–")
+            + _td("/".join(p for p in (d.runtime, d.device) if p) or "–")
+            + _td(_num(d.baseline), numeric=True)
+            + _td(_num(d.current), numeric=True)
+            + _td(_num(d.delta, "+.3g"), numeric=True)
+            + _td(_num(d.delta_pct, "+.3g") + ("%" if d.delta_pct is not None else ""), numeric=True)
+            + _td(d.allowed or "–")
+            + f"<td>{_badge(d.status)}</td>"
+            + _td(d.reason),
+        )
+        for d in comparison.deltas
+    ]
+    headers = [
+        "artifact",
+        "kind",
+        "metric",
+        "output",
+        "runtime/device",
+        "baseline",
+        "current",
+        "delta",
+        "delta %",
+        "allowed",
+        "status",
+        "reason",
+    ]
     return facts + _table(headers, rows)
 
 
 def _auto_section(auto: AutoSelection) -> str:
     classes = {"chosen": "good", "failed": "failed", "skipped": "skipped"}
-    rows = [(classes.get(c.status, ""), _td(c.rank or "–", numeric=True) + _td(c.name) + _td(c.format) + _td(c.precision)
-             + f"<td>{_badge(c.status)}</td>" + _td(c.device or "–") + _td(_num(c.latency_ms_p50), numeric=True)
-             + _td(_rate(c.throughput_per_s), numeric=True)
-             + _td(f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "–", numeric=True) + _td(c.reason))
-            for c in auto.candidates]
-    headers = ["rank", "candidate", "format", "precision", "status", "device", "p50 ms", "throughput / s", "vs source",
-               "reason"]
+    rows = [
+        (
+            classes.get(c.status, ""),
+            _td(c.rank or "–", numeric=True)
+            + _td(c.name)
+            + _td(c.format)
+            + _td(c.precision)
+            + f"<td>{_badge(c.status)}</td>"
+            + _td(c.device or "–")
+            + _td(_num(c.latency_ms_p50), numeric=True)
+            + _td(_rate(c.throughput_per_s), numeric=True)
+            + _td(f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "–", numeric=True)
+            + _td(c.reason),
+        )
+        for c in auto.candidates
+    ]
+    headers = ["rank", "candidate", "format", "precision", "status", "device", "p50 ms", "throughput / s", "vs source", "reason"]
     chosen = f"chose <b>{_e(auto.chosen)}</b>" if auto.chosen else "<b>no candidate passed</b>"
-    return (f"<section><h2>--optimize auto</h2><p>{chosen}; criterion: {_e(auto.criterion)}.</p>"
-            + (_table(headers, rows) if rows else '<p class="muted">No candidates.</p>') + "</section>")
+    return (
+        f"<section><h2>--optimize auto</h2><p>{chosen}; criterion: {_e(auto.criterion)}.</p>"
+        + (_table(headers, rows) if rows else '<p class="muted">No candidates.</p>')
+        + "</section>"
+    )
 
 
 def _timeline_section(stages: list[Stage]) -> str:
     if not stages:
         return '<section><h2>Stages</h2><p class="muted">No stages were recorded.</p></section>'
     noted = [s for s in stages if s.error or s.reason]
-    rows = [(_row_class(s.status), _td(s.name) + f"<td>{_badge(s.status)}</td>" + _td(f"{s.seconds:.3g} s", numeric=True)
-             + f"<td><pre>{_e(s.error or s.reason)}</pre></td>") for s in noted]
+    rows = [
+        (
+            _row_class(s.status),
+            _td(s.name)
+            + f"<td>{_badge(s.status)}</td>"
+            + _td(f"{s.seconds:.3g} s", numeric=True)
+            + f"<td><pre>{_e(s.error or s.reason)}</pre></td>",
+        )
+        for s in noted
+    ]
     notes = _table(["stage", "status", "time", "error or reason"], rows) if rows else ""
     total = sum(s.seconds for s in stages)
-    return (f'<section><h2>Stages <span class="muted">· {total:.3g} s in all</span></h2>'
-            + _timeline_svg(stages, total) + notes + "</section>")
+    return (
+        f'<section><h2>Stages <span class="muted">· {total:.3g} s in all</span></h2>' + _timeline_svg(stages, total) + notes + "</section>"
+    )
 
 
 def _timeline_svg(stages: list[Stage], total: float) -> str:
@@ -636,23 +770,27 @@ def _timeline_svg(stages: list[Stage], total: float) -> str:
         x = left + start * scale
         bar_width = max(stage.seconds * scale, 2.0)  # 2 px keeps an instant stage visible
         parts.append(_text(left - 8, y + 14, stage.name, anchor="end", size=11))
-        parts.append(_rect(x, y + 3, bar_width, row - 6, STAGE_COLORS[stage.status],
-                           f"{stage.name}: {stage.status}, {stage.seconds:.3g} s"))
+        parts.append(
+            _rect(x, y + 3, bar_width, row - 6, STAGE_COLORS[stage.status], f"{stage.name}: {stage.status}, {stage.seconds:.3g} s")
+        )
         parts.append(_text(x + bar_width + 4, y + 14, f"{stage.seconds:.3g} s", anchor="start", size=10, css="axis"))
         start += stage.seconds
     parts.append(_line(left, height - bottom, left + plot_width, height - bottom, AXIS_COLOR))
-    legend = "".join(f'<span><span class="swatch" style="background:{color}"></span>{status}</span>'
-                     for status, color in STAGE_COLORS.items())
+    legend = "".join(
+        f'<span><span class="swatch" style="background:{color}"></span>{status}</span>' for status, color in STAGE_COLORS.items()
+    )
     return f'<div class="legend">{legend}</div>' + _svg(width, height, "timeline", "stage timeline", parts)
 
 
 def _environment_section(environment: Environment) -> str:
-    facts = _facts([
-        ("python", _e(environment.python)),
-        ("platform", _e(environment.platform)),
-        ("devices", _e(", ".join(environment.devices) or "–")),
-        ("device names", _e(", ".join(environment.device_names) or "–")),
-    ])
+    facts = _facts(
+        [
+            ("python", _e(environment.python)),
+            ("platform", _e(environment.platform)),
+            ("devices", _e(", ".join(environment.devices) or "–")),
+            ("device names", _e(", ".join(environment.device_names) or "–")),
+        ]
+    )
     rows = [("", _td(name) + _td(version)) for name, version in sorted(environment.packages.items())]
-    packages = (_table(["package", "version"], rows, compact=True) if rows else '<p class="muted">No package versions recorded.</p>')
+    packages = _table(["package", "version"], rows, compact=True) if rows else '<p class="muted">No package versions recorded.</p>'
     return "<section><h2>Environment</h2>" + facts + "<h3>Packages</h3>" + packages + "</section>"

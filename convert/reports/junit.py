@@ -59,19 +59,23 @@ def _validation_suite(report: Report) -> ET.Element:
         if artifact.checks:
             cases += [_check_case(f"convert.{key}", check, not_chosen) for check in artifact.checks]
         else:
-            cases.append(_unvalidated_case(f"convert.{key}", artifact, stages.get(build_name), stages.get(f"validate:{key}"),
-                                           not_chosen))
+            cases.append(_unvalidated_case(f"convert.{key}", artifact, stages.get(build_name), stages.get(f"validate:{key}"), not_chosen))
     for stage in report.stages:
         if stage.status == "failed" and stage.name not in shown:
-            cases.append(_outcome(_testcase("convert.run", stage.name, stage.seconds), "error", stage.error or "failed",
-                                  "StageFailed", stage.error))
+            cases.append(
+                _outcome(_testcase("convert.run", stage.name, stage.seconds), "error", stage.error or "failed", "StageFailed", stage.error)
+            )
     if report.interrupted:
         cases.append(_outcome(_testcase("convert.run", "run"), "error", report.error or "the run was interrupted", "Interrupted"))
     verdict = report.gate.decision if report.gate else "passed" if report.passed else "failed"
     properties = {
-        "tool_version": report.tool_version, "schema_version": report.schema_version, "verdict": verdict,
-        "exit_code": "" if report.exit_code is None else str(report.exit_code), "command": report.command,
-        "source_path": report.source.path or "", "source_sha256": report.source.sha256 or "",
+        "tool_version": report.tool_version,
+        "schema_version": report.schema_version,
+        "verdict": verdict,
+        "exit_code": "" if report.exit_code is None else str(report.exit_code),
+        "command": report.command,
+        "source_path": report.source.path or "",
+        "source_sha256": report.source.sha256 or "",
         "source_framework": report.source.framework or "",
     }
     return _suite("validation", cases, properties, report.created_at)
@@ -88,15 +92,17 @@ def _check_case(classname: str, check: Check, not_chosen: bool) -> ET.Element:
     return case
 
 
-def _unvalidated_case(classname: str, artifact: ArtifactRecord, build: Stage | None, validate: Stage | None,
-                      not_chosen: bool) -> ET.Element:
+def _unvalidated_case(
+    classname: str, artifact: ArtifactRecord, build: Stage | None, validate: Stage | None, not_chosen: bool
+) -> ET.Element:
     """The one testcase of an artifact without checks: why it was not built, or why it was not validated."""
     suffix = NOT_CHOSEN * not_chosen
     if build is not None and build.status == "skipped":
         return _outcome(_testcase(classname, build.name + suffix, build.seconds), "skipped", build.reason or "skipped")
     if build is not None and build.status == "failed":
-        attempts = "\n".join(f"- {a.strategy}: {a.status} in {a.seconds:.3f}s" + (f": {a.error}" if a.error else "")
-                             for a in artifact.attempts)
+        attempts = "\n".join(
+            f"- {a.strategy}: {a.status} in {a.seconds:.3f}s" + (f": {a.error}" if a.error else "") for a in artifact.attempts
+        )
         text = build.error + (f"\n\nattempts:\n{attempts}" if attempts else "")
         kind = "ExportFailed" if build.kind == "export" else "OptimizeFailed"
         return _failed(_testcase(classname, build.name + suffix, build.seconds), not_chosen, build.error or "failed", kind, text)
@@ -104,8 +110,7 @@ def _unvalidated_case(classname: str, artifact: ArtifactRecord, build: Stage | N
     if validate is not None and validate.status == "failed":
         case = _testcase(classname, validate.name + suffix, validate.seconds)
         return _outcome(case, "error", validate.error or "failed", "StageFailed", validate.error)
-    return _failed(_testcase(classname, f"validate:{key}{suffix}"), not_chosen, "no check was run on this artifact",
-                   "NotValidated")
+    return _failed(_testcase(classname, f"validate:{key}{suffix}"), not_chosen, "no check was run on this artifact", "NotValidated")
 
 
 def _check_details(check: Check) -> str:
@@ -116,12 +121,16 @@ def _check_details(check: Check) -> str:
         lines.append(f"reason: {check.reason}")  # it failed before or beside its outputs (loading, missing outputs)
     for output in check.outputs:
         lines.append(f"output {output.name!r}: {output.status}" + (f": {output.reason}" if output.reason else ""))
-        lines.append(f"  max_abs_error {_number(output.max_abs_error)}, max_rel_error {_number(output.max_rel_error)}, "
-                     f"cosine {_cosine(output.cosine_similarity)}, rel_rms {_number(output.rel_rms_error)}, "
-                     f"top1 {_number(output.top1_agreement)}, top5 {_number(output.top5_agreement)}")
-        lines.append(f"  nan {output.nan_count}, inf {output.inf_count}, mismatches {output.mismatch_count} of "
-                     f"{output.elements}, shape {output.shape} (expected {output.expected_shape}), "
-                     f"dtype {output.dtype} (expected {output.expected_dtype})")
+        lines.append(
+            f"  max_abs_error {_number(output.max_abs_error)}, max_rel_error {_number(output.max_rel_error)}, "
+            f"cosine {_cosine(output.cosine_similarity)}, rel_rms {_number(output.rel_rms_error)}, "
+            f"top1 {_number(output.top1_agreement)}, top5 {_number(output.top5_agreement)}"
+        )
+        lines.append(
+            f"  nan {output.nan_count}, inf {output.inf_count}, mismatches {output.mismatch_count} of "
+            f"{output.elements}, shape {output.shape} (expected {output.expected_shape}), "
+            f"dtype {output.dtype} (expected {output.expected_dtype})"
+        )
         if output.atol is not None or output.rtol is not None:
             lines.append(f"  tolerance atol={_number(output.atol)} rtol={_number(output.rtol)} ({output.tolerance_source or '-'})")
         if output.budget:
@@ -137,11 +146,16 @@ def _gate_suite(verdict: Verdict, timestamp: str) -> ET.Element:
     over_budget = {budget.artifact for budget in verdict.budgets if budget.status == "failed"}
     over_budget -= {budget.artifact for budget in verdict.budgets if budget.status == "skipped"}
     regressed = {delta.artifact for delta in deltas if delta.status == "regressed"}
-    cases += [_reason_case(reason) for reason in verdict.reasons
-              if not (reason.code == "budget" and reason.artifact in over_budget)
-              and not (reason.code == "regression" and reason.artifact in regressed)]
+    cases += [
+        _reason_case(reason)
+        for reason in verdict.reasons
+        if not (reason.code == "budget" and reason.artifact in over_budget)
+        and not (reason.code == "regression" and reason.artifact in regressed)
+    ]
     properties = {
-        "decision": verdict.decision, "policy": verdict.policy, "report": verdict.report or "",
+        "decision": verdict.decision,
+        "policy": verdict.policy,
+        "report": verdict.report or "",
         "required_targets": ",".join(verdict.required_targets),
         "required_optimizations": ",".join(verdict.required_optimizations),
         "required_devices": ",".join(verdict.required_devices),
@@ -169,8 +183,10 @@ def _delta_case(delta: BaselineDelta) -> ET.Element:
     if delta.status == "not_compared":
         return _outcome(case, "skipped", delta.reason or "not compared")
     percent = f", {delta.delta_pct:+.1f}%" if delta.delta_pct is not None else ""
-    change = (f"{delta.metric} {_number(delta.baseline)} -> {_number(delta.current)} ({_signed(delta.delta)}{percent}), "
-              f"allowed {delta.allowed or '-'}: {delta.status}" + (f": {delta.reason}" if delta.reason else ""))
+    change = (
+        f"{delta.metric} {_number(delta.baseline)} -> {_number(delta.current)} ({_signed(delta.delta)}{percent}), "
+        f"allowed {delta.allowed or '-'}: {delta.status}" + (f": {delta.reason}" if delta.reason else "")
+    )
     if delta.status == "regressed":
         return _outcome(case, "failure", change, "Regression", change)
     ET.SubElement(case, "system-out").text = _xml(change)
@@ -192,13 +208,18 @@ def _where(measured: BudgetResult | BaselineDelta) -> str:
 
 
 def _suite(name: str, cases: list[ET.Element], properties: dict[str, str], timestamp: str) -> ET.Element:
-    suite = ET.Element("testsuite", {
-        "name": name, "tests": str(len(cases)),
-        "failures": str(sum(case.find("failure") is not None for case in cases)),
-        "errors": str(sum(case.find("error") is not None for case in cases)),
-        "skipped": str(sum(case.find("skipped") is not None for case in cases)),
-        "time": _seconds(sum(float(case.get("time")) for case in cases)), "timestamp": timestamp,
-    })
+    suite = ET.Element(
+        "testsuite",
+        {
+            "name": name,
+            "tests": str(len(cases)),
+            "failures": str(sum(case.find("failure") is not None for case in cases)),
+            "errors": str(sum(case.find("error") is not None for case in cases)),
+            "skipped": str(sum(case.find("skipped") is not None for case in cases)),
+            "time": _seconds(sum(float(case.get("time")) for case in cases)),
+            "timestamp": timestamp,
+        },
+    )
     listed = ET.SubElement(suite, "properties")
     for key, value in properties.items():
         ET.SubElement(listed, "property", name=key, value=_xml(value))

@@ -19,8 +19,15 @@ MAX_ROWS = 200
 MAX_BULLETS = 50
 CELL_LIMIT = 160
 BULLET_LIMIT = 300
-STATUS = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭️ skipped", "ok": "✅ ok", "improved": "✅ improved",
-          "regressed": "❌ regressed", "not_compared": "⏭️ not compared"}
+STATUS = {
+    "passed": "✅ passed",
+    "failed": "❌ failed",
+    "skipped": "⏭️ skipped",
+    "ok": "✅ ok",
+    "improved": "✅ improved",
+    "regressed": "❌ regressed",
+    "not_compared": "⏭️ not compared",
+}
 SEVERITY = {"failed": 0, "regressed": 0, "skipped": 1, "not_compared": 1}  # the rest (passed, ok, improved) sort last
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]<>|&~])")
 
@@ -58,18 +65,23 @@ def _heading(report: Report) -> str:
 def _bullets(report: Report) -> str:
     """Why: the gate's reasons and notes, or without a gate what failed the run."""
     if report.gate is not None:
-        reasons = [f"`{r.code}`" + (f" {_cell(r.artifact)}" if r.artifact else "") + f": {_cell(r.message, BULLET_LIMIT)}"
-                   for r in report.gate.reasons]
+        reasons = [
+            f"`{r.code}`" + (f" {_cell(r.artifact)}" if r.artifact else "") + f": {_cell(r.message, BULLET_LIMIT)}"
+            for r in report.gate.reasons
+        ]
         notes = [_cell(note, BULLET_LIMIT) for note in report.gate.notes]
         return "\n\n".join(filter(None, (_bullet_list("Reasons", reasons), _bullet_list("Notes", notes))))
-    failures = [f"{_cell(s.name)} failed: {_cell(s.error, BULLET_LIMIT)}" for s in report.stages
-                if s.status == "failed" and s.kind != "auto"]  # a candidate not built does not fail the run
+    failures = [
+        f"{_cell(s.name)} failed: {_cell(s.error, BULLET_LIMIT)}" for s in report.stages if s.status == "failed" and s.kind != "auto"
+    ]  # a candidate not built does not fail the run
     for artifact in report.artifacts:
         failed = [c for c in artifact.checks if c.status == "failed"]
         if failed and not _not_chosen(report, artifact):
             first = failed[0]
-            failures.append(f"{_cell(artifact.key)}: {len(failed)} of {len(artifact.checks)} checks failed, first "
-                            f"{_cell(_place(first))}: {_cell(first.reason, BULLET_LIMIT)}")
+            failures.append(
+                f"{_cell(artifact.key)}: {len(failed)} of {len(artifact.checks)} checks failed, first "
+                f"{_cell(_place(first))}: {_cell(first.reason, BULLET_LIMIT)}"
+            )
     if report.interrupted:
         failures.append(_cell(report.error or "the run was interrupted", BULLET_LIMIT))
     return _bullet_list("Failures", failures)
@@ -93,10 +105,22 @@ def _checks(report: Report) -> str:
             rows.append(_unvalidated_row(label, stages.get(_build_stage(artifact))))
         for check in artifact.checks:
             worst = _worst_output(check)
-            rows.append((check.status, [_cell(label), _cell(check.runtime), _cell(check.device), _cell(check.shape),
-                                        STATUS[check.status], _cell(worst.name) if worst else "",
-                                        _number(worst.max_abs_error, ".2e") if worst else "",
-                                        _number(worst.cosine_similarity, ".6f") if worst else "", _cell(check.reason)]))
+            rows.append(
+                (
+                    check.status,
+                    [
+                        _cell(label),
+                        _cell(check.runtime),
+                        _cell(check.device),
+                        _cell(check.shape),
+                        STATUS[check.status],
+                        _cell(worst.name) if worst else "",
+                        _number(worst.max_abs_error, ".2e") if worst else "",
+                        _number(worst.cosine_similarity, ".6f") if worst else "",
+                        _cell(check.reason),
+                    ],
+                )
+            )
     if not rows:
         return ""
     header = ["artifact", "runtime", "device", "shape", "status", "worst output", "max abs error", "cosine", "reason"]
@@ -117,9 +141,11 @@ def _unvalidated_row(label: str, build: Stage | None) -> tuple[str, list[str]]:
 
 def _worst_output(check: Check) -> OutputMetrics | None:
     """The output to show for a check: a failed one before a passed one, then the one with NaN/Inf or the largest error."""
+
     def badness(output: OutputMetrics) -> tuple:
         error = output.max_abs_error if output.max_abs_error is not None and not math.isnan(output.max_abs_error) else 0.0
         return output.status == "failed", output.nan_count + output.inf_count > 0, error
+
     return max(check.outputs, key=badness, default=None)
 
 
@@ -141,16 +167,36 @@ def _benchmark_cells(name: str, benchmark: Benchmark, source_p50: float | None) 
     throughput = _number(benchmark.throughput_per_s, ".4g")
     if benchmark.throughput_per_s is not None and benchmark.throughput_shape:
         throughput += f" at {_cell(benchmark.throughput_shape)}"
-    return cells + [_number(p50, ".4g"), _number(benchmark.latency_ms_p90, ".4g"), _number(benchmark.latency_ms_p99, ".4g"),
-                    speedup, throughput, _number(benchmark.peak_memory_mb, ".4g"), ""]
+    return cells + [
+        _number(p50, ".4g"),
+        _number(benchmark.latency_ms_p90, ".4g"),
+        _number(benchmark.latency_ms_p99, ".4g"),
+        speedup,
+        throughput,
+        _number(benchmark.peak_memory_mb, ".4g"),
+        "",
+    ]
 
 
 def _budgets(verdict: Verdict) -> str:
     if not verdict.budgets:
         return ""
     header = ["artifact", "metric", "limit", "value", "where", "status", "reason"]
-    rows = [(b.status, [_cell(b.artifact), _cell(b.metric), _cell(b.limit), _number(b.value, ".6g"), _cell(_where(b)),
-                        STATUS[b.status], _cell(b.reason)]) for b in verdict.budgets]
+    rows = [
+        (
+            b.status,
+            [
+                _cell(b.artifact),
+                _cell(b.metric),
+                _cell(b.limit),
+                _number(b.value, ".6g"),
+                _cell(_where(b)),
+                STATUS[b.status],
+                _cell(b.reason),
+            ],
+        )
+        for b in verdict.budgets
+    ]
     return "### Budgets\n\n" + _capped_table(header, rows, "budgets")
 
 
@@ -159,11 +205,28 @@ def _deltas(verdict: Verdict) -> str:
     if baseline is None or not baseline.deltas:
         return ""
     header = ["artifact", "metric", "where", "baseline", "current", "delta", "delta %", "allowed", "status", "reason"]
-    rows = [(d.status, [_cell(d.artifact), _cell(d.metric), _cell(_where(d)), _number(d.baseline, ".6g"),
-                        _number(d.current, ".6g"), _number(d.delta, "+.6g"), _number(d.delta_pct, "+.1f"),
-                        _cell(d.allowed), STATUS[d.status], _cell(d.reason)]) for d in baseline.deltas]
-    same = ", ".join(f"{'same' if flag else 'different'} {what}" for what, flag in
-                     (("source", baseline.same_source), ("environment", baseline.same_environment)))
+    rows = [
+        (
+            d.status,
+            [
+                _cell(d.artifact),
+                _cell(d.metric),
+                _cell(_where(d)),
+                _number(d.baseline, ".6g"),
+                _number(d.current, ".6g"),
+                _number(d.delta, "+.6g"),
+                _number(d.delta_pct, "+.1f"),
+                _cell(d.allowed),
+                STATUS[d.status],
+                _cell(d.reason),
+            ],
+        )
+        for d in baseline.deltas
+    ]
+    same = ", ".join(
+        f"{'same' if flag else 'different'} {what}"
+        for what, flag in (("source", baseline.same_source), ("environment", baseline.same_environment))
+    )
     return f"### Baseline deltas (against {_cell(baseline.path)}: {same})\n\n" + _capped_table(header, rows, "deltas")
 
 
@@ -173,8 +236,11 @@ def _environment(report: Report) -> str:
     cache = report.cache
     reused = f"; {len(cache.reused)} stage jobs reused from the cache" if cache.reused else ""
     rebuilt = f", {len(cache.rebuilt)} rebuilt" if cache.rebuilt else ""
-    return _cell(f"Environment: convert {report.tool_version} (report schema {report.schema_version}), {report.created_at}, "
-                 f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}{reused}{rebuilt}", BULLET_LIMIT)
+    return _cell(
+        f"Environment: convert {report.tool_version} (report schema {report.schema_version}), {report.created_at}, "
+        f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}{reused}{rebuilt}",
+        BULLET_LIMIT,
+    )
 
 
 def _capped_table(header: list[str], rows: list[tuple[str, list[str]]], what: str) -> str:

@@ -35,11 +35,14 @@ class Check(BaseModel):
     samples: int = 0
     status: Literal["passed", "failed", "skipped"]
     reason: str = ""
-    device_unsupported: bool = Field(False, description="skipped because the runtime never runs on this kind of device (TFLite on CUDA, TensorRT on CPU)")
+    device_unsupported: bool = Field(
+        False, description="skipped because the runtime never runs on this kind of device (TFLite on CUDA, TensorRT on CPU)"
+    )
     seconds: float = 0.0
     outputs: list[OutputMetrics] = []
     declared_mismatches: list[DeclaredShapeMismatch] = Field(
-        [], description="inputs and outputs whose declared shape does not hold at this shape (a failure of the check)")
+        [], description="inputs and outputs whose declared shape does not hold at this shape (a failure of the check)"
+    )
 
 
 class Attempt(BaseModel):
@@ -103,12 +106,19 @@ class ArtifactRecord(BaseModel):
     strategy: str = ""
     attempts: list[Attempt] = []
     dim_bounds: dict[str, list[int | None]] = Field(
-        {}, description="the sizes [min, max] the artifact takes for a dynamic dim, where it does not take every size "
-                        "(max null: no upper bound); its checks ran within them")
+        {},
+        description="the sizes [min, max] the artifact takes for a dynamic dim, where it does not take every size "
+        "(max null: no upper bound); its checks ran within them",
+    )
     passed: bool = False
-    fixed_dims: list[str] = Field([], description="symbols asked dynamic that the artifact fixes: a failure unless fixed shapes are allowed")
-    repairs: list[str] = Field([], description="what was changed in the artifact after its first validation, and why "
-                                               "(e.g. a declared output dim made symbolic); its checks are those of the repaired artifact")
+    fixed_dims: list[str] = Field(
+        [], description="symbols asked dynamic that the artifact fixes: a failure unless fixed shapes are allowed"
+    )
+    repairs: list[str] = Field(
+        [],
+        description="what was changed in the artifact after its first validation, and why "
+        "(e.g. a declared output dim made symbolic); its checks are those of the repaired artifact",
+    )
     checks: list[Check] = []
     benchmarks: list[Benchmark] = []
     reproduce: str = Field("", description="the command that reproduces this artifact")
@@ -180,8 +190,7 @@ class Environment(BaseModel):
 class GateReason(BaseModel):
     """One reason a model was rejected."""
 
-    code: Literal["missing_artifact", "failed_check", "skipped_check", "missing_device", "nan_inf", "budget", "regression",
-                  "run_failed"]
+    code: Literal["missing_artifact", "failed_check", "skipped_check", "missing_device", "nan_inf", "budget", "regression", "run_failed"]
     artifact: str = Field("", description="the artifact key: a target format (onnx) or an optimization (int8, openvino:fp16)")
     message: str
 
@@ -265,8 +274,11 @@ class Report(BaseModel):
     error: str = ""
     isolation: str = Field("", description="where the framework work ran: a worker process (with its stage timeout), or in-process and why")
     source: SourceRecord = SourceRecord()
-    notes: list[str] = Field([], description="what the user should know that is no failure, e.g. that every input shape was fixed, "
-                                             "so one shape was validated, and how to make a dim dynamic")
+    notes: list[str] = Field(
+        [],
+        description="what the user should know that is no failure, e.g. that every input shape was fixed, "
+        "so one shape was validated, and how to make a dim dynamic",
+    )
     environment: Environment
     options: dict = {}
     calibration: str = Field("", description="where the calibration feeds of INT8 passes came from")
@@ -282,5 +294,5 @@ class Report(BaseModel):
         return self.model_dump_json(indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> "Report":
+    def from_json(cls, text: str) -> Report:
         return cls.model_validate(json.loads(text))

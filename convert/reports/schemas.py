@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from convert.batch import BatchSummary, Manifest, SUMMARY_SCHEMA_VERSION
+from convert.batch import SUMMARY_SCHEMA_VERSION, BatchSummary, Manifest
 from convert.policy import Policy
 from convert.reports.model import SCHEMA_VERSION, Report
 
@@ -23,9 +23,15 @@ def schemas() -> dict[str, str]:
     policy = {"$id": "policy-1", **Policy.model_json_schema()}
     manifest = {"$id": "manifest-1", **Manifest.model_json_schema()}
     summary = {"$id": f"batch-summary-{SUMMARY_SCHEMA_VERSION}", **BatchSummary.model_json_schema()}
-    return {name: json.dumps(schema, indent=2, sort_keys=True) + "\n"
-            for name, schema in (("report.schema.json", report), ("policy.schema.json", policy),
-                                 ("manifest.schema.json", manifest), ("batch-summary.schema.json", summary))}
+    return {
+        name: json.dumps(schema, indent=2, sort_keys=True) + "\n"
+        for name, schema in (
+            ("report.schema.json", report),
+            ("policy.schema.json", policy),
+            ("manifest.schema.json", manifest),
+            ("batch-summary.schema.json", summary),
+        )
+    }
 
 
 def main(argv: list[str]) -> None:

@@ -62,7 +62,7 @@ class Runner(abc.ABC):
         """Why the installed runtime cannot use a device that is present (e.g. a CPU-only build)."""
         return None
 
-    def __enter__(self) -> "Runner":
+    def __enter__(self) -> Runner:
         self.activate()
         return self
 
@@ -73,20 +73,18 @@ class Runner(abc.ABC):
     def activate(self) -> None:
         """Load the artifact onto the device."""
 
-    def deactivate(self) -> None:
+    def deactivate(self) -> None:  # noqa: B027 (optional: a runner that holds nothing needs no release)
         """Release what activate() loaded."""
 
     @abc.abstractmethod
-    def input_metadata(self) -> dict[str, InputMeta]:
-        ...
+    def input_metadata(self) -> dict[str, InputMeta]: ...
 
     def output_metadata(self) -> dict[str, InputMeta] | None:
         """The outputs' declared dtypes and shapes by name, once activated; None where this runtime cannot read them."""
         return None
 
     @abc.abstractmethod
-    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        ...
+    def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.check_feed(feed)

@@ -29,7 +29,8 @@ def tflite_interpreter(path: Path, allocate: bool = True, threads: int | None = 
             if "Select TensorFlow op" in str(exc):
                 raise ArtifactUnsupported(
                     "the model uses TensorFlow ops through SELECT_TF_OPS (Flex), and the TFLite interpreter of this "
-                    "TensorFlow build has no Flex delegate: run it where one is linked in") from exc
+                    "TensorFlow build has no Flex delegate: run it where one is linked in"
+                ) from exc
             raise
     return interpreter
 
@@ -42,8 +43,10 @@ def signature_details(interpreter) -> tuple[dict[str, dict], dict[str, dict]]:
     """
     signature = interpreter._get_full_signature_list()[SERVING_KEY]
     by_index = {d["index"]: d for d in interpreter.get_input_details() + interpreter.get_output_details()}
-    return ({name: by_index[index] for name, index in signature["inputs"].items()},
-            {name: by_index[index] for name, index in signature["outputs"].items()})
+    return (
+        {name: by_index[index] for name, index in signature["inputs"].items()},
+        {name: by_index[index] for name, index in signature["outputs"].items()},
+    )
 
 
 class SavedModelRunner(Runner):
@@ -73,8 +76,11 @@ class SavedModelRunner(Runner):
         outputs = self.function.structured_outputs
         if not isinstance(outputs, dict):
             return None
-        return {name: InputMeta(value.dtype.name, tuple(value.shape.as_list())) for name, value in outputs.items()
-                if value.shape.rank is not None}
+        return {
+            name: InputMeta(value.dtype.name, tuple(value.shape.as_list()))
+            for name, value in outputs.items()
+            if value.shape.rank is not None
+        }
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = tensorflow()
@@ -114,5 +120,7 @@ class TfliteRunner(Runner):
 
 
 def _tflite_metadata(details: dict[str, dict]) -> dict[str, InputMeta]:
-    return {name: InputMeta(np.dtype(d["dtype"]).name, tuple(None if n == -1 else int(n) for n in d["shape_signature"]))
-            for name, d in details.items()}
+    return {
+        name: InputMeta(np.dtype(d["dtype"]).name, tuple(None if n == -1 else int(n) for n in d["shape_signature"]))
+        for name, d in details.items()
+    }

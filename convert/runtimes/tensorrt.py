@@ -14,8 +14,7 @@ import numpy as np
 from convert.optimizers.tensorrt import ENGINES_BUILT_THIS_RUN, tensorrt_missing
 from convert.runtimes.base import ArtifactUnsupported, InputMeta, Runner
 
-NOT_BUILT_HERE = ("the engine was not built by this run: TensorRT engines are executable and only engines this "
-                  "run built are loaded")
+NOT_BUILT_HERE = "the engine was not built by this run: TensorRT engines are executable and only engines this run built are loaded"
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,8 +111,10 @@ class TensorRtRunner(Runner):
         self.context = self.engine = self.runtime = self.buffers = self.stream = None
 
     def input_metadata(self) -> dict[str, InputMeta]:
-        return {name: InputMeta(self.dtypes[name], tuple(None if d < 0 else d for d in self.engine.get_tensor_shape(name)))
-                for name in self.inputs}
+        return {
+            name: InputMeta(self.dtypes[name], tuple(None if d < 0 else d for d in self.engine.get_tensor_shape(name)))
+            for name in self.inputs
+        }
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         runtime = cudart()

@@ -2,10 +2,31 @@
 
 from convert.registry import REGISTRY
 
-REGISTRY.add("source", "torch", "convert.sources.torch:load_torch_source",
-             extra="torch", packages=("torch", "safetensors"), module="torch", suffixes=(".pt", ".pth", ".pt2", ".ts", ".jit", ".bin"))
-REGISTRY.add("source", "keras", "convert.sources.keras:load_keras_source",
-             extra="tensorflow", packages=("tensorflow", "keras"), module=("keras", "tensorflow"), suffixes=(".keras", ".h5", ".hdf5"),
-             folder_marker="saved_model.pb")
-REGISTRY.add("source", "jax", "convert.sources.jax:load_jax_source",
-             extra="jax", packages=("jax", "jaxlib", "flax", "equinox", "safetensors"), module=("jax", "jaxlib", "flax", "equinox"), takes_callables=True)
+REGISTRY.add(
+    "source",
+    "torch",
+    "convert.sources.torch:load_torch_source",
+    extra="torch",
+    packages=("torch", "safetensors"),
+    module="torch",
+    suffixes=(".pt", ".pth", ".pt2", ".ts", ".jit", ".bin"),
+)
+REGISTRY.add(
+    "source",
+    "keras",
+    "convert.sources.keras:load_keras_source",
+    extra="tensorflow",
+    packages=("tensorflow", "keras"),
+    module=("keras", "tensorflow"),
+    suffixes=(".keras", ".h5", ".hdf5"),
+    folder_marker="saved_model.pb",
+)
+REGISTRY.add(
+    "source",
+    "jax",
+    "convert.sources.jax:load_jax_source",
+    extra="jax",
+    packages=("jax", "jaxlib", "flax", "equinox", "safetensors"),
+    module=("jax", "jaxlib", "flax", "equinox"),
+    takes_callables=True,
+)

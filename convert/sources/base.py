@@ -34,7 +34,7 @@ class SourceModel(abc.ABC):
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Reference outputs by name, as NumPy arrays, computed on the CPU."""
 
-    def with_outputs(self, names: tuple[str, ...]) -> "SourceModel":
+    def with_outputs(self, names: tuple[str, ...]) -> SourceModel:
         """Record the output names, learned from the first reference run."""
         self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)
         return self

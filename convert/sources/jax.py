@@ -30,8 +30,10 @@ from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order
 from convert.specs import InputSpec, SourceSignature
 
 PARAMS_SUFFIXES = (".msgpack", ".npz", ".safetensors")
-PARAMS_HINT = ("Save the params with flax.serialization.to_bytes(params) (.msgpack), numpy.savez (.npz, keys joined by '/'), "
-               "or safetensors (keys joined by '/'), from the same model definition.")
+PARAMS_HINT = (
+    "Save the params with flax.serialization.to_bytes(params) (.msgpack), numpy.savez (.npz, keys joined by '/'), "
+    "or safetensors (keys joined by '/'), from the same model definition."
+)
 _WIDE_DTYPES = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
 
 
@@ -85,8 +87,10 @@ class JaxSource(SourceModel):
             tf = tensorflow()
             module = tf.Module()
             paths = [path_string(path) for path, _ in jax().tree_util.tree_flatten_with_path(self.params)[0]]
-            module.params = [tf.Variable(np.asarray(leaf), trainable=False, name=re.sub(r"[^A-Za-z0-9_.\-/]", "_", path) or "param")
-                             for path, leaf in zip(paths, self._leaves)]
+            module.params = [
+                tf.Variable(np.asarray(leaf), trainable=False, name=re.sub(r"[^A-Za-z0-9_.\-/]", "_", path) or "param")
+                for path, leaf in zip(paths, self._leaves)
+            ]
             self._trackable = module
         return self._trackable
 
@@ -96,15 +100,20 @@ class JaxSource(SourceModel):
 
         specs = self.signature.inputs
         polymorphic = [None, *[f"({', '.join(str(d) for d in s.dims)})" if s.symbols else None for s in specs]]
-        converted = jax2tf.convert(self.apply_flat, polymorphic_shapes=polymorphic, polymorphic_constraints=self.constraints(),
-                                   with_gradient=False)
+        converted = jax2tf.convert(
+            self.apply_flat, polymorphic_shapes=polymorphic, polymorphic_constraints=self.constraints(), with_gradient=False
+        )
         return named_outputs(converted(self.trackable.params, *[tensors[s.name] for s in specs]))
 
     def constraints(self) -> tuple[str, ...]:
         """The --shape-range bounds as JAX shape constraints ("S <= 128"): a model that slices a table to a symbolic
         size (``positions[:S]``) broadcasts only where JAX knows the size fits the table."""
-        return tuple(text for symbol, (low, high) in self.dim_ranges.items()
-                     for text in (f"{symbol} >= {low}" if low > 1 else "", f"{symbol} <= {high}" if high else "") if text)
+        return tuple(
+            text
+            for symbol, (low, high) in self.dim_ranges.items()
+            for text in (f"{symbol} >= {low}" if low > 1 else "", f"{symbol} <= {high}" if high else "")
+            if text
+        )
 
     def symbolic_dims(self) -> dict[str, Any]:
         """Each symbol as a JAX symbolic dim that knows the constraints."""
@@ -113,12 +122,13 @@ class JaxSource(SourceModel):
             return {}
         return dict(zip(symbols, jax().export.symbolic_shape(", ".join(symbols), constraints=self.constraints())))
 
-    def at_shapes(self, shapes: dict[str, tuple[int, ...]]) -> "JaxSource":
+    def at_shapes(self, shapes: dict[str, tuple[int, ...]]) -> JaxSource:
         """The same model with every input fixed at the given shape (no symbolic axes)."""
         fixed = copy.copy(self)
         fixed.dim_ranges = {}
-        fixed.signature = SourceSignature(inputs=tuple(replace(s, dims=tuple(shapes[s.name])) for s in self.signature.inputs),
-                                          outputs=self.signature.outputs)
+        fixed.signature = SourceSignature(
+            inputs=tuple(replace(s, dims=tuple(shapes[s.name])) for s in self.signature.inputs), outputs=self.signature.outputs
+        )
         return fixed
 
 
@@ -129,8 +139,10 @@ def named_outputs(outputs: Any) -> dict[str, Any]:
     named: dict[str, Any] = {}
     for path, leaf in leaves:
         if not hasattr(leaf, "shape"):
-            raise ConvertError(f"the model returns a {type(leaf).__name__}, which is not an array",
-                               "Return arrays (alone, or in tuples, lists or dicts) from the model.")
+            raise ConvertError(
+                f"the model returns a {type(leaf).__name__}, which is not an array",
+                "Return arrays (alone, or in tuples, lists or dicts) from the model.",
+            )
         parts = [_key_name(key) for key in path]
         if parts and isinstance(path[0], jax().tree_util.SequenceKey):
             parts[0] = f"output_{parts[0]}"
@@ -159,9 +171,11 @@ def load_jax_source(request: SourceRequest) -> JaxSource:
         raise ConvertError("--weights is for PyTorch and Keras models", "Give a JAX model's params with --params instead.")
     model = request.model
     if isinstance(model, Path):
-        raise ConvertError(f"{model} is a file, and a JAX model is code",
-                           "Give the model as package.module:attribute: a function f(params, *inputs) with --params, or a "
-                           "factory returning a flax NNX module, a flax linen module or an Equinox module.")
+        raise ConvertError(
+            f"{model} is a file, and a JAX model is code",
+            "Give the model as package.module:attribute: a function f(params, *inputs) with --params, or a "
+            "factory returning a flax NNX module, a flax linen module or an Equinox module.",
+        )
     if request.kind == "factory" and (inspect.isclass(model) or required_positional(model) == []):
         model = call_factory(request.factory, model)
     info = SourceInfo(framework="jax", kind=request.kind, description=_describe(model))
@@ -203,8 +217,10 @@ def _as_pure(model: Any, params: Any, request: SourceRequest) -> tuple[Callable,
                 model, variables = model.unbind()
                 params = variables if params is None else params
             if params is None:
-                raise ConvertError(f"the flax linen module {type(model).__name__} comes without its variables",
-                                   "Give them with --params (a .msgpack of flax.serialization.to_bytes(variables)), or return module.bind(variables) from the factory.")
+                raise ConvertError(
+                    f"the flax linen module {type(model).__name__} comes without its variables",
+                    "Give them with --params (a .msgpack of flax.serialization.to_bytes(variables)), or return module.bind(variables) from the factory.",
+                )
             expected = _linen_variables(model, params, request)
             return (lambda v, *inputs: model.apply(v, *inputs)), params, expected, _call_parameters(type(model).__call__, 1)
     if "equinox" in roots:
@@ -213,15 +229,19 @@ def _as_pure(model: Any, params: Any, request: SourceRequest) -> tuple[Callable,
         arrays, static = eqx.partition(model, eqx.is_array)
         return (lambda p, *inputs: eqx.combine(p, static)(*inputs)), arrays, arrays, _call_parameters(type(model).__call__, 1)
     if not callable(model):
-        raise ConvertError(f"the model is a {type(model).__name__}, which JAX cannot call",
-                           "Give a function f(params, *inputs), a flax NNX or linen module, or an Equinox module.")
+        raise ConvertError(
+            f"the model is a {type(model).__name__}, which JAX cannot call",
+            "Give a function f(params, *inputs), a flax NNX or linen module, or an Equinox module.",
+        )
     parameters = _call_parameters(model, 0)
     if params is None:
         required = required_positional(model) or []
         if request.inputs and len(required) == len(request.inputs) + 1:
-            raise ConvertError(f"{_describe(model)} takes {len(required)} arguments ({', '.join(required)}) for "
-                               f"{len(request.inputs)} input spec(s): the first looks like its params, and none were given",
-                               "Pass its params with --params params.msgpack (or .npz, .safetensors).")
+            raise ConvertError(
+                f"{_describe(model)} takes {len(required)} arguments ({', '.join(required)}) for "
+                f"{len(request.inputs)} input spec(s): the first looks like its params, and none were given",
+                "Pass its params with --params params.msgpack (or .npz, .safetensors).",
+            )
         return (lambda _, *inputs: model(*inputs)), {}, None, parameters
     bound_to = getattr(model, "__self__", None)
     expected = None
@@ -257,9 +277,11 @@ def _settle_specs(request: SourceRequest, parameters: list[str] | None, what: st
         raise ConvertError(f"the input shapes and dtypes of the JAX model {what} are not known (JAX functions declare none)", SPEC_HINT)
     wide = [s for s in specs if s.dtype in _WIDE_DTYPES]
     if wide and not jax().config.jax_enable_x64:
-        raise ConvertError(f"the input '{wide[0].name}' is {wide[0].dtype}, and JAX runs without 64-bit types here "
-                           f"(it would silently compute in {_WIDE_DTYPES[wide[0].dtype]})",
-                           f"Use {_WIDE_DTYPES[wide[0].dtype]} in the input spec, or set JAX_ENABLE_X64=1.")
+        raise ConvertError(
+            f"the input '{wide[0].name}' is {wide[0].dtype}, and JAX runs without 64-bit types here "
+            f"(it would silently compute in {_WIDE_DTYPES[wide[0].dtype]})",
+            f"Use {_WIDE_DTYPES[wide[0].dtype]} in the input spec, or set JAX_ENABLE_X64=1.",
+        )
     export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
     return specs, arrays, export_sizes
 
@@ -288,9 +310,11 @@ def _linen_variables(module: Any, params: Any, request: SourceRequest) -> Any:
     try:
         return jx.eval_shape(module.init, jx.random.key(0), *dummies)
     except Exception as exc:
-        raise ConvertError(f"the flax linen module {type(module).__name__} fails to initialise on inputs "
-                           f"{', '.join(str(d.shape) for d in dummies)}: {type(exc).__name__}: {_first(exc)}",
-                           "Check the --input specs against the module's __call__.") from exc
+        raise ConvertError(
+            f"the flax linen module {type(module).__name__} fails to initialise on inputs "
+            f"{', '.join(str(d.shape) for d in dummies)}: {type(exc).__name__}: {_first(exc)}",
+            "Check the --input specs against the module's __call__.",
+        ) from exc
 
 
 def load_params(path: Path) -> Any:
@@ -299,8 +323,10 @@ def load_params(path: Path) -> Any:
         raise ConvertError(f"the params file {path} does not exist", "Check the path given to --params.")
     suffix = path.suffix.lower()
     if suffix not in PARAMS_SUFFIXES:
-        raise ConvertError(f"{path} is not a params file this tool reads (its suffix is '{suffix or 'none'}')",
-                           f"Give a {', '.join(PARAMS_SUFFIXES)} file. {PARAMS_HINT}")
+        raise ConvertError(
+            f"{path} is not a params file this tool reads (its suffix is '{suffix or 'none'}')",
+            f"Give a {', '.join(PARAMS_SUFFIXES)} file. {PARAMS_HINT}",
+        )
     try:
         if suffix == ".msgpack":
             from flax import serialization
@@ -316,8 +342,10 @@ def load_params(path: Path) -> Any:
     except ConvertError:
         raise
     except Exception as exc:
-        raise ConvertError(f"cannot read the params in {path}: {type(exc).__name__}: {_first(exc)}",
-                           f"The file may be truncated, or hold objects rather than arrays. {PARAMS_HINT}") from exc
+        raise ConvertError(
+            f"cannot read the params in {path}: {type(exc).__name__}: {_first(exc)}",
+            f"The file may be truncated, or hold objects rather than arrays. {PARAMS_HINT}",
+        ) from exc
     if not isinstance(tree, Mapping) or not tree:
         raise ConvertError(f"{path} holds no params (it should hold a tree of named arrays)", PARAMS_HINT)
     return tree
@@ -351,16 +379,23 @@ def fit_params(loaded: Any, expected: Any, where: Any) -> Any:
     leaves = []
     for path, leaf in wanted:
         if path not in given:
-            raise ConvertError(f"the params in {where} do not match the model: the leaf '{path}' "
-                               f"({_describe_leaf(leaf)}) is missing from the file", PARAMS_HINT)
+            raise ConvertError(
+                f"the params in {where} do not match the model: the leaf '{path}' ({_describe_leaf(leaf)}) is missing from the file",
+                PARAMS_HINT,
+            )
         value = np.asarray(given.pop(path))
         if tuple(value.shape) != tuple(leaf.shape) or value.dtype != np.dtype(leaf.dtype):
-            raise ConvertError(f"the params in {where} do not match the model: the leaf '{path}' is "
-                               f"{_describe_leaf(value)} in the file and {_describe_leaf(leaf)} in the model", PARAMS_HINT)
+            raise ConvertError(
+                f"the params in {where} do not match the model: the leaf '{path}' is "
+                f"{_describe_leaf(value)} in the file and {_describe_leaf(leaf)} in the model",
+                PARAMS_HINT,
+            )
         leaves.append(value)
     if given:
-        raise ConvertError(f"the params in {where} do not match the model: the file has the leaf '{next(iter(given))}', "
-                           "which the model does not", PARAMS_HINT)
+        raise ConvertError(
+            f"the params in {where} do not match the model: the file has the leaf '{next(iter(given))}', which the model does not",
+            PARAMS_HINT,
+        )
     return jx.tree_util.tree_unflatten(treedef, leaves)
 
 
@@ -375,9 +410,11 @@ def _check_params_by_tracing(apply: Callable, params: Any, specs, sizes, path: P
     try:
         jx.eval_shape(apply, params, *dummies)
     except Exception as exc:
-        raise ConvertError(f"{what} fails with the params from {path or 'the params given'} on inputs "
-                           f"{', '.join(map(str, specs))}: {type(exc).__name__}: {_first(exc)}",
-                           f"Check that the params come from the same model definition. {PARAMS_HINT}") from exc
+        raise ConvertError(
+            f"{what} fails with the params from {path or 'the params given'} on inputs "
+            f"{', '.join(map(str, specs))}: {type(exc).__name__}: {_first(exc)}",
+            f"Check that the params come from the same model definition. {PARAMS_HINT}",
+        ) from exc
 
 
 def _first(exc: BaseException) -> str:

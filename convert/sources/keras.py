@@ -27,8 +27,10 @@ from convert.sources.request import SourceRequest
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
 from convert.specs import InputSpec, SourceSignature
 
-TRUST_HINT = ("If you trust the file and where it came from, pass --trust-code; otherwise save the model as a "
-              ".keras archive of built-in layers, or give its code as a module:callable factory with --weights.")
+TRUST_HINT = (
+    "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a "
+    ".keras archive of built-in layers, or give its code as a module:callable factory with --weights."
+)
 SAVEDMODEL_MARKER = "saved_model.pb"
 SERVING_KEY = "serving_default"
 BATCH_SYMBOL = "B"
@@ -86,8 +88,10 @@ def flatten_outputs(value: Any, names: list[str] | None = None, prefix: str = ""
     if value is None:
         return {}
     if not hasattr(value, "shape"):
-        raise ConvertError(f"the model returns a {type(value).__name__}, which is not a tensor",
-                           "Return tensors (alone, or in lists or dicts) from the model.")
+        raise ConvertError(
+            f"the model returns a {type(value).__name__}, which is not a tensor",
+            "Return tensors (alone, or in lists or dicts) from the model.",
+        )
     if not prefix and names and len(names) == 1:
         return {names[0]: value}
     return {prefix or "output": value}
@@ -96,8 +100,16 @@ def flatten_outputs(value: Any, names: list[str] | None = None, prefix: str = ""
 class KerasSource(SourceModel):
     """A Keras model, or the serving signature of a SavedModel, run on the CPU for reference outputs."""
 
-    def __init__(self, model: Any, info: SourceInfo, inputs: tuple[InputSpec, ...], export_sizes: dict[str, int],
-                 model_inputs: list[str] | None = None, output_hint: list[str] | None = None, signature_fn: Any = None):
+    def __init__(
+        self,
+        model: Any,
+        info: SourceInfo,
+        inputs: tuple[InputSpec, ...],
+        export_sizes: dict[str, int],
+        model_inputs: list[str] | None = None,
+        output_hint: list[str] | None = None,
+        signature_fn: Any = None,
+    ):
         self.model = model
         self.info = info
         self.export_sizes = export_sizes
@@ -127,7 +139,9 @@ class KerasSource(SourceModel):
         if self.input_structure is not None and set(self.model_inputs) == set(tensors):
             # the functional model's own input structure (a list, or a dict whose keys need not be the input names)
             flat = [tensors[name] for name in self.model_inputs]
-            arguments = keras().tree.pack_sequence_as(self.input_structure, flat)  # no annotation: AutoGraph cannot convert annotated nonlocals
+            arguments = keras().tree.pack_sequence_as(
+                self.input_structure, flat
+            )  # no annotation: AutoGraph cannot convert annotated nonlocals
         elif len(tensors) == 1:
             arguments = next(iter(tensors.values()))
         else:  # a subclassed model with several inputs gets them as a dict by input name
@@ -153,11 +167,15 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
         model, info.kind, signature_fn = _load_path(model, request.trust_code)
         info.description = type(model).__name__
     if request.weights is not None and (signature_fn is not None or info.kind not in ("factory", "object")):
-        raise ConvertError("--weights goes with a module:callable factory (or a keras.Model object)",
-                           "Drop --weights: this model file already holds its weights.")
+        raise ConvertError(
+            "--weights goes with a module:callable factory (or a keras.Model object)",
+            "Drop --weights: this model file already holds its weights.",
+        )
     if signature_fn is None and not isinstance(model, keras_module.Model):
-        raise ConvertError(f"the model is a {type(model).__name__}, not a keras.Model",
-                           "Give a keras.Model, a .keras archive, a SavedModel folder, or a factory returning a keras.Model.")
+        raise ConvertError(
+            f"the model is a {type(model).__name__}, not a keras.Model",
+            "Give a keras.Model, a .keras archive, a SavedModel folder, or a factory returning a keras.Model.",
+        )
 
     arrays = _example_arrays(request.example_inputs, _keras_input_names(model) if signature_fn is None else None)
     if signature_fn is not None:
@@ -174,15 +192,23 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
     elif arrays is not None:
         specs = specs_from_arrays(arrays)
     else:
-        raise ConvertError(f"the input shapes and dtypes of {what} are not known (a subclassed model, or a Sequential one without an Input, declares none)", SPEC_HINT)
+        raise ConvertError(
+            f"the input shapes and dtypes of {what} are not known (a subclassed model, or a Sequential one without an Input, declares none)",
+            SPEC_HINT,
+        )
     if own_specs and len(specs) != len(own_specs):
         missing = [s.name for s in own_specs if s.name not in {t.name for t in specs}]
         raise ConvertError(f"no spec is given for the input '{missing[0]}' of {what}", "Give an --input spec for every input.")
     export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
-    source = KerasSource(model, info, specs, export_sizes,
-                         model_inputs=_keras_input_names(model) if signature_fn is None else None,
-                         output_hint=list(getattr(model, "output_names", None) or []) if signature_fn is None else None,
-                         signature_fn=signature_fn)
+    source = KerasSource(
+        model,
+        info,
+        specs,
+        export_sizes,
+        model_inputs=_keras_input_names(model) if signature_fn is None else None,
+        output_hint=list(getattr(model, "output_names", None) or []) if signature_fn is None else None,
+        signature_fn=signature_fn,
+    )
     source.example_feed = arrays
     if request.weights is not None:
         _load_weights(source, request.weights)
@@ -192,21 +218,30 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
 def _load_path(path: Path, trust_code: bool) -> tuple[Any, str, Any]:
     if path.is_dir():
         if not (path / SAVEDMODEL_MARKER).is_file():
-            raise ConvertError(f"{path} is a folder without a {SAVEDMODEL_MARKER}, so not a TensorFlow SavedModel",
-                               "Give a SavedModel folder, a .keras archive or a model file.")
+            raise ConvertError(
+                f"{path} is a folder without a {SAVEDMODEL_MARKER}, so not a TensorFlow SavedModel",
+                "Give a SavedModel folder, a .keras archive or a model file.",
+            )
         if not trust_code:
-            raise ConvertError(f"{path} is a TensorFlow SavedModel: its graph can run any TensorFlow op (file and "
-                               "network access included) when loaded and called", TRUST_HINT)
+            raise ConvertError(
+                f"{path} is a TensorFlow SavedModel: its graph can run any TensorFlow op (file and "
+                "network access included) when loaded and called",
+                TRUST_HINT,
+            )
         tf = tensorflow()
         try:
             loaded = tf.saved_model.load(str(path))
         except Exception as exc:
-            raise ConvertError(f"cannot load the SavedModel {path}: {type(exc).__name__}: {_first(exc)}",
-                               "Check that the folder is complete, and was written by this TensorFlow version or older.") from exc
+            raise ConvertError(
+                f"cannot load the SavedModel {path}: {type(exc).__name__}: {_first(exc)}",
+                "Check that the folder is complete, and was written by this TensorFlow version or older.",
+            ) from exc
         signatures = dict(getattr(loaded, "signatures", {}) or {})
         if SERVING_KEY not in signatures:
-            raise ConvertError(f"the SavedModel {path} has no '{SERVING_KEY}' signature (it has: {', '.join(signatures) or 'none'})",
-                               "Export it with a serving signature, e.g. keras model.export(path) or tf.saved_model.save(obj, path, signatures=fn).")
+            raise ConvertError(
+                f"the SavedModel {path} has no '{SERVING_KEY}' signature (it has: {', '.join(signatures) or 'none'})",
+                "Export it with a serving signature, e.g. keras model.export(path) or tf.saved_model.save(obj, path, signatures=fn).",
+            )
         return loaded, "savedmodel", signatures[SERVING_KEY]
     kind = detect_format(path)
     if kind == "empty":
@@ -215,8 +250,10 @@ def _load_path(path: Path, trust_code: bool) -> tuple[Any, str, Any]:
         return _load_keras_archive(path, trust_code), "keras", None
     if kind == "hdf5":
         return _load_h5(path, trust_code), "h5", None
-    raise ConvertError(f"{path} is not a Keras model file that this tool can read (its bytes look like: {kind})",
-                       "Give a .keras archive, a SavedModel folder, a legacy .h5 (with --trust-code) or a factory with --weights.")
+    raise ConvertError(
+        f"{path} is not a Keras model file that this tool can read (its bytes look like: {kind})",
+        "Give a .keras archive, a SavedModel folder, a legacy .h5 (with --trust-code) or a factory with --weights.",
+    )
 
 
 def keras_config_risks(config: Any, found: list[str] | None = None) -> list[str]:
@@ -250,8 +287,10 @@ def _load_keras_archive(path: Path, trust_code: bool):
     try:
         return keras_module.saving.load_model(str(path), compile=False, safe_mode=not trust_code)
     except Exception as exc:
-        raise ConvertError(f"Keras cannot load {path}: {type(exc).__name__}: {_first(exc)}",
-                           "If it uses custom layers, give its code as a module:callable factory with --weights.") from exc
+        raise ConvertError(
+            f"Keras cannot load {path}: {type(exc).__name__}: {_first(exc)}",
+            "If it uses custom layers, give its code as a module:callable factory with --weights.",
+        ) from exc
 
 
 def _load_h5(path: Path, trust_code: bool):
@@ -261,18 +300,26 @@ def _load_h5(path: Path, trust_code: bool):
         with h5py.File(path, "r") as handle:
             has_config = "model_config" in handle.attrs
     except OSError as exc:
-        raise ConvertError(f"cannot read {path} as an HDF5 file ({_first(exc)})", "The file may be truncated or corrupt: save it again.") from exc
+        raise ConvertError(
+            f"cannot read {path} as an HDF5 file ({_first(exc)})", "The file may be truncated or corrupt: save it again."
+        ) from exc
     if not has_config:
-        raise ConvertError(f"{path} holds only weights, not a model",
-                           f"Give the model's code as a factory with the weights: convert package.module:build_model --framework keras --weights {path}")
+        raise ConvertError(
+            f"{path} holds only weights, not a model",
+            f"Give the model's code as a factory with the weights: convert package.module:build_model --framework keras --weights {path}",
+        )
     if not trust_code:
-        raise ConvertError(f"{path} is a legacy HDF5 Keras model: the format can hold Lambda layers with marshalled Python "
-                           "bytecode, and only recent Keras versions apply safe mode to it (older ones run that code on load)", TRUST_HINT)
+        raise ConvertError(
+            f"{path} is a legacy HDF5 Keras model: the format can hold Lambda layers with marshalled Python "
+            "bytecode, and only recent Keras versions apply safe mode to it (older ones run that code on load)",
+            TRUST_HINT,
+        )
     try:
         return keras().saving.load_model(str(path), compile=False, safe_mode=False)
     except Exception as exc:
-        raise ConvertError(f"Keras cannot load {path}: {type(exc).__name__}: {_first(exc)}",
-                           "Save the model again as a .keras archive.") from exc
+        raise ConvertError(
+            f"Keras cannot load {path}: {type(exc).__name__}: {_first(exc)}", "Save the model again as a .keras archive."
+        ) from exc
 
 
 def _load_weights(source: KerasSource, path: Path) -> None:
@@ -289,13 +336,15 @@ def _load_weights(source: KerasSource, path: Path) -> None:
             raise ConvertError(
                 f"the model fails on inputs generated from its specs ({', '.join(map(str, source.signature.inputs))}), "
                 f"so its weights cannot be set up: {type(exc).__name__}: {_first(exc)}",
-                "Check the --input specs; a subclassed model with several inputs receives them as a dict by input name.") from exc
+                "Check the --input specs; a subclassed model with several inputs receives them as a dict by input name.",
+            ) from exc
     try:
         model.load_weights(str(path))
     except Exception as exc:
-        raise ConvertError(f"the weights in {path} do not fit the model: {type(exc).__name__}: {_first(exc)}",
-                           "Check that the factory builds the same architecture the weights were saved from "
-                           "(model.save_weights('model.weights.h5')).") from exc
+        raise ConvertError(
+            f"the weights in {path} do not fit the model: {type(exc).__name__}: {_first(exc)}",
+            "Check that the factory builds the same architecture the weights were saved from (model.save_weights('model.weights.h5')).",
+        ) from exc
 
 
 def _keras_input_names(model) -> list[str] | None:
@@ -312,9 +361,13 @@ def _keras_input_names(model) -> list[str] | None:
 def _symbolic_dims(names: list[str], shapes: list[tuple]) -> list[tuple]:
     """None dims become symbols: ``B`` for the batch axis of every input, ``NAME_dK`` for axis K of input NAME
     (inputs are free to differ there; --input can make them share a symbol)."""
-    return [tuple((BATCH_SYMBOL if axis == 0 else f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_d{axis}") if size is None else int(size)
-                  for axis, size in enumerate(shape))
-            for name, shape in zip(names, shapes)]
+    return [
+        tuple(
+            (BATCH_SYMBOL if axis == 0 else f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_d{axis}") if size is None else int(size)
+            for axis, size in enumerate(shape)
+        )
+        for name, shape in zip(names, shapes)
+    ]
 
 
 def _specs_from_model(model) -> tuple[InputSpec, ...]:
@@ -331,8 +384,10 @@ def _specs_from_signature(signature_fn) -> tuple[InputSpec, ...]:
     names = list(kwargs)
     unranked = [n for n in names if kwargs[n].shape.rank is None]
     if unranked:
-        raise ConvertError(f"the input '{unranked[0]}' of the SavedModel's {SERVING_KEY} signature has no known rank",
-                           "Export the SavedModel with a fully ranked input signature.")
+        raise ConvertError(
+            f"the input '{unranked[0]}' of the SavedModel's {SERVING_KEY} signature has no known rank",
+            "Export the SavedModel with a fully ranked input signature.",
+        )
     dims = _symbolic_dims(names, [tuple(kwargs[n].shape.as_list()) for n in names])
     return tuple(InputSpec(n, _dtype_name(kwargs[n].dtype), d) for n, d in zip(names, dims))
 

@@ -18,8 +18,9 @@ import numpy as np
 from convert.errors import ConvertError
 from convert.specs import InputSpec
 
-FACTORY_HINT = ("Give a model file, or the model's code as module.path:callable (importable from the current folder) "
-                "or path/to/file.py:callable.")
+FACTORY_HINT = (
+    "Give a model file, or the model's code as module.path:callable (importable from the current folder) or path/to/file.py:callable."
+)
 
 
 @dataclass
@@ -90,10 +91,14 @@ def import_reference(reference: str) -> Any:
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
-            defined = sorted(name for name, value in vars(module).items()
-                             if callable(value) and not name.startswith("_") and getattr(value, "__module__", None) == module.__name__)
-            raise ConvertError(f"{where} has no attribute '{attribute}'" + (f" (it defines {', '.join(defined)})" if defined else ""),
-                               FACTORY_HINT)
+            defined = sorted(
+                name
+                for name, value in vars(module).items()
+                if callable(value) and not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
+            )
+            raise ConvertError(
+                f"{where} has no attribute '{attribute}'" + (f" (it defines {', '.join(defined)})" if defined else ""), FACTORY_HINT
+            )
         found = getattr(found, part)
     if not callable(found):
         raise ConvertError(f"{reference} is not callable", "Point at a function or class that builds the model with no arguments.")
@@ -103,11 +108,15 @@ def import_reference(reference: str) -> Any:
 def _import_file(path: Path, reference: str) -> ModuleType:
     """Run a .py file as a module of its own, with its folder on sys.path for its own imports."""
     if not path.is_file():
-        raise ConvertError(f"the model file {path} of {reference} does not exist" if not path.exists()
-                           else f"{path} of {reference} is not a file", FACTORY_HINT)
+        raise ConvertError(
+            f"the model file {path} of {reference} does not exist" if not path.exists() else f"{path} of {reference} is not a file",
+            FACTORY_HINT,
+        )
     if path.suffix.lower() != ".py":
-        raise ConvertError(f"{path} of {reference} is not a Python file (.py)",
-                           "Point at the .py file that defines the callable, as path/to/file.py:callable.")
+        raise ConvertError(
+            f"{path} of {reference} is not a Python file (.py)",
+            "Point at the .py file that defines the callable, as path/to/file.py:callable.",
+        )
     path = path.resolve()
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
@@ -123,8 +132,10 @@ def _import_file(path: Path, reference: str) -> ModuleType:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise ConvertError(f"running {path} (of {reference}) raised {type(exc).__name__}: {exc}",
-                           "Fix the file so that it imports; the folder it is in is on sys.path for its own imports.") from exc
+        raise ConvertError(
+            f"running {path} (of {reference}) raised {type(exc).__name__}: {exc}",
+            "Fix the file so that it imports; the folder it is in is on sys.path for its own imports.",
+        ) from exc
     return module
 
 
@@ -134,8 +145,7 @@ def required_positional(function: Any) -> list[str] | None:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return None
-    return [p.name for p in parameters
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
 
 
 def call_factory(reference: str, target: Any) -> Any:
@@ -145,12 +155,15 @@ def call_factory(reference: str, target: Any) -> Any:
         raise ConvertError(
             f"{reference} takes arguments ({', '.join(required)}), so it is not a factory that builds the model",
             "If it is a JAX function f(params, *inputs), pass --framework jax and --params with its params file; "
-            "otherwise point at a function that builds the model with no arguments.")
+            "otherwise point at a function that builds the model with no arguments.",
+        )
     try:
         return target()
     except Exception as exc:
-        raise ConvertError(f"the factory {reference} raised {type(exc).__name__}: {exc}",
-                           "Fix the factory so that calling it with no arguments returns the model.") from exc
+        raise ConvertError(
+            f"the factory {reference} raised {type(exc).__name__}: {exc}",
+            "Fix the factory so that calling it with no arguments returns the model.",
+        ) from exc
 
 
 def load_example_inputs(path: Path) -> dict[str, np.ndarray]:
@@ -161,8 +174,10 @@ def load_example_inputs(path: Path) -> dict[str, np.ndarray]:
     except FileNotFoundError as exc:
         raise ConvertError(f"the example inputs file {path} does not exist", "Check the path given to --example-inputs.") from exc
     except (ValueError, OSError) as exc:
-        raise ConvertError(f"cannot read {path} as an .npz of arrays ({exc})",
-                           "Save example inputs with numpy.savez(path, name=array, ...), one array per model input.") from exc
+        raise ConvertError(
+            f"cannot read {path} as an .npz of arrays ({exc})",
+            "Save example inputs with numpy.savez(path, name=array, ...), one array per model input.",
+        ) from exc
     if not arrays:
         raise ConvertError(f"{path} holds no arrays", "Save one array per model input, named as the input.")
     return arrays
@@ -195,11 +210,14 @@ def load_calibration_data(path: Path, specs) -> list[dict[str, np.ndarray]]:
         try:
             export_sizes_from_arrays(specs, feed)
         except ConvertError as exc:
-            raise ConvertError(f"the calibration data {file} does not fit the model: {exc.problem.replace('example input', 'input')}",
-                               CALIBRATION_HINT) from exc
+            raise ConvertError(
+                f"the calibration data {file} does not fit the model: {exc.problem.replace('example input', 'input')}", CALIBRATION_HINT
+            ) from exc
         feeds.append(feed)
     return feeds
 
 
-CALIBRATION_HINT = ("Give an .npz with one array per input (by input name), or a folder of such .npz files (one feed each); "
-                    "a folder of .npy files works for a model with one input.")
+CALIBRATION_HINT = (
+    "Give an .npz with one array per input (by input name), or a folder of such .npz files (one feed each); "
+    "a folder of .npy files works for a model with one input."
+)

@@ -31,8 +31,10 @@ def resolve_source(request: SourceRequest) -> SourceModel:
         text = os.fspath(model)
         if Path(text).exists():
             if Path(text).suffix.lower() == ".py":
-                raise ConvertError(f"{text} is Python code, not a saved model, and names no callable in it",
-                                   f"Name the function or class that builds the model, e.g. {text}:build_model.")
+                raise ConvertError(
+                    f"{text} is Python code, not a saved model, and names no callable in it",
+                    f"Name the function or class that builds the model, e.g. {text}:build_model.",
+                )
             request.model, request.kind = Path(text), "path"
             if request.model.is_dir():
                 check_contained(request.model)
@@ -48,8 +50,10 @@ def resolve_source(request: SourceRequest) -> SourceModel:
             raise ConvertError(f"the model {text} does not exist", FACTORY_HINT)
     framework = framework or detect_framework(request.model)
     if request.params is not None and framework != PARAMS_FRAMEWORK:
-        raise ConvertError(f"--params goes with JAX models, and this model is a {framework} one",
-                           "Give a PyTorch or Keras model's weights with --weights instead.")
+        raise ConvertError(
+            f"--params goes with JAX models, and this model is a {framework} one",
+            "Give a PyTorch or Keras model's weights with --weights instead.",
+        )
     return _entry(framework).load()(request)
 
 
@@ -68,20 +72,20 @@ def detect_framework(model) -> str:
                 if marker and (model / marker).is_file():
                     return entry.name
             markers = [e.meta["folder_marker"] for e in REGISTRY.entries("source") if e.meta.get("folder_marker")]
-            raise ConvertError(f"{model} is a folder with no model in it (a SavedModel folder holds {', '.join(markers)})",
-                               "Give the model file itself, or a SavedModel folder.")
+            raise ConvertError(
+                f"{model} is a folder with no model in it (a SavedModel folder holds {', '.join(markers)})",
+                "Give the model file itself, or a SavedModel folder.",
+            )
         if model.is_file():
             if detect_format(model) in _TORCH_FORMATS:
                 return "torch"
             for entry in REGISTRY.entries("source"):
                 if model.suffix.lower() in entry.meta.get("suffixes", ()):
                     return entry.name
-        raise ConvertError(f"cannot tell which framework {model} belongs to",
-                           f"Pass --framework ({', '.join(frameworks())}).")
+        raise ConvertError(f"cannot tell which framework {model} belongs to", f"Pass --framework ({', '.join(frameworks())}).")
     roots = {cls.__module__.split(".")[0] for cls in type(model).__mro__}
     for entry in REGISTRY.entries("source"):
         modules = entry.meta.get("module")
         if set(modules if isinstance(modules, tuple) else (modules,)) & roots:
             return entry.name
-    raise ConvertError(f"cannot tell which framework a {type(model).__name__} belongs to",
-                       f"Pass framework= ({', '.join(frameworks())}).")
+    raise ConvertError(f"cannot tell which framework a {type(model).__name__} belongs to", f"Pass framework= ({', '.join(frameworks())}).")

@@ -27,15 +27,19 @@ def fixed_shape_note(inputs: tuple[InputSpec, ...], specs_given: bool, examples_
     user who gave example inputs may well think the other sizes work too. Empty when a dim is dynamic."""
     if specs_given or any(spec.symbols for spec in inputs) or not any(spec.dims for spec in inputs):
         return ""
-    fixed = (f"every input shape is fixed ({', '.join(map(str, inputs))}: "
-             f"{'the example inputs set' if examples_given else 'the model declares'} each dim), so each artifact was "
-             "exported and validated at this one shape only")
+    fixed = (
+        f"every input shape is fixed ({', '.join(map(str, inputs))}: "
+        f"{'the example inputs set' if examples_given else 'the model declares'} each dim), so each artifact was "
+        "exported and validated at this one shape only"
+    )
     if kind in ("pt2", "exported-program"):
         return fixed + "; to make a dim dynamic, export the program with dynamic_shapes (torch.export.Dim)"
     spec = next(spec for spec in inputs if spec.dims)
     dynamic = InputSpec(spec.name, spec.dtype, ("B", *spec.dims[1:]), spec.low, spec.high)
-    return (fixed + f"; to make a dim dynamic, name it with a symbol in an input spec: inputs=[\"{dynamic}\"] in Python, "
-            f"--input \"{dynamic}\" on the command line")
+    return (
+        fixed + f'; to make a dim dynamic, name it with a symbol in an input spec: inputs=["{dynamic}"] in Python, '
+        f'--input "{dynamic}" on the command line'
+    )
 
 
 def export_sizes_from_arrays(specs: tuple[InputSpec, ...], arrays: dict[str, np.ndarray]) -> dict[str, int]:
@@ -53,18 +57,27 @@ def export_sizes_from_arrays(specs: tuple[InputSpec, ...], arrays: dict[str, np.
         if dtype_name(array) != spec.dtype:
             raise ConvertError(f"the example input '{spec.name}' is {array.dtype} but its spec says {spec.dtype}", "Make the two agree.")
         if array.ndim != len(spec.dims):
-            raise ConvertError(f"the example input '{spec.name}' has {array.ndim} dims but its spec {spec} has {len(spec.dims)}", "Make the two agree.")
+            raise ConvertError(
+                f"the example input '{spec.name}' has {array.ndim} dims but its spec {spec} has {len(spec.dims)}", "Make the two agree."
+            )
         for axis, (dim, size) in enumerate(zip(spec.dims, array.shape)):
             if isinstance(dim, int) and dim != size:
-                raise ConvertError(f"the example input '{spec.name}' has size {size} on axis {axis} where its spec {spec} says {dim}", "Make the two agree.")
+                raise ConvertError(
+                    f"the example input '{spec.name}' has size {size} on axis {axis} where its spec {spec} says {dim}",
+                    "Make the two agree.",
+                )
             if isinstance(dim, str):
                 if sizes.setdefault(dim, int(size)) != size:
-                    raise ConvertError(f"the symbol {dim} takes two sizes ({sizes[dim]} and {size}) in the example inputs", "Inputs that share a symbol must share its size.")
+                    raise ConvertError(
+                        f"the symbol {dim} takes two sizes ({sizes[dim]} and {size}) in the example inputs",
+                        "Inputs that share a symbol must share its size.",
+                    )
     return sizes
 
 
-def order_by_parameters(specs: tuple[InputSpec, ...], parameters: list[str], accepts_any: bool, what: str,
-                        keyword: bool = False) -> tuple[InputSpec, ...]:
+def order_by_parameters(
+    specs: tuple[InputSpec, ...], parameters: list[str], accepts_any: bool, what: str, keyword: bool = False
+) -> tuple[InputSpec, ...]:
     """Put specs in the model's call order; refuse names the model does not take. A model called by ``keyword``
     may be given inputs that skip some of its parameters; one called positionally may not."""
     if accepts_any:

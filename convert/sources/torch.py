@@ -60,8 +60,10 @@ def flatten_outputs(value: Any, prefix: str = "") -> dict[str, Any]:
             part = fields[index] if fields else str(index)
             flat.update(flatten_outputs(item, f"{prefix}.{part}" if prefix else (part if fields else f"output_{index}")))
     elif value is not None:
-        raise ConvertError(f"the model returns a {type(value).__name__}, which is not a tensor",
-                           "Return tensors (alone, or in tuples, lists or dicts) from forward().")
+        raise ConvertError(
+            f"the model returns a {type(value).__name__}, which is not a tensor",
+            "Return tensors (alone, or in tuples, lists or dicts) from forward().",
+        )
     return flat
 
 
@@ -88,7 +90,7 @@ class CallConvention:
         self.in_spec = in_spec
 
     @classmethod
-    def of_program(cls, program) -> "CallConvention":
+    def of_program(cls, program) -> CallConvention:
         return cls(in_spec=program.call_spec.in_spec)
 
     def arguments(self, values) -> tuple[tuple, dict[str, Any]]:
@@ -113,8 +115,15 @@ class CallConvention:
 
 
 class TorchSource(SourceModel):
-    def __init__(self, module: Any, info: SourceInfo, inputs: tuple[InputSpec, ...], export_sizes: dict[str, int],
-                 dim_ranges: dict[str, tuple[int, int | None]] | None = None, convention: CallConvention | None = None):
+    def __init__(
+        self,
+        module: Any,
+        info: SourceInfo,
+        inputs: tuple[InputSpec, ...],
+        export_sizes: dict[str, int],
+        dim_ranges: dict[str, tuple[int, int | None]] | None = None,
+        convention: CallConvention | None = None,
+    ):
         self.module = module
         self.convention = convention or CallConvention()
         self.info = info
@@ -158,8 +167,10 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
         info.description = type(model).__name__
     if request.weights is not None:
         if not isinstance(model, torch.nn.Module) or info.kind not in ("factory", "object"):
-            raise ConvertError("--weights goes with a module:callable factory (or an nn.Module object)",
-                               "Drop --weights: this model file already holds its weights.")
+            raise ConvertError(
+                "--weights goes with a module:callable factory (or an nn.Module object)",
+                "Drop --weights: this model file already holds its weights.",
+            )
         _load_weights(model, request.weights)
     if isinstance(model, torch.export.ExportedProgram):
         exported = model
@@ -168,8 +179,10 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
     elif isinstance(model, torch.nn.Module):
         model.eval()
     else:
-        raise ConvertError(f"the model is a {type(model).__name__}, not a torch.nn.Module",
-                           "Give an nn.Module, a torch.export .pt2, a TorchScript file, or a factory returning an nn.Module.")
+        raise ConvertError(
+            f"the model is a {type(model).__name__}, not a torch.nn.Module",
+            "Give an nn.Module, a torch.export .pt2, a TorchScript file, or a factory returning an nn.Module.",
+        )
 
     parameters, accepts_any = _parameters(model, exported)
     what = f"{info.description}.forward"
@@ -202,10 +215,15 @@ def _module_convention(module, specs: tuple[InputSpec, ...], parameters: list[st
     names = [s.name for s in specs]
     given = set(names)
     for parameter in inspect.signature(module.forward).parameters.values():
-        if (parameter.name not in given and parameter.default is parameter.empty
-                and parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)):
-            raise ConvertError(f"no spec is given for the input '{parameter.name}' of {what}, which it requires",
-                               "Give an --input spec for every input the model requires, in any order.")
+        if (
+            parameter.name not in given
+            and parameter.default is parameter.empty
+            and parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+        ):
+            raise ConvertError(
+                f"no spec is given for the input '{parameter.name}' of {what}, which it requires",
+                "Give an --input spec for every input the model requires, in any order.",
+            )
     return CallConvention() if names == parameters[: len(names)] else CallConvention(keywords=tuple(names))
 
 
@@ -233,26 +251,35 @@ def register_pytree_types(path: Path) -> tuple[str, str] | None:
         module, _, _ = name.rpartition(".")
         package = module.split(".")[0]
         if package not in PYTREE_LIBRARIES:
-            return (f"its input or output tree holds a {name}, a type from {package}, which this tool does not import "
-                    "on a file's say-so", "Export the program with tensors, tuples and dicts as its inputs and outputs; "
-                    "or, in Python, import the package and pass torch.export.load(path) to convert.convert(..., isolate=False).")
+            return (
+                f"its input or output tree holds a {name}, a type from {package}, which this tool does not import on a file's say-so",
+                "Export the program with tensors, tuples and dicts as its inputs and outputs; "
+                "or, in Python, import the package and pass torch.export.load(path) to convert.convert(..., isolate=False).",
+            )
         install = f"pip install {PYTREE_LIBRARIES[package]}"
         if importlib.util.find_spec(package) is None:
-            return (f"its input or output tree holds a {name}, a type from the {package} library, which is not installed here",
-                    f"Install it ({install}, the version the program was exported with), then run the same command again.")
+            return (
+                f"its input or output tree holds a {name}, a type from the {package} library, which is not installed here",
+                f"Install it ({install}, the version the program was exported with), then run the same command again.",
+            )
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            return (f"its input or output tree holds a {name}, but {module} cannot be imported: {exc}",
-                    f"Install the {package} version the program was exported with ({install}==VERSION).")
+            return (
+                f"its input or output tree holds a {name}, but {module} cannot be imported: {exc}",
+                f"Install the {package} version the program was exported with ({install}==VERSION).",
+            )
         if name not in SERIALIZED_TYPE_TO_PYTHON_TYPE:
-            return (f"its input or output tree holds a {name}, which the installed {package} does not register with pytree",
-                    f"Install the {package} version the program was exported with ({install}==VERSION).")
+            return (
+                f"its input or output tree holds a {name}, which the installed {package} does not register with pytree",
+                f"Install the {package} version the program was exported with ({install}==VERSION).",
+            )
     return None
 
 
 def _pytree_type_names(path: Path) -> set[str]:
     """The node type names of every input and output tree in the archive's serialized programs."""
+
     def walk(node) -> Iterator[str]:
         if isinstance(node, dict):
             if node.get("type"):
@@ -290,8 +317,10 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
         except ConvertError:
             raise
         except Exception as exc:
-            raise ConvertError(f"cannot load the torch.export archive {path}: {type(exc).__name__}: {exc}",
-                               "Re-save it with torch.export.save from this torch version, or check that the file is complete.") from exc
+            raise ConvertError(
+                f"cannot load the torch.export archive {path}: {type(exc).__name__}: {exc}",
+                "Re-save it with torch.export.save from this torch version, or check that the file is complete.",
+            ) from exc
     if kind == "torchscript":
         if not trust_code:
             raise ConvertError(f"{path} is a TorchScript archive: loading it runs the TorchScript code it contains", TRUST_HINT)
@@ -308,29 +337,43 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
                 detail = next((line for line in refused if "GLOBAL" in line or "Unsupported" in line), refused[0] if refused else "")
                 raise ConvertError(
                     f"{path} holds a pickled Python object, and unpickling it runs code from the file "
-                    f"(torch's weights-only unpickler refused it: {detail.strip()})", TRUST_HINT) from exc
+                    f"(torch's weights-only unpickler refused it: {detail.strip()})",
+                    TRUST_HINT,
+                ) from exc
             try:
                 loaded = torch.load(str(path), map_location="cpu", weights_only=False)
             except Exception as inner:
-                raise ConvertError(f"cannot unpickle {path}: {type(inner).__name__}: {inner}",
-                                   "A pickled module needs its classes importable: run from the folder of the code that defined it.") from inner
+                raise ConvertError(
+                    f"cannot unpickle {path}: {type(inner).__name__}: {inner}",
+                    "A pickled module needs its classes importable: run from the folder of the code that defined it.",
+                ) from inner
         except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
-            raise ConvertError(f"cannot read {path} with torch.load: {exc}", "The file may be truncated or corrupt: save it again.") from exc
+            raise ConvertError(
+                f"cannot read {path} with torch.load: {exc}", "The file may be truncated or corrupt: save it again."
+            ) from exc
         if isinstance(loaded, Mapping):
-            raise ConvertError(f"{path} holds only weights (a state dict), not a model",
-                               "Give the model's code as a factory with the weights: convert package.module:build_model --weights " + str(path))
+            raise ConvertError(
+                f"{path} holds only weights (a state dict), not a model",
+                "Give the model's code as a factory with the weights: convert package.module:build_model --weights " + str(path),
+            )
         if not isinstance(loaded, torch.nn.Module):
-            raise ConvertError(f"{path} holds a {type(loaded).__name__}, not an nn.Module", "Save the model itself, or a state dict for a factory.")
+            raise ConvertError(
+                f"{path} holds a {type(loaded).__name__}, not an nn.Module", "Save the model itself, or a state dict for a factory."
+            )
         return loaded, "pickled-module"
     if kind == "safetensors":
-        raise ConvertError(f"{path} is a safetensors file: weights without the model's code",
-                           f"Give the model's code as a factory with the weights: convert package.module:build_model --weights {path}")
+        raise ConvertError(
+            f"{path} is a safetensors file: weights without the model's code",
+            f"Give the model's code as a factory with the weights: convert package.module:build_model --weights {path}",
+        )
     if kind == "empty":
         raise ConvertError(f"{path} is empty", "Check that the file was written completely.")
     if kind == "directory":
         raise ConvertError(f"{path} is a folder, not a PyTorch model file", "Give the model file itself.")
-    raise ConvertError(f"{path} is not a PyTorch model file that this tool can read (its bytes look like: {kind})",
-                       "Give a torch.export .pt2, a TorchScript file, a torch.save'd module (with --trust-code) or a factory with --weights.")
+    raise ConvertError(
+        f"{path} is not a PyTorch model file that this tool can read (its bytes look like: {kind})",
+        "Give a torch.export .pt2, a TorchScript file, a torch.save'd module (with --trust-code) or a factory with --weights.",
+    )
 
 
 def pt2_code_reasons(path: Path) -> list[str]:
@@ -343,8 +386,10 @@ def pt2_code_reasons(path: Path) -> list[str]:
     try:
         return _pt2_code_reasons(path)
     except (ValueError, AttributeError, TypeError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
-        raise ConvertError(f"{path} is a torch.export archive that cannot be read: {type(exc).__name__}: {exc}",
-                           "The file may be truncated or corrupt: export it again with torch.export.save.") from exc
+        raise ConvertError(
+            f"{path} is a torch.export archive that cannot be read: {type(exc).__name__}: {exc}",
+            "The file may be truncated or corrupt: export it again with torch.export.save.",
+        ) from exc
 
 
 def _pt2_code_reasons(path: Path) -> list[str]:
@@ -371,7 +416,11 @@ def _pt2_code_reasons(path: Path) -> list[str]:
                     torch.load(io.BytesIO(archive.read(name)), weights_only=True)
                 except Exception:
                     reasons.append("its sample inputs are not plain tensors (torch would unpickle them fully)")
-            elif inner.startswith(("data/weights/", "data/constants/")) and inner.endswith(".pt") and "/" not in inner[len("data/weights/"):]:
+            elif (
+                inner.startswith(("data/weights/", "data/constants/"))
+                and inner.endswith(".pt")
+                and "/" not in inner[len("data/weights/") :]
+            ):
                 reasons.append(f"it uses the legacy pickled layout ({inner})")
     return sorted(set(reasons))
 
@@ -389,11 +438,15 @@ def _load_weights(module, path: Path) -> None:
         elif kind in ("torch-save", "torch-legacy-pickle"):
             state = torch.load(str(path), map_location="cpu", weights_only=True)
         else:
-            raise ConvertError(f"{path} is neither a safetensors file nor a torch.save'd state dict",
-                               "Save the weights with safetensors.torch.save_file or torch.save(model.state_dict(), path).")
+            raise ConvertError(
+                f"{path} is neither a safetensors file nor a torch.save'd state dict",
+                "Save the weights with safetensors.torch.save_file or torch.save(model.state_dict(), path).",
+            )
     except pickle.UnpicklingError as exc:
-        raise ConvertError(f"{path} is not a plain state dict: torch's weights-only unpickler refused it ({str(exc).splitlines()[0]})",
-                           "Save only the state dict: torch.save(model.state_dict(), path).") from exc
+        raise ConvertError(
+            f"{path} is not a plain state dict: torch's weights-only unpickler refused it ({str(exc).splitlines()[0]})",
+            "Save only the state dict: torch.save(model.state_dict(), path).",
+        ) from exc
     except ConvertError:
         raise
     except Exception as exc:
@@ -406,8 +459,10 @@ def _load_weights(module, path: Path) -> None:
         module.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = str(exc).splitlines()
-        raise ConvertError(f"the weights in {path} do not fit the model: {' '.join(l.strip() for l in first[:3])}",
-                           "Check that the factory builds the same architecture the weights were saved from.") from exc
+        raise ConvertError(
+            f"the weights in {path} do not fit the model: {' '.join(line.strip() for line in first[:3])}",
+            "Check that the factory builds the same architecture the weights were saved from.",
+        ) from exc
 
 
 def _parameters(module, exported) -> tuple[list[str], bool]:
@@ -433,8 +488,10 @@ def program_input_names(program) -> list[str]:
     if in_spec is None or in_spec.num_leaves != len(placeholders):
         return placeholders
     leaves, _ = tree_flatten_with_path(tree_unflatten(list(range(in_spec.num_leaves)), in_spec))
-    return [path[1].key if len(path) == 2 and isinstance(path[1], MappingKey) else placeholder
-            for placeholder, (path, _) in zip(placeholders, leaves)]
+    return [
+        path[1].key if len(path) == 2 and isinstance(path[1], MappingKey) else placeholder
+        for placeholder, (path, _) in zip(placeholders, leaves)
+    ]
 
 
 def _example_arrays(example, parameters: list[str]) -> dict[str, np.ndarray] | None:
@@ -448,9 +505,16 @@ def _example_arrays(example, parameters: list[str]) -> dict[str, np.ndarray] | N
 
 
 _TORCH_DTYPES = {
-    "torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float64": "float64",
-    "torch.int64": "int64", "torch.int32": "int32", "torch.int16": "int16", "torch.int8": "int8",
-    "torch.uint8": "uint8", "torch.bool": "bool",
+    "torch.float32": "float32",
+    "torch.float16": "float16",
+    "torch.bfloat16": "bfloat16",
+    "torch.float64": "float64",
+    "torch.int64": "int64",
+    "torch.int32": "int32",
+    "torch.int16": "int16",
+    "torch.int8": "int8",
+    "torch.uint8": "uint8",
+    "torch.bool": "bool",
 }
 
 

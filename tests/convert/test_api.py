@@ -23,8 +23,13 @@ def test_convert_module_with_example_inputs(tmp_path):
 
 
 def test_convert_with_symbolic_inputs_validates_other_batch_sizes(tmp_path):
-    result = convert.convert(build("tokens"), inputs=["input_ids:int64[B,S]{0..999}", "attention_mask:int64[B,S]{0..1}"],
-                             to="onnx", dims=["B=2,1,4"], out=tmp_path)
+    result = convert.convert(
+        build("tokens"),
+        inputs=["input_ids:int64[B,S]{0..999}", "attention_mask:int64[B,S]{0..1}"],
+        to="onnx",
+        dims=["B=2,1,4"],
+        out=tmp_path,
+    )
     assert result.passed
     shapes = {c.shape for c in result.report.artifacts[0].checks if c.status == "passed"}
     assert {s.split(",")[0] for s in shapes} == {"B=2", "B=1", "B=4"}

@@ -20,8 +20,14 @@ def test_convert_an_nnx_module_object(tmp_path):
 
 def test_convert_a_jitted_function_with_params_and_example_inputs(tmp_path):
     x = np.random.default_rng(0).standard_normal((3, 4, 8)).astype(np.float32)
-    result = convert.convert(jax.jit(jax_models.scan_rnn), params=jax_models.scan_rnn_params(), example_inputs=(x,),
-                             inputs=["x:float32[B,T,8]"], to="onnx", out=tmp_path)
+    result = convert.convert(
+        jax.jit(jax_models.scan_rnn),
+        params=jax_models.scan_rnn_params(),
+        example_inputs=(x,),
+        inputs=["x:float32[B,T,8]"],
+        to="onnx",
+        out=tmp_path,
+    )
     assert result.passed
     checked = {c.shape for c in result.report.artifacts[0].checks if c.status == "passed"}
     assert "B=3,T=4" in checked and len(checked) >= 2  # the example's shape is the export shape, then others

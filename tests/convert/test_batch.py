@@ -25,15 +25,27 @@ X8 = ["x:float32[B,8]"]
 
 def write_manifest(folder: Path, models: list[dict], **top) -> Path:
     path = folder / "zoo.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "out": "zoo-out", "defaults": {"require": {"targets": ["onnx"]},
-                                    "validation": {"samples": 2}}, "models": models, **top}, sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "out": "zoo-out",
+                "defaults": {"require": {"targets": ["onnx"]}, "validation": {"samples": 2}},
+                "models": models,
+                **top,
+            },
+            sort_keys=False,
+        )
+    )
     return path
 
 
 def zoo(torch_files: Path) -> list[dict]:
-    return [{"name": "cnn", "model": {"path": str(torch_files / "cnn.pt2")}, "require": {"targets": ["onnx", "torch_export"]}},
-            {"name": "crashes", "model": {"path": "fixtures.torch_models:build_crashes_on_load", "inputs": X8}},
-            {"name": "wrong", "model": {"path": "fixtures.torch_models:build_off_in_onnx", "inputs": X8}}]
+    return [
+        {"name": "cnn", "model": {"path": str(torch_files / "cnn.pt2")}, "require": {"targets": ["onnx", "torch_export"]}},
+        {"name": "crashes", "model": {"path": "fixtures.torch_models:build_crashes_on_load", "inputs": X8}},
+        {"name": "wrong", "model": {"path": "fixtures.torch_models:build_off_in_onnx", "inputs": X8}},
+    ]
 
 
 def summary_of(folder: Path) -> BatchSummary:
@@ -52,8 +64,14 @@ def local_batch(tmp_path_factory):
     shutil.copytree(REPO / "examples" / "batch", folder, ignore=shutil.ignore_patterns("out", "models"))
     lines = [line for line in re.search(r"```bash\n(.*?)```", BATCH_SECTION, re.S).group(1).splitlines() if line.strip()]
     assert lines[0].startswith("python -m fixtures.build_torch") and lines[1].startswith("convert batch")
-    built = subprocess.run([sys.executable, *shlex.split(lines[0])[1:]], cwd=root, capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    built = subprocess.run(
+        [sys.executable, *shlex.split(lines[0])[1:]],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     return run_cli(*shlex.split(lines[1])[1:], cwd=root), folder / "out"
 
@@ -62,8 +80,12 @@ def test_one_crashing_and_one_wrong_model_do_not_stop_the_others(local_batch):
     run, out = local_batch
     assert run.returncode == 1, run.output[-3000:]
     summary = summary_of(out)
-    assert {m.name: m.status for m in summary.models} == {"cnn": "promoted", "cnn-factory": "promoted",
-                                                          "crashes-on-load": "error", "wrong-onnx": "rejected"}
+    assert {m.name: m.status for m in summary.models} == {
+        "cnn": "promoted",
+        "cnn-factory": "promoted",
+        "crashes-on-load": "error",
+        "wrong-onnx": "rejected",
+    }
     assert not summary.passed and summary.exit_code == 1 and summary.engine == "local (2 workers)"
     assert "2 of 4 models promoted" in run.stdout and "Traceback" not in run.output
 
@@ -71,7 +93,9 @@ def test_one_crashing_and_one_wrong_model_do_not_stop_the_others(local_batch):
 def test_each_model_has_its_own_folder_report_and_reasons(local_batch):
     _, out = local_batch
     models = {m.name: m for m in summary_of(out).models}
-    assert (out / "cnn" / "cnn.onnx").is_file() and (out / "cnn" / "cnn.pt2").is_file() and (out / "cnn" / "cnn.int8-dynamic.onnx").is_file()
+    assert (
+        (out / "cnn" / "cnn.onnx").is_file() and (out / "cnn" / "cnn.pt2").is_file() and (out / "cnn" / "cnn.int8-dynamic.onnx").is_file()
+    )
     assert json.loads((out / "cnn" / "report.json").read_text())["gate"]["decision"] == "promote"
     assert "SIGSEGV" in models["crashes-on-load"].reasons[0] and models["crashes-on-load"].report is None
     assert not any((out / "crashes-on-load").glob("*.onnx"))  # nothing partial at a final path
@@ -92,9 +116,23 @@ def test_the_same_batch_on_a_local_ray_instance(tmp_path, torch_files):
     pytest.importorskip("ray")
     ray = str(Path(sys.executable).parent / "ray")
     temp = Path("/tmp") / f"ray-{tmp_path.name[-12:]}"  # Ray's socket paths must stay short
-    started = subprocess.run([ray, "start", "--head", "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats",
-                              "--object-store-memory", str(100 * 2**20), f"--temp-dir={temp}"], capture_output=True, text=True,
-                             timeout=180)
+    started = subprocess.run(
+        [
+            ray,
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--object-store-memory",
+            str(100 * 2**20),
+            f"--temp-dir={temp}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
     try:
         models = zoo(torch_files)[:2]
@@ -111,16 +149,19 @@ def test_the_same_batch_on_a_local_ray_instance(tmp_path, torch_files):
     assert (tmp_path / "ray-out" / "cnn" / "cnn.onnx").is_file()
 
 
-@pytest.mark.parametrize("models, top, says", [
-    ([{"name": "a", "model": {"path": "m.pt2"}, "requir": {}}], {}, ["models[0] (a)", "line 13: requir: unknown key"]),
-    ([{"model": {"path": "m.pt2"}}], {}, ["each model needs a name"]),
-    ([{"name": "a", "model": {"path": "m.pt2"}}, {"name": "a", "model": {"path": "n.pt2"}}], {}, ["'a' is also the name of models[0]"]),
-    ([{"name": "a", "model": {"path": "m.pt2"}, "out": "x"}], {}, ["'out' is set for the whole batch"]),
-    ([{"name": "a", "model": {"path": "m.pt2"}, "require": {"targets": ["onnxx"]}}], {}, ["unknown format 'onnxx'"]),
-    ([{"name": "a", "model": {"path": "m.pt2"}, "resources": {"gpus": -1}}], {}, ["resources", "gpus"]),
-    ([], {}, ["models", "at least 1"]),
-    ([{"name": "a", "model": {"path": "m.pt2"}}], {"workers": 2}, ["workers: unknown key"]),
-])
+@pytest.mark.parametrize(
+    "models, top, says",
+    [
+        ([{"name": "a", "model": {"path": "m.pt2"}, "requir": {}}], {}, ["models[0] (a)", "line 13: requir: unknown key"]),
+        ([{"model": {"path": "m.pt2"}}], {}, ["each model needs a name"]),
+        ([{"name": "a", "model": {"path": "m.pt2"}}, {"name": "a", "model": {"path": "n.pt2"}}], {}, ["'a' is also the name of models[0]"]),
+        ([{"name": "a", "model": {"path": "m.pt2"}, "out": "x"}], {}, ["'out' is set for the whole batch"]),
+        ([{"name": "a", "model": {"path": "m.pt2"}, "require": {"targets": ["onnxx"]}}], {}, ["unknown format 'onnxx'"]),
+        ([{"name": "a", "model": {"path": "m.pt2"}, "resources": {"gpus": -1}}], {}, ["resources", "gpus"]),
+        ([], {}, ["models", "at least 1"]),
+        ([{"name": "a", "model": {"path": "m.pt2"}}], {"workers": 2}, ["workers: unknown key"]),
+    ],
+)
 def test_a_bad_manifest_names_the_problem(tmp_path, models, top, says):
     manifest = write_manifest(tmp_path, models, **top)
     with pytest.raises(ConvertError) as raised:

@@ -17,8 +17,14 @@ from tests.conftest import load_report, run_cli
 
 CACHE_ON = {"CONVERT_NO_CACHE": ""}
 TARGETS = ("--to", "onnx,torchscript", "--optimize", "int8-dynamic")
-EVERY_JOB = {"export:onnx", "validate:onnx onnxruntime cpu", "export:torchscript", "validate:torchscript torch.jit cpu",
-             "optimize:int8-dynamic", "validate:int8-dynamic onnxruntime cpu"}
+EVERY_JOB = {
+    "export:onnx",
+    "validate:onnx onnxruntime cpu",
+    "export:torchscript",
+    "validate:torchscript torch.jit cpu",
+    "optimize:int8-dynamic",
+    "validate:int8-dynamic onnxruntime cpu",
+}
 
 
 def _entry_of(cache: Path, stage_label: str, report: dict) -> Path:
@@ -27,8 +33,12 @@ def _entry_of(cache: Path, stage_label: str, report: dict) -> Path:
         data = json.loads(entry.read_text())["data"]
         if stage_label == "export:onnx" and data.get("path") == "cnn.onnx":
             return entry.parent
-        if stage_label == "validate:onnx onnxruntime cpu" and data.get("checks") and \
-                data["checks"][0]["runtime"] == "onnxruntime" and _checks_of(report, "onnx") == data["checks"]:
+        if (
+            stage_label == "validate:onnx onnxruntime cpu"
+            and data.get("checks")
+            and data["checks"][0]["runtime"] == "onnxruntime"
+            and _checks_of(report, "onnx") == data["checks"]
+        ):
             return entry.parent
     raise AssertionError(f"no entry for {stage_label}")
 
@@ -57,8 +67,11 @@ def runs(tmp_path_factory, torch_files):
     cold_report = load_report(root / "cold" / "report.json")
     _changed_weights(model, root / "changed.pt2")
     policy = root / "promotion.yaml"
-    policy.write_text(yaml.safe_dump({"model": {"path": str(model)}, "require": {"targets": ["onnx"],
-                                      "optimizations": ["int8-dynamic"]}, "out": str(root / "gated")}))
+    policy.write_text(
+        yaml.safe_dump(
+            {"model": {"path": str(model)}, "require": {"targets": ["onnx"], "optimizations": ["int8-dynamic"]}, "out": str(root / "gated")}
+        )
+    )
 
     def tampered(name: str) -> Path:
         cache = root / f"cache-{name}"
@@ -84,8 +97,15 @@ def runs(tmp_path_factory, torch_files):
         "old_onnxruntime": (str(model), *TARGETS),
         "partial": (str(model), *TARGETS),
         "edited": (str(model), *TARGETS),
-        "factory": ("fixtures.torch_models:build_cnn", "--weights", str(torch_files / "cnn.safetensors"),
-                    "--input", "x:float32[B,3,32,32]", "--to", "onnx"),
+        "factory": (
+            "fixtures.torch_models:build_cnn",
+            "--weights",
+            str(torch_files / "cnn.safetensors"),
+            "--input",
+            "x:float32[B,3,32,32]",
+            "--to",
+            "onnx",
+        ),
     }
     # only the tampered variants need a cache of their own: the others add entries under new keys or none at all
     caches = {name: tampered(name) if name in ("old_onnxruntime", "partial", "edited") else root / "cache" for name in variants}
@@ -170,15 +190,20 @@ def test_a_model_whose_code_lives_outside_its_file_is_not_cached(runs):
 
 def test_an_entry_made_with_another_library_version_is_rebuilt_and_only_that_one(runs):
     report = _ok(runs, "old_onnxruntime")
-    assert _rebuilt(report) == {"validate:onnx onnxruntime cpu": "made with other library versions (onnxruntime 1.0.0 → "
-                                + report["environment"]["packages"]["onnxruntime"] + ")"}
+    assert _rebuilt(report) == {
+        "validate:onnx onnxruntime cpu": "made with other library versions (onnxruntime 1.0.0 → "
+        + report["environment"]["packages"]["onnxruntime"]
+        + ")"
+    }
     assert EVERY_JOB - _reused(report) == {"validate:onnx onnxruntime cpu"}
     again = _entry_of(runs["old_onnxruntime"][2], "validate:onnx onnxruntime cpu", report) / "entry.json"
     assert json.loads(again.read_text())["environment"]["onnxruntime"] != "1.0.0"  # the rebuilt entry replaced it
 
 
-@pytest.mark.parametrize("name, reason", [("partial", "a partial entry (its entry.json is missing)"),
-                                          ("edited", "its file cnn.onnx changed since it was cached")])
+@pytest.mark.parametrize(
+    "name, reason",
+    [("partial", "a partial entry (its entry.json is missing)"), ("edited", "its file cnn.onnx changed since it was cached")],
+)
 def test_an_entry_that_cannot_be_trusted_is_rebuilt_with_everything_made_from_it(runs, name, reason):
     report = _ok(runs, name)
     assert _rebuilt(report) == {"export:onnx": reason}

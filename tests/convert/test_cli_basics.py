@@ -9,21 +9,25 @@ FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "onnxruntime", "openvino")
 
 
 def test_import_convert_imports_no_framework():
-    probe = ("import sys, convert; heavy = [m for m in " + repr(FRAMEWORKS) + " if m in sys.modules]; print(heavy)")
+    probe = "import sys, convert; heavy = [m for m in " + repr(FRAMEWORKS) + " if m in sys.modules]; print(heavy)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.strip() == "[]"
 
 
 def test_importtime_shows_no_framework():
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import convert"], capture_output=True, text=True, cwd=REPO, check=True)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import convert"], capture_output=True, text=True, cwd=REPO, check=True
+    )
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines() if "|" in line}
     assert not imported & set(FRAMEWORKS)
 
 
 def test_help_imports_no_framework_and_lists_the_formats():
-    probe = ("import sys; from click.testing import CliRunner; from convert.cli import main; "
-             "r = CliRunner().invoke(main, ['export', '--help']); print(r.exit_code); print(r.output); "
-             "print([m for m in " + repr(FRAMEWORKS) + " if m in sys.modules])")
+    probe = (
+        "import sys; from click.testing import CliRunner; from convert.cli import main; "
+        "r = CliRunner().invoke(main, ['export', '--help']); print(r.exit_code); print(r.output); "
+        "print([m for m in " + repr(FRAMEWORKS) + " if m in sys.modules])"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.splitlines()[0] == "0"
     assert "onnx, torchscript, torch_export" in " ".join(done.stdout.split())

@@ -28,8 +28,15 @@ def report(tmp_path_factory) -> Report:
     the source model's benchmark (only artifacts that passed are benchmarked)."""
     from fixtures.torch_models import branches_on_its_batch
 
-    result = convert.convert(branches_on_its_batch(), inputs=["x:float32[B,6]"], to=["torch_export", "onnx"],
-                             optimize=["trt:fp16"], benchmark=True, threads=1, out=tmp_path_factory.mktemp("console"))
+    result = convert.convert(
+        branches_on_its_batch(),
+        inputs=["x:float32[B,6]"],
+        to=["torch_export", "onnx"],
+        optimize=["trt:fp16"],
+        benchmark=True,
+        threads=1,
+        out=tmp_path_factory.mktemp("console"),
+    )
     assert not result.passed and result.report.source_benchmark
     return result.report
 
@@ -70,7 +77,9 @@ def test_off_a_terminal_every_check_and_stage_is_one_whole_line(report):
     for artifact in report.artifacts:
         key = artifact.optimization or artifact.format
         for check in artifact.checks:
-            (line,) = [line for line in lines if line.startswith(f"check {key} {check.runtime} {check.device} {check.shape} {check.status} ")]
+            (line,) = [
+                line for line in lines if line.startswith(f"check {key} {check.runtime} {check.device} {check.shape} {check.status} ")
+            ]
             if check.reason:
                 assert line.endswith(f" reason: {joined(check.reason)}"), line
             else:
@@ -94,9 +103,18 @@ def test_on_a_terminal_the_summary_is_a_table(report):
 
 
 def test_the_gate_prints_plain_lines_off_a_terminal_and_tables_on_one(report, tmp_path):
-    policy, name = load_policy({"model": {"path": "model.pt2"}, "budgets": {"onnx": {"accuracy": "max_abs<=1e-3", "size_mb": 10}},
-                                "require": {"targets": ["torch_export", "onnx"], "optimizations": ["trt:fp16"],
-                                            "devices": ["cpu", "cuda"], "may_skip_devices": ["cuda"]}})
+    policy, name = load_policy(
+        {
+            "model": {"path": "model.pt2"},
+            "budgets": {"onnx": {"accuracy": "max_abs<=1e-3", "size_mb": 10}},
+            "require": {
+                "targets": ["torch_export", "onnx"],
+                "optimizations": ["trt:fp16"],
+                "devices": ["cpu", "cuda"],
+                "may_skip_devices": ["cuda"],
+            },
+        }
+    )
     verdict = judge(report, policy, name, baseline=report, baseline_path=tmp_path / "baseline.json")
     assert verdict.budgets and verdict.baseline.deltas and any(len(r.message) > 200 for r in verdict.reasons)
 
@@ -104,8 +122,10 @@ def test_the_gate_prints_plain_lines_off_a_terminal_and_tables_on_one(report, tm
     assert_plain(lines)
     assert "Budgets" in lines and any(line.startswith("Against the baseline") for line in lines)
     for b in verdict.budgets:
-        assert any(line.startswith(f"budget {b.artifact} {b.runtime or '-'} {b.device or '-'} {b.output or '-'} {b.status} {b.metric}=")
-                   for line in lines), b
+        assert any(
+            line.startswith(f"budget {b.artifact} {b.runtime or '-'} {b.device or '-'} {b.output or '-'} {b.status} {b.metric}=")
+            for line in lines
+        ), b
     assert sum(line.startswith("baseline ") for line in lines) == len(verdict.baseline.deltas)
     assert "Gate: REJECT (exit code 1)" in lines
     for reason in verdict.reasons:

@@ -24,9 +24,12 @@ SPECS = parse_input_specs(["x:float32[B,S]"])
 def _onnx_declaring(path, output_shape) -> Artifact:
     """A named fake for the logic below: y = relu(x) whose output is declared ``output_shape`` (as an exporter
     freezing a dim would write it); the values are right at every shape."""
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "declared",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "declared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return Artifact(format="onnx", path=path, files=[path], inputs=SPECS, output_names=("y",))
 

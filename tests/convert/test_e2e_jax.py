@@ -13,10 +13,19 @@ from fixtures.jax_models import FIXTURES
 from tests.conftest import load_report, run_cli, sizes_checked
 
 TARGETS = ("onnx", "savedmodel", "tflite")
-OUTPUTS = {"nnx_cnn": {"output"}, "linen_mlp": {"output"}, "transformer": {"hidden", "pooled"},
-           "equinox_mlp": {"output"}, "scan_rnn": {"output_0", "output_1"}, "nnx_upsample": {"output"}}
-FALLBACK_ATTEMPTS = [("jax2onnx.to_onnx", "failed"), ("jax2tf → TFLite → tf2onnx", "failed"),
-                     ("jax2tf → TFLite → tf2onnx (fixed at the export shape)", "ok")]
+OUTPUTS = {
+    "nnx_cnn": {"output"},
+    "linen_mlp": {"output"},
+    "transformer": {"hidden", "pooled"},
+    "equinox_mlp": {"output"},
+    "scan_rnn": {"output_0", "output_1"},
+    "nnx_upsample": {"output"},
+}
+FALLBACK_ATTEMPTS = [
+    ("jax2onnx.to_onnx", "failed"),
+    ("jax2tf → TFLite → tf2onnx", "failed"),
+    ("jax2tf → TFLite → tf2onnx (fixed at the export shape)", "ok"),
+]
 
 
 def _source_args(name: str, folder) -> list[str]:
@@ -89,12 +98,22 @@ def test_onnx_strategies_are_tried_in_order_and_the_winner_is_recorded(jax_runs)
 
 def test_params_of_another_model_are_refused_naming_the_leaf(jax_files, tmp_path):
     narrow = str(jax_files / "linen_mlp.narrow.params.msgpack")
-    as_function = run_cli("fixtures.jax_models:apply_mlp", "--params", narrow, "--input", "x:float32[B,28,28,1]",
-                          "--to", "onnx", "--out", str(tmp_path / "function"))
+    as_function = run_cli(
+        "fixtures.jax_models:apply_mlp",
+        "--params",
+        narrow,
+        "--input",
+        "x:float32[B,28,28,1]",
+        "--to",
+        "onnx",
+        "--out",
+        str(tmp_path / "function"),
+    )
     assert as_function.returncode == 2, as_function.output
     assert "Dense_0" in as_function.stderr and "kernel" in as_function.stderr and "Traceback" not in as_function.output
-    as_module = run_cli("fixtures.jax_models:Mlp", "--params", narrow, "--input", "x:float32[B,28,28,1]",
-                        "--to", "onnx", "--out", str(tmp_path / "module"))
+    as_module = run_cli(
+        "fixtures.jax_models:Mlp", "--params", narrow, "--input", "x:float32[B,28,28,1]", "--to", "onnx", "--out", str(tmp_path / "module")
+    )
     assert as_module.returncode == 2, as_module.output
     assert "the leaf 'params/Dense_0/bias' is float32[32] in the file and float32[64] in the model" in as_module.stderr
     assert not (tmp_path / "function").exists() and not (tmp_path / "module").exists()
@@ -110,22 +129,34 @@ def test_a_params_file_is_never_unpickled(tmp_path):
 
     np.savez(bad, w_in=np.array([Payload()], dtype=object))
     assert pickle.dumps(Payload())  # the file really holds a pickle that would create the marker
-    run = run_cli("fixtures.jax_models:scan_rnn", "--params", str(bad), "--input", "x:float32[B,T,8]",
-                  "--to", "onnx", "--out", str(tmp_path / "out"))
+    run = run_cli(
+        "fixtures.jax_models:scan_rnn", "--params", str(bad), "--input", "x:float32[B,T,8]", "--to", "onnx", "--out", str(tmp_path / "out")
+    )
     assert run.returncode == 2 and "cannot read the params" in run.stderr and "Traceback" not in run.output
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
 def test_a_function_that_takes_params_needs_them(tmp_path):
-    run = run_cli("fixtures.jax_models:apply_mlp", "--framework", "jax", "--input", "x:float32[B,28,28,1]",
-                  "--to", "onnx", "--out", str(tmp_path / "out"))
+    run = run_cli(
+        "fixtures.jax_models:apply_mlp",
+        "--framework",
+        "jax",
+        "--input",
+        "x:float32[B,28,28,1]",
+        "--to",
+        "onnx",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert run.returncode == 2 and "--params" in run.stderr and "Traceback" not in run.output
-    without_framework = run_cli("fixtures.jax_models:apply_mlp", "--input", "x:float32[B,28,28,1]", "--to", "onnx",
-                                "--out", str(tmp_path / "out"))
+    without_framework = run_cli(
+        "fixtures.jax_models:apply_mlp", "--input", "x:float32[B,28,28,1]", "--to", "onnx", "--out", str(tmp_path / "out")
+    )
     assert without_framework.returncode == 2 and "--framework jax" in without_framework.stderr
 
 
 def test_params_go_with_jax_models_only(torch_files, tmp_path):
-    run = run_cli(str(torch_files / "cnn.pt2"), "--params", str(torch_files / "cnn.safetensors"), "--to", "onnx",
-                  "--out", str(tmp_path / "out"))
+    run = run_cli(
+        str(torch_files / "cnn.pt2"), "--params", str(torch_files / "cnn.safetensors"), "--to", "onnx", "--out", str(tmp_path / "out")
+    )
     assert run.returncode == 2 and "--weights" in run.stderr and "Traceback" not in run.output

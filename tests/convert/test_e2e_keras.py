@@ -20,8 +20,14 @@ def _source_args(name: str, folder) -> list[str]:
     if (folder / f"{name}.keras").exists():
         return [str(folder / f"{name}.keras")]
     specs = [arg for text in FIXTURES[name].inputs for arg in ("--input", text)]
-    return [f"fixtures.keras_models:{FIXTURES[name].builder}", "--framework", "keras",
-            "--weights", str(folder / f"{name}.weights.h5"), *specs]
+    return [
+        f"fixtures.keras_models:{FIXTURES[name].builder}",
+        "--framework",
+        "keras",
+        "--weights",
+        str(folder / f"{name}.weights.h5"),
+        *specs,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +142,19 @@ def test_weights_only_h5_given_as_the_model_says_so(keras_files, tmp_path):
 
 
 def test_weights_that_do_not_fit_the_factory_are_refused(keras_files, tmp_path):
-    run = run_cli("fixtures.keras_models:build_subclassed", "--framework", "keras", "--input", "x:float32[B,16]",
-                  "--weights", str(keras_files / "bn_dropout.weights.h5"), "--to", "onnx", "--out", str(tmp_path))
+    run = run_cli(
+        "fixtures.keras_models:build_subclassed",
+        "--framework",
+        "keras",
+        "--input",
+        "x:float32[B,16]",
+        "--weights",
+        str(keras_files / "bn_dropout.weights.h5"),
+        "--to",
+        "onnx",
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 2 and "do not fit the model" in run.output and "Traceback" not in run.output
 
 
@@ -197,17 +214,35 @@ def test_tensorflow_is_imported_only_when_keras_work_is_touched(torch_files):
 
     from tests.conftest import REPO
 
-    code = ("import sys, convert; result = convert.convert(sys.argv[1], to=['onnx'], isolate=False); assert result.passed; "
-            "print(sorted(m for m in ('tensorflow', 'keras', 'tf2onnx') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code, str(torch_files / "cnn.pt2")], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    code = (
+        "import sys, convert; result = convert.convert(sys.argv[1], to=['onnx'], isolate=False); assert result.passed; "
+        "print(sorted(m for m in ('tensorflow', 'keras', 'tf2onnx') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(torch_files / "cnn.pt2")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_savedmodel_folder_is_replaced_only_with_force(keras_files, tmp_path):
-    args = ["fixtures.keras_models:build_subclassed", "--framework", "keras", "--input", "x:float32[B,16]",
-            "--weights", str(keras_files / "subclassed.weights.h5"), "--to", "savedmodel", "--out", str(tmp_path)]
+    args = [
+        "fixtures.keras_models:build_subclassed",
+        "--framework",
+        "keras",
+        "--input",
+        "x:float32[B,16]",
+        "--weights",
+        str(keras_files / "subclassed.weights.h5"),
+        "--to",
+        "savedmodel",
+        "--out",
+        str(tmp_path),
+    ]
     assert run_cli(*args).returncode == 0
     folder = tmp_path / "build_subclassed_savedmodel"
     stale = folder / "stale.txt"
@@ -240,7 +275,9 @@ def test_tflite_falls_back_to_select_tf_ops_and_says_why_it_cannot_be_checked(tm
     result = convert.convert(Determinant(), inputs=["x:float32[B,6]"], to=["tflite"], out=tmp_path)
     artifact = result.report.artifacts[0]
     assert [(a.strategy, a.status) for a in artifact.attempts] == [
-        ("TFLiteConverter(TFLITE_BUILTINS)", "failed"), ("TFLiteConverter(TFLITE_BUILTINS+SELECT_TF_OPS)", "ok")]
+        ("TFLiteConverter(TFLITE_BUILTINS)", "failed"),
+        ("TFLiteConverter(TFLITE_BUILTINS+SELECT_TF_OPS)", "ok"),
+    ]
     assert "MatrixDeterminant" in artifact.attempts[0].error
     cpu = [c for c in artifact.checks if c.device == "cpu"]
     if all(c.status == "passed" for c in cpu):  # an interpreter with the Flex delegate linked in
@@ -268,12 +305,12 @@ def test_functional_model_with_a_dict_of_inputs_keyed_unlike_its_input_names(tmp
 def test_keras_onnx_fallback_keeps_the_source_names(keras_files, tmp_path):
     """Keras's own ONNX export names its output after a graph tensor (Identity:0); the fallback renames it."""
     import numpy as np
+    from convert.validators import generate_feed
 
     import convert
     from convert.exporters.base import ExportJob
     from convert.exporters.keras_onnx import KerasToOnnx
     from convert.runtimes.onnxruntime import OnnxRuntimeRunner
-    from convert.validators import generate_feed
 
     source = convert.load(str(keras_files / "bn_dropout.keras"))
     feed = generate_feed(source.signature.inputs, {"B": 3}, 0, 0)

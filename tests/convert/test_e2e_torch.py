@@ -72,9 +72,19 @@ def test_no_staging_folder_is_left_behind(pt2_runs):
 
 
 def test_factory_with_safetensors_weights(torch_files, tmp_path):
-    run = run_cli("fixtures.torch_models:build_two_input_dict", "--weights", str(torch_files / "two_input_dict.safetensors"),
-                  "--input", "image:float32[B,3,16,16]", "--input", "features:float32[B,12]",
-                  "--to", ",".join(TARGETS), "--out", str(tmp_path))
+    run = run_cli(
+        "fixtures.torch_models:build_two_input_dict",
+        "--weights",
+        str(torch_files / "two_input_dict.safetensors"),
+        "--input",
+        "image:float32[B,3,16,16]",
+        "--input",
+        "features:float32[B,12]",
+        "--to",
+        ",".join(TARGETS),
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 0, run.output
     report = load_report(tmp_path / "report.json")
     assert report["source"]["kind"] == "factory"
@@ -83,24 +93,51 @@ def test_factory_with_safetensors_weights(torch_files, tmp_path):
 
 
 def test_factory_with_state_dict_and_example_inputs(torch_files, tmp_path):
-    run = run_cli("fixtures.torch_models:build_lstm", "--weights", str(torch_files / "lstm.state.pt"),
-                  "--example-inputs", str(torch_files / "lstm.npz"), "--to", "onnx,torchscript", "--out", str(tmp_path))
+    run = run_cli(
+        "fixtures.torch_models:build_lstm",
+        "--weights",
+        str(torch_files / "lstm.state.pt"),
+        "--example-inputs",
+        str(torch_files / "lstm.npz"),
+        "--to",
+        "onnx,torchscript",
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 0, run.output
     report = load_report(tmp_path / "report.json")
     assert report["source"]["inputs"] == ["x:float32[2,8,16]"]
 
 
 def test_pickled_module_with_trust_code_and_token_domains(torch_files, tmp_path):
-    run = run_cli(str(torch_files / "tokens.pt"), "--trust-code", "--input", "input_ids:int64[B,S]{0..999}",
-                  "--input", "attention_mask:int64[B,S]{0..1}", "--to", "onnx", "--out", str(tmp_path))
+    run = run_cli(
+        str(torch_files / "tokens.pt"),
+        "--trust-code",
+        "--input",
+        "input_ids:int64[B,S]{0..999}",
+        "--input",
+        "attention_mask:int64[B,S]{0..1}",
+        "--to",
+        "onnx",
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 0, run.output
     assert load_report(tmp_path / "report.json")["source"]["kind"] == "pickled-module"
 
 
 def test_a_torchscript_source_is_converted_into_a_program_for_onnx_and_torch_export(torch_files, tmp_path):
     """torch.export cannot take a ScriptModule: torch's TorchScript converter makes a program of it first."""
-    run = run_cli(str(torch_files / "cnn.torchscript.pt"), "--trust-code", "--input", "x:float32[B,3,32,32]",
-                  "--to", "onnx,torchscript,torch_export", "--out", str(tmp_path))
+    run = run_cli(
+        str(torch_files / "cnn.torchscript.pt"),
+        "--trust-code",
+        "--input",
+        "x:float32[B,3,32,32]",
+        "--to",
+        "onnx,torchscript,torch_export",
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 0, run.output
     artifacts = {a["format"]: a for a in load_report(tmp_path / "report.json")["artifacts"]}
     assert artifacts["onnx"]["strategy"] == "TS2EPConverter, then torch.onnx.export(dynamo=True)"
@@ -112,8 +149,16 @@ def test_a_torchscript_source_is_converted_into_a_program_for_onnx_and_torch_exp
 def test_torchscript_traced_from_the_module_keeps_every_dynamic_dim(torch_files, tmp_path, name):
     """Traced from the nn.Module (not from a .pt2), TorchScript is validated at >= 2 sizes of every symbol."""
     specs = [arg for text in FIXTURES[name].inputs for arg in ("--input", text)]
-    run = run_cli(f"fixtures.torch_models:build_{name}", "--weights", str(torch_files / f"{name}.safetensors"), *specs,
-                  "--to", "torchscript", "--out", str(tmp_path))
+    run = run_cli(
+        f"fixtures.torch_models:build_{name}",
+        "--weights",
+        str(torch_files / f"{name}.safetensors"),
+        *specs,
+        "--to",
+        "torchscript",
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 0, run.output
     checks = load_report(tmp_path / "report.json")["artifacts"][0]["checks"]
     passed = [c["shape"] for c in checks if c["device"] == "cpu" and c["status"] == "passed"]

@@ -4,7 +4,6 @@ to keep every dim first (flax linen pooling called by position goes through jax2
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import convert
 from convert.specs import parse_input_specs
@@ -80,8 +79,9 @@ def test_a_program_that_computes_with_its_batch_scripts_to_torchscript_that_take
     torch.manual_seed(0)
     module = SplitHeads().eval()
     path = tmp_path_factory.mktemp("pt2") / "heads.pt2"
-    torch.export.save(torch.export.export(module, (torch.randn(3, 6),), dynamic_shapes=({0: torch.export.Dim("B")},), strict=False),
-                      str(path))
+    torch.export.save(
+        torch.export.export(module, (torch.randn(3, 6),), dynamic_shapes=({0: torch.export.Dim("B")},), strict=False), str(path)
+    )
     run = run_cli(str(path), "--to", "torchscript", "--out", str(tmp_path))
     assert run.returncode == 0, run.output
     record = load_report(tmp_path / "report.json")["artifacts"][0]

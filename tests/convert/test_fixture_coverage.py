@@ -5,8 +5,11 @@ from __future__ import annotations
 from convert.registry import REGISTRY
 from tests.convert import test_e2e_jax, test_e2e_keras, test_e2e_torch, test_optimize
 
-COVERED = ({("torch", t) for t in test_e2e_torch.TARGETS} | {("keras", t) for t in test_e2e_keras.TARGETS}
-           | {("jax", t) for t in test_e2e_jax.TARGETS})
+COVERED = (
+    {("torch", t) for t in test_e2e_torch.TARGETS}
+    | {("keras", t) for t in test_e2e_keras.TARGETS}
+    | {("jax", t) for t in test_e2e_jax.TARGETS}
+)
 
 
 def _sources(entry) -> tuple[str, ...]:

@@ -39,13 +39,17 @@ def codes(verdict: dict) -> list[str]:
 def promoted(tmp_path_factory):
     """A clean model with loose budgets, every rendering and a required device the machine may lack."""
     folder = tmp_path_factory.mktemp("promoted")
-    policy = write_policy(folder, require={"targets": ["onnx"], "optimizations": ["fp16"], "devices": ["cpu", "cuda"],
-                                           "may_skip_devices": ["cuda"]},
-                          budgets={"onnx": {"accuracy": "max_abs<=1e-3,cosine>=0.9999", "latency_ms_p50": {"cpu": 1000},
-                                            "size_mb": 10},
-                                   "fp16": {"accuracy": {"output": "cosine>=0.999"}, "throughput_per_s": 1}})
-    run, verdict = gate(policy, "--junit", str(folder / "junit.xml"), "--markdown", str(folder / "summary.md"),
-                        "--html", str(folder / "report.html"))
+    policy = write_policy(
+        folder,
+        require={"targets": ["onnx"], "optimizations": ["fp16"], "devices": ["cpu", "cuda"], "may_skip_devices": ["cuda"]},
+        budgets={
+            "onnx": {"accuracy": "max_abs<=1e-3,cosine>=0.9999", "latency_ms_p50": {"cpu": 1000}, "size_mb": 10},
+            "fp16": {"accuracy": {"output": "cosine>=0.999"}, "throughput_per_s": 1},
+        },
+    )
+    run, verdict = gate(
+        policy, "--junit", str(folder / "junit.xml"), "--markdown", str(folder / "summary.md"), "--html", str(folder / "report.html")
+    )
     return folder, run, verdict
 
 
@@ -55,8 +59,14 @@ def test_a_clean_model_is_promoted_with_every_budget_judged(promoted):
     assert verdict["decision"] == "promote" and verdict["promoted"] and verdict["reasons"] == []
     assert "Gate: PROMOTE (exit code 0)" in run.stdout
     judged = {(b["artifact"], b["metric"]) for b in verdict["budgets"]}
-    assert judged == {("onnx", "max_abs"), ("onnx", "cosine"), ("onnx", "latency_ms_p50"), ("onnx", "size_mb"),
-                      ("fp16", "cosine"), ("fp16", "throughput_per_s")}
+    assert judged == {
+        ("onnx", "max_abs"),
+        ("onnx", "cosine"),
+        ("onnx", "latency_ms_p50"),
+        ("onnx", "size_mb"),
+        ("fp16", "cosine"),
+        ("fp16", "throughput_per_s"),
+    }
     assert all(b["status"] == "passed" and b["value"] is not None for b in verdict["budgets"])
     for name in ("junit.xml", "summary.md", "report.html"):
         assert (folder / name).stat().st_size > 0
@@ -100,27 +110,37 @@ def test_a_required_artifact_that_could_not_be_built_rejects(tmp_path):
 def test_a_required_check_skipped_rejects(tmp_path):
     """torch.export specializes the batch of a module that branches on it: with fixed shapes allowed, the check at
     batch 4 is skipped, and a skipped required check still rejects (the gate fails closed)."""
-    run, verdict = gate(write_policy(tmp_path, model=FIXED_BATCH_MODEL, require={"targets": ["torch_export"]},
-                                     validation={"dims": ["B=2,4"], "allow_fixed_shapes": True}))
+    run, verdict = gate(
+        write_policy(
+            tmp_path,
+            model=FIXED_BATCH_MODEL,
+            require={"targets": ["torch_export"]},
+            validation={"dims": ["B=2,4"], "allow_fixed_shapes": True},
+        )
+    )
     assert run.returncode == 1, run.output
     assert codes(verdict) == ["skipped_check"]
     assert "at B=4" in verdict["reasons"][0]["message"] and "fixes axis 0" in verdict["reasons"][0]["message"]
 
 
 def test_an_artifact_that_fixes_a_dim_asked_dynamic_rejects_as_a_failed_check(tmp_path):
-    run, verdict = gate(write_policy(tmp_path, model=FIXED_BATCH_MODEL, require={"targets": ["torch_export"]},
-                                     validation={"dims": ["B=2,4"]}))
+    run, verdict = gate(
+        write_policy(tmp_path, model=FIXED_BATCH_MODEL, require={"targets": ["torch_export"]}, validation={"dims": ["B=2,4"]})
+    )
     assert run.returncode == 1, run.output
     assert codes(verdict) == ["failed_check"]
     assert "at B=4" in verdict["reasons"][0]["message"] and "fixes dim B that was asked dynamic" in verdict["reasons"][0]["message"]
 
 
-@pytest.mark.parametrize("budget, metric", [
-    ({"accuracy": "max_abs<=1e-12"}, "max_abs"),
-    ({"latency_ms_p50": 1e-6}, "latency_ms_p50"),
-    ({"throughput_per_s": 1e12}, "throughput_per_s"),
-    ({"size_mb": 1e-6}, "size_mb"),
-])
+@pytest.mark.parametrize(
+    "budget, metric",
+    [
+        ({"accuracy": "max_abs<=1e-12"}, "max_abs"),
+        ({"latency_ms_p50": 1e-6}, "latency_ms_p50"),
+        ({"throughput_per_s": 1e12}, "throughput_per_s"),
+        ({"size_mb": 1e-6}, "size_mb"),
+    ],
+)
 def test_an_exceeded_budget_rejects(tmp_path, budget, metric):
     run, verdict = gate(write_policy(tmp_path, budgets={"onnx": budget}))
     assert run.returncode == 1, run.output
@@ -164,8 +184,7 @@ def test_a_regression_against_the_baseline_rejects(tmp_path, promoted, kind):
 
 
 def test_the_same_model_against_its_own_report_shows_the_deltas(tmp_path, promoted):
-    policy = write_policy(tmp_path, require={"targets": ["onnx"], "optimizations": ["fp16"]},
-                          baseline={"allowance": {"latency": 10.0}})
+    policy = write_policy(tmp_path, require={"targets": ["onnx"], "optimizations": ["fp16"]}, baseline={"allowance": {"latency": 10.0}})
     run, verdict = gate(policy, "--baseline", str(promoted[0] / "out" / "report.json"))
     assert run.returncode == 0, run.output
     comparison = verdict["baseline"]
@@ -177,30 +196,52 @@ def test_the_same_model_against_its_own_report_shows_the_deltas(tmp_path, promot
     assert "Against the baseline" in run.stdout
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("model: {path: m.pt2, weigths: w.safetensors}\nrequire: {targets: [onnx]}\n",
-     "line 1: model.weigths: unknown key (allowed: path, framework, weights"),
-    ("model: {path: m.pt2}\nrequire:\n  targets: [onnx]\nvalidation:\n  samples: three\n",
-     "line 5: validation.samples: input should be a valid integer"),
-    ("model: {path: m.pt2}\nrequire:\n  targets: [onnx, tflitee]\n", "line 3: require.targets.1: unknown format 'tflitee'"),
-    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx: {size_mb: 1}\n  onnx: {latency_ms_p50: 5}\n",
-     "line 5: the key 'onnx' is given twice in one mapping (first on line 4)"),
-    ("model: {path: m.pt2, trust_code: 'yes'}\nrequire: {targets: [onnx]}\n", "line 1: model.trust_code: input should be a valid boolean"),
-    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    accuracy: 'cosine>=1e'\n",
-     "line 5: budgets.onnx.accuracy: cannot read the accuracy budget 'cosine>=1e'"),
-    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx: {size_mb: .nan}\n",
-     "line 4: budgets.onnx.size_mb: input should be a finite number"),
-    ("model: {path: m.pt2}\nrequire: {targets: [torchscript], optimizations: [fp16]}\n",
-     "line 2: require.optimizations.0: the pass 'fp16' starts from the onnx artifact"),
-    ("model: &a [*a]\nrequire: {targets: [onnx]}\n", "line 1: model: input should be a valid dictionary"),
-    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    latency_ms_p50: -1\n",
-     "line 5: budgets.onnx.latency_ms_p50: input should be greater than 0"),
-    ("model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  int8: {size_mb: 1}\n",
-     "line 4: budgets.int8: 'int8' is not a required target or optimization"),
-    ("model: {path: m.pt2\nrequire: [\n", "line 2: not valid YAML"),
-    ("- just\n- a list\n", "a policy is a mapping of keys"),
-    ("require: {targets: [onnx]}\n", "line 1: model: missing, and it is required"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "model: {path: m.pt2, weigths: w.safetensors}\nrequire: {targets: [onnx]}\n",
+            "line 1: model.weigths: unknown key (allowed: path, framework, weights",
+        ),
+        (
+            "model: {path: m.pt2}\nrequire:\n  targets: [onnx]\nvalidation:\n  samples: three\n",
+            "line 5: validation.samples: input should be a valid integer",
+        ),
+        ("model: {path: m.pt2}\nrequire:\n  targets: [onnx, tflitee]\n", "line 3: require.targets.1: unknown format 'tflitee'"),
+        (
+            "model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx: {size_mb: 1}\n  onnx: {latency_ms_p50: 5}\n",
+            "line 5: the key 'onnx' is given twice in one mapping (first on line 4)",
+        ),
+        (
+            "model: {path: m.pt2, trust_code: 'yes'}\nrequire: {targets: [onnx]}\n",
+            "line 1: model.trust_code: input should be a valid boolean",
+        ),
+        (
+            "model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    accuracy: 'cosine>=1e'\n",
+            "line 5: budgets.onnx.accuracy: cannot read the accuracy budget 'cosine>=1e'",
+        ),
+        (
+            "model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx: {size_mb: .nan}\n",
+            "line 4: budgets.onnx.size_mb: input should be a finite number",
+        ),
+        (
+            "model: {path: m.pt2}\nrequire: {targets: [torchscript], optimizations: [fp16]}\n",
+            "line 2: require.optimizations.0: the pass 'fp16' starts from the onnx artifact",
+        ),
+        ("model: &a [*a]\nrequire: {targets: [onnx]}\n", "line 1: model: input should be a valid dictionary"),
+        (
+            "model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    latency_ms_p50: -1\n",
+            "line 5: budgets.onnx.latency_ms_p50: input should be greater than 0",
+        ),
+        (
+            "model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  int8: {size_mb: 1}\n",
+            "line 4: budgets.int8: 'int8' is not a required target or optimization",
+        ),
+        ("model: {path: m.pt2\nrequire: [\n", "line 2: not valid YAML"),
+        ("- just\n- a list\n", "a policy is a mapping of keys"),
+        ("require: {targets: [onnx]}\n", "line 1: model: missing, and it is required"),
+    ],
+)
 def test_a_bad_policy_exits_2_naming_the_line(tmp_path, text, expected):
     policy = tmp_path / "promotion.yaml"
     policy.write_text(text)
@@ -210,9 +251,14 @@ def test_a_bad_policy_exits_2_naming_the_line(tmp_path, text, expected):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("content, expected", [
-    (None, "does not exist"), ("{not json", "is not JSON"), ('{"schema_version": "0.9"}', "is not a convert report of schema 1.x"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (None, "does not exist"),
+        ("{not json", "is not JSON"),
+        ('{"schema_version": "0.9"}', "is not a convert report of schema 1.x"),
+    ],
+)
 def test_a_bad_baseline_exits_2_before_any_work(tmp_path, content, expected):
     baseline = tmp_path / "last-promoted.json"
     if content is not None:
@@ -232,8 +278,11 @@ def test_a_budget_naming_an_output_the_model_lacks_exits_2(tmp_path):
 def test_convert_gate_from_python_returns_the_verdict_the_report_holds(tmp_path):
     import convert
 
-    policy = {"model": {"path": "fixtures.torch_models:build_off_in_onnx", "inputs": ["x:float32[B,8]"]},
-              "require": {"targets": ["onnx"]}, "budgets": {"onnx": {"size_mb": 10}}}
+    policy = {
+        "model": {"path": "fixtures.torch_models:build_off_in_onnx", "inputs": ["x:float32[B,8]"]},
+        "require": {"targets": ["onnx"]},
+        "budgets": {"onnx": {"size_mb": 10}},
+    }
     verdict = convert.gate(policy, out=tmp_path / "out")
     assert isinstance(verdict, convert.Verdict)
     assert not verdict.promoted and verdict.exit_code == 1 and verdict.policy == "<dict>"
@@ -270,7 +319,10 @@ def test_a_nan_metric_is_judged_as_the_worst_value(promoted):
 def test_a_budget_on_a_device_the_policy_may_skip_is_a_note_where_it_is_absent(promoted):
     report = load_report(promoted[0] / "out" / "report.json")
     report["environment"]["devices"] = ["cpu"]
-    verdict = _judged(report, require={"targets": ["onnx"], "devices": ["cpu", "cuda"], "may_skip_devices": ["cuda"]},
-                      budgets={"onnx": {"latency_ms_p50": {"cpu": 1000, "cuda": 1}}})
+    verdict = _judged(
+        report,
+        require={"targets": ["onnx"], "devices": ["cpu", "cuda"], "may_skip_devices": ["cuda"]},
+        budgets={"onnx": {"latency_ms_p50": {"cpu": 1000, "cuda": 1}}},
+    )
     assert verdict.promoted, verdict.reasons
     assert any("on cuda not judged" in note for note in verdict.notes)

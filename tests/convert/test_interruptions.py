@@ -25,8 +25,9 @@ def _start(model: Path, out: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     # SIGINT as a terminal gives it: a test runner started in the background (a shell's `&`) passes it on ignored,
     # and Python keeps an inherited SIG_IGN
-    command = convert_command("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)",
-                              str(model), *SLOW_RUN, "--out", str(out))
+    command = convert_command(
+        "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)", str(model), *SLOW_RUN, "--out", str(out)
+    )
     return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

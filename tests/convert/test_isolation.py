@@ -57,9 +57,14 @@ def test_a_stage_past_its_timeout_is_stopped_and_the_run_goes_on(tmp_path):
 
 def test_a_worker_killed_during_validation_fails_those_checks_and_the_run_goes_on(torch_files, tmp_path):
     out = tmp_path / "out"
-    process = subprocess.Popen([sys.executable, "-m", "convert", str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript",
-                                "--samples", "30", "--out", str(out)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "convert", str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--samples", "30", "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in process.stderr:  # one progress line when each stage starts, before its job goes to the worker
         if line.startswith("… validate:onnx"):
             break

@@ -62,11 +62,16 @@ def _mlp_with_external_data(folder: Path):
     rng = np.random.default_rng(0)
     weights = [rng.standard_normal((64, 64), dtype=np.float32) / 8 for _ in range(2)]
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w0"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
-         helper.make_node("MatMul", ["r", "w1"], ["y"])], "mlp",
+        [
+            helper.make_node("MatMul", ["x", "w0"], ["h"]),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("MatMul", ["r", "w1"], ["y"]),
+        ],
+        "mlp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 64])],
-        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)])
+        [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(weights)],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)  # newest onnx defaults past what ORT reads
     path = folder / "model.onnx"
     onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data", size_threshold=0)

@@ -16,15 +16,26 @@ def test_gate_logs_the_verdict_metrics_and_files_as_one_run(tmp_path, torch_file
     store = tmp_path / "mlruns"
     policy = tmp_path / "promotion.yaml"
     policy.write_text(f"""
-model: {{path: "{torch_files / 'cnn.pt2'}"}}
+model: {{path: "{torch_files / "cnn.pt2"}"}}
 require: {{targets: [onnx], optimizations: [int8]}}
 budgets: {{int8: {{size_mb: 1.0e-6}}}}
 out: out
 """)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": store.as_uri(), "MLFLOW_ALLOW_FILE_STORE": "true",
-           "MLFLOW_EXPERIMENT_NAME": "model-gate"}
-    done = subprocess.run([sys.executable, "-m", "convert", "gate", str(policy), "--mlflow", "--html", str(tmp_path / "report.html"), "-q"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "MLFLOW_TRACKING_URI": store.as_uri(),
+        "MLFLOW_ALLOW_FILE_STORE": "true",
+        "MLFLOW_EXPERIMENT_NAME": "model-gate",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "convert", "gate", str(policy), "--mlflow", "--html", str(tmp_path / "report.html"), "-q"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stdout + done.stderr  # the size budget rejects: a rejected model is logged too
     verdict = load_report(tmp_path / "out" / "report.json")["gate"]
     assert verdict["mlflow_run_id"]
@@ -49,10 +60,15 @@ def test_an_mlflow_store_that_refuses_the_run_is_a_clear_error_after_the_report_
     policy.write_text(f'model: {{path: "{torch_files / "cnn.pt2"}"}}\nrequire: {{targets: [onnx]}}\nout: out\n')
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ALLOW_FILE_STORE"}
     env.update({"PYTHONPATH": str(REPO), "MLFLOW_TRACKING_URI": (tmp_path / "mlruns").as_uri()})
-    done = subprocess.run([sys.executable, "-m", "convert", "gate", str(policy), "--mlflow", "-q"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "convert", "gate", str(policy), "--mlflow", "-q"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     message = " ".join(done.stderr.split())
     assert "MLflow refused the run" in message and "MLFLOW_ALLOW_FILE_STORE=true" in message and "Traceback" not in done.stderr
     assert load_report(tmp_path / "out" / "report.json")["gate"]["decision"] == "promote"
-

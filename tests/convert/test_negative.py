@@ -4,8 +4,9 @@ from tests.conftest import load_report, run_cli
 
 
 def test_wrong_onnx_export_exits_1_and_names_the_failing_output(tmp_path):
-    run = run_cli("fixtures.torch_models:build_off_in_onnx", "--input", "x:float32[B,8]",
-                  "--to", "onnx,torch_export", "--out", str(tmp_path))
+    run = run_cli(
+        "fixtures.torch_models:build_off_in_onnx", "--input", "x:float32[B,8]", "--to", "onnx,torch_export", "--out", str(tmp_path)
+    )
     assert run.returncode == 1, run.output
     assert "FAILED" in run.stdout and "scores" in run.stdout
     report = load_report(tmp_path / "report.json")
@@ -23,8 +24,17 @@ def test_wrong_onnx_export_exits_1_and_names_the_failing_output(tmp_path):
 
 
 def test_a_loosened_tolerance_lets_it_pass_and_the_report_says_so(tmp_path):
-    run = run_cli("fixtures.torch_models:build_off_in_onnx", "--input", "x:float32[B,8]", "--to", "onnx",
-                  "--tolerance", "scores:atol=0.06,rtol=0", "--out", str(tmp_path))
+    run = run_cli(
+        "fixtures.torch_models:build_off_in_onnx",
+        "--input",
+        "x:float32[B,8]",
+        "--to",
+        "onnx",
+        "--tolerance",
+        "scores:atol=0.06,rtol=0",
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 0, run.output
     check = next(c for c in load_report(tmp_path / "report.json")["artifacts"][0]["checks"] if c["status"] == "passed")
     scores = next(o for o in check["outputs"] if o["name"] == "scores")

@@ -55,18 +55,30 @@ def test_every_optimizer_on_a_torch_fixture(torch_optimized):
         assert artifact["derived_from"] == onnx_path and len(artifact["sha256"]) == 64
         assert {c["runtime"] for c in artifact["checks"]} == {"openvino" if name.startswith("openvino") else "onnxruntime"}
     assert {n: a["precision"] for n, a in optimized.items() if a["checks"]} == {
-        "simplify": "fp32", "fp16": "fp16", "int8": "int8", "int8-dynamic": "int8",
-        "openvino": "fp32", "openvino:fp16": "fp16", "openvino:int8": "int8"}
+        "simplify": "fp32",
+        "fp16": "fp16",
+        "int8": "int8",
+        "int8-dynamic": "int8",
+        "openvino": "fp32",
+        "openvino:fp16": "fp16",
+        "openvino:int8": "int8",
+    }
     assert report["calibration"].startswith("generated from the input specs")
     assert (out / "cnn_openvino_int8" / "model.xml").is_file() and (out / "cnn.int8.onnx").is_file()
 
 
-@pytest.mark.parametrize("framework, args, passes", [
-    ("keras", ["fixtures.keras_models:build_bn_dropout", "--framework", "keras"], "simplify,int8,openvino:fp16,openvino:int8"),
-    ("keras", ["fixtures.keras_models:build_two_io", "--framework", "keras"], "fp16,openvino"),  # two named outputs
-    ("jax", ["fixtures.jax_models:make_nnx_cnn", "--framework", "jax", "--input", "x:float32[B,28,28,1]"],
-     "simplify,int8,openvino:fp16,openvino:int8"),
-])
+@pytest.mark.parametrize(
+    "framework, args, passes",
+    [
+        ("keras", ["fixtures.keras_models:build_bn_dropout", "--framework", "keras"], "simplify,int8,openvino:fp16,openvino:int8"),
+        ("keras", ["fixtures.keras_models:build_two_io", "--framework", "keras"], "fp16,openvino"),  # two named outputs
+        (
+            "jax",
+            ["fixtures.jax_models:make_nnx_cnn", "--framework", "jax", "--input", "x:float32[B,28,28,1]"],
+            "simplify,int8,openvino:fp16,openvino:int8",
+        ),
+    ],
+)
 def test_optimizers_on_keras_and_jax_fixtures(framework, args, passes, tmp_path):
     run = run_cli(*args, "--to", "onnx", "--optimize", passes, "--out", str(tmp_path))
     assert run.returncode == 0, run.output
@@ -78,14 +90,30 @@ def test_optimizers_on_keras_and_jax_fixtures(framework, args, passes, tmp_path)
 
 
 def test_a_harsh_budget_fails_int8_and_only_artifacts_that_passed_are_benchmarked(torch_files, tmp_path):
-    run = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--optimize", "int8", "--accuracy", "cosine>=0.9999999",
-                  "--benchmark", "--threads", "1", "--benchmark-batch", "4", "--out", str(tmp_path))
+    run = run_cli(
+        str(torch_files / "cnn.pt2"),
+        "--to",
+        "onnx,torchscript",
+        "--optimize",
+        "int8",
+        "--accuracy",
+        "cosine>=0.9999999",
+        "--benchmark",
+        "--threads",
+        "1",
+        "--benchmark-batch",
+        "4",
+        "--out",
+        str(tmp_path),
+    )
     assert run.returncode == 1, run.output
     report = load_report(tmp_path / "report.json")
     int8 = _optimized(report)["int8"]
     assert int8["passed"] is False and int8["benchmarks"] == []
     failed = [c for c in int8["checks"] if c["status"] == "failed"]
-    assert failed and all("misses the budget cosine>=0.9999999" in c["reason"] and "--accuracy cosine>=0.9999999" in c["reason"] for c in failed)
+    assert failed and all(
+        "misses the budget cosine>=0.9999999" in c["reason"] and "--accuracy cosine>=0.9999999" in c["reason"] for c in failed
+    )
 
     (source,) = report["source_benchmark"]
     assert source["runtime"] == "torch (source)" and source["status"] == "ok"
@@ -103,8 +131,9 @@ def test_a_harsh_budget_fails_int8_and_only_artifacts_that_passed_are_benchmarke
 
 
 def test_auto_publishes_the_fastest_candidate_within_budget_and_ranks_the_rest(torch_files, tmp_path):
-    run = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "auto", "--accuracy", "cosine>=0.999999999",
-                  "--out", str(tmp_path))
+    run = run_cli(
+        str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "auto", "--accuracy", "cosine>=0.999999999", "--out", str(tmp_path)
+    )
     assert run.returncode == 0, run.output
     report = load_report(tmp_path / "report.json")
     auto = report["auto"]
@@ -121,7 +150,8 @@ def test_auto_publishes_the_fastest_candidate_within_budget_and_ranks_the_rest(t
     published = {a["optimization"]: a["path"] for a in report["artifacts"] if a["candidate"]}
     assert [name for name, path in published.items() if path] == ([auto["chosen"]] if auto["chosen"] != "none" else [])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["cnn.onnx", "report.json", *(Path(path).name for path in published.values() if path)])
+        ["cnn.onnx", "report.json", *(Path(path).name for path in published.values() if path)]
+    )
     assert "--optimize auto: chose" in run.stdout
 
 
@@ -131,23 +161,36 @@ def test_calibration_data_is_used_and_checked(torch_files, tmp_path):
     rng = np.random.default_rng(0)
     for index in range(4):
         np.savez(good / f"{index}.npz", x=rng.standard_normal((2, 3, 32, 32)).astype(np.float32))
-    run = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "int8", "--calibration-data", str(good),
-                  "--out", str(tmp_path / "out"))
+    run = run_cli(
+        str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "int8", "--calibration-data", str(good), "--out", str(tmp_path / "out")
+    )
     assert run.returncode == 0, run.output
     assert load_report(tmp_path / "out" / "report.json")["calibration"] == f"{good} (4 feeds)"
     bad = tmp_path / "bad.npz"
     np.savez(bad, image=np.zeros((2, 3, 32, 32), np.float32))
-    refused = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "int8", "--calibration-data", str(bad),
-                      "--out", str(tmp_path / "refused"))
+    refused = run_cli(
+        str(torch_files / "cnn.pt2"),
+        "--to",
+        "onnx",
+        "--optimize",
+        "int8",
+        "--calibration-data",
+        str(bad),
+        "--out",
+        str(tmp_path / "refused"),
+    )
     assert refused.returncode == 2 and "Traceback" not in refused.output and "image" in refused.stderr
     assert not (tmp_path / "refused" / "cnn.onnx").exists() and not (tmp_path / "refused" / "cnn.int8.onnx").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--to", "torchscript", "--optimize", "int8"], "Add onnx to --to"),
-    (["--to", "onnx", "--optimize", "int4"], "unknown optimization 'int4'"),
-    (["--to", "onnx", "--optimize", "int8", "--accuracy", "cosine>0.9"], "cannot read the accuracy budget"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--to", "torchscript", "--optimize", "int8"], "Add onnx to --to"),
+        (["--to", "onnx", "--optimize", "int4"], "unknown optimization 'int4'"),
+        (["--to", "onnx", "--optimize", "int8", "--accuracy", "cosine>0.9"], "cannot read the accuracy budget"),
+    ],
+)
 def test_bad_optimize_options_are_user_errors(torch_files, tmp_path, args, message):
     run = run_cli(str(torch_files / "cnn.pt2"), *args, "--out", str(tmp_path / "out"))
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.output

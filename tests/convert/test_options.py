@@ -16,12 +16,33 @@ from convert.policy import Policy
 
 # A value for every option other than its default, as the CLI spells it
 NON_DEFAULT = {
-    "to": "onnx", "out": "elsewhere", "framework": "torch", "weights": "w.safetensors", "params": "p.msgpack",
-    "inputs": ("x:float32[B,8]", "m:int64[B]{0..1}"), "example_inputs": "x.npz", "dims": ("B=2,1,8",),
-    "optimize": "trt:fp16", "calibration_data": "calib.npz", "accuracy": ("cosine>=0.99",),
-    "shape_ranges": ("B=1..8..32",), "benchmark": True, "threads": 2, "benchmark_batch": 4, "opset": 18,
-    "tolerances": ("atol=1e-3,rtol=1e-2",), "samples": 5, "seed": 7, "allow_fixed_shapes": True, "trust_code": True,
-    "force": True, "stage_timeout": 60.0, "isolate": False, "cache": False, "cache_dir": "cache", "report_json": "r.json",
+    "to": "onnx",
+    "out": "elsewhere",
+    "framework": "torch",
+    "weights": "w.safetensors",
+    "params": "p.msgpack",
+    "inputs": ("x:float32[B,8]", "m:int64[B]{0..1}"),
+    "example_inputs": "x.npz",
+    "dims": ("B=2,1,8",),
+    "optimize": "trt:fp16",
+    "calibration_data": "calib.npz",
+    "accuracy": ("cosine>=0.99",),
+    "shape_ranges": ("B=1..8..32",),
+    "benchmark": True,
+    "threads": 2,
+    "benchmark_batch": 4,
+    "opset": 18,
+    "tolerances": ("atol=1e-3,rtol=1e-2",),
+    "samples": 5,
+    "seed": 7,
+    "allow_fixed_shapes": True,
+    "trust_code": True,
+    "force": True,
+    "stage_timeout": 60.0,
+    "isolate": False,
+    "cache": False,
+    "cache_dir": "cache",
+    "report_json": "r.json",
 }
 
 
@@ -47,8 +68,11 @@ def test_the_api_takes_every_declared_option_but_the_report_path():
 
 def test_every_policy_key_is_a_policy_field_and_every_run_setting_of_a_policy_is_declared():
     declared = {option.policy for option in options.OPTIONS if option.policy}
-    fields = {f"{section}.{name}" for section in ("model", "validation", "benchmark", "require")
-              for name in Policy.model_fields[section].annotation.model_fields} | {"out"}
+    fields = {
+        f"{section}.{name}"
+        for section in ("model", "validation", "benchmark", "require")
+        for name in Policy.model_fields[section].annotation.model_fields
+    } | {"out"}
     assert declared <= fields
     # what a policy holds for the gate alone, not for the run
     gate_only = {"model.path", "require.devices", "require.may_skip_devices"}
@@ -78,11 +102,11 @@ def test_a_reproduce_command_parses_back_to_the_same_request():
 
 
 def test_an_api_reproduce_names_the_keywords_a_model_object_was_converted_with():
-    request = ConvertRequest(model=object(), inputs=("x:float32[B,8]",), dims=("B=2,5",), tolerances=("atol=1e-3",),
-                             example_inputs={"x": [1.0]})
+    request = ConvertRequest(
+        model=object(), inputs=("x:float32[B,8]",), dims=("B=2,5",), tolerances=("atol=1e-3",), example_inputs={"x": [1.0]}
+    )
     text = options.reproduce_command(request, "onnx", Path("out"))
-    assert text == ("convert.convert(<object object>, to=['onnx'], inputs=['x:float32[B,8]'], dims=['B=2,5'], "
-                    "tolerance=['atol=1e-3'])")
+    assert text == ("convert.convert(<object object>, to=['onnx'], inputs=['x:float32[B,8]'], dims=['B=2,5'], tolerance=['atol=1e-3'])")
 
 
 def _argv(values: dict) -> list[str]:
@@ -109,12 +133,14 @@ def test_an_option_changes_the_cache_key_of_exactly_the_stages_it_declares(name)
 
 
 def test_the_gate_builds_its_request_from_the_policy_keys():
-    policy = Policy.model_validate({
-        "model": {"path": "m.pt2", "inputs": ["x:float32[B,8]"], "trust_code": True},
-        "require": {"targets": ["onnx"], "optimizations": ["fp16"]},
-        "validation": {"dims": ["B=2,4"], "shape_ranges": ["B=1..2..4"], "samples": 2, "allow_fixed_shapes": True, "opset": 18},
-        "benchmark": {"threads": 1, "batch": 2},
-    })
+    policy = Policy.model_validate(
+        {
+            "model": {"path": "m.pt2", "inputs": ["x:float32[B,8]"], "trust_code": True},
+            "require": {"targets": ["onnx"], "optimizations": ["fp16"]},
+            "validation": {"dims": ["B=2,4"], "shape_ranges": ["B=1..2..4"], "samples": 2, "allow_fixed_shapes": True, "opset": 18},
+            "benchmark": {"threads": 1, "batch": 2},
+        }
+    )
     values = options.from_policy(policy)
     assert values["inputs"] == ("x:float32[B,8]",) and values["trust_code"] is True
     assert values["to"] == ("onnx",) and values["optimize"] == ("fp16",)

@@ -6,7 +6,6 @@ import hashlib
 import os
 import subprocess
 
-
 from tests.conftest import REPO, convert_command, load_report, run_cli
 
 
@@ -45,10 +44,18 @@ def test_unwritable_output_folder(torch_files, tmp_path):
 def test_a_full_disk_fails_cleanly(torch_files, tmp_path):
     out = tmp_path / "o"
     # writes past 20 kB fail with EFBIG, as they fail with ENOSPC on a full disk (SIGXFSZ ignored); the worker inherits it
-    limit = ("import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-             "resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))")
-    done = subprocess.run(convert_command(limit, str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--out", str(out)),
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
+    limit = (
+        "import resource, signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))"
+    )
+    done = subprocess.run(
+        convert_command(limit, str(torch_files / "cnn.pt2"), "--to", "onnx,torchscript", "--out", str(out)),
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert "there is no room to write to" in done.stderr and "choose another folder with --out" in done.stderr

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from convert.validators.tolerances import TolerancePolicy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,17 +15,55 @@ from convert.errors import ConvertError
 from convert.policy import Policy, load_policy
 from convert.specs import parse_dim_sizes, parse_shape_ranges
 from tests.conftest import REPO
-from convert.validators.tolerances import TolerancePolicy
 
 EXAMPLE = (REPO / "examples" / "gate" / "promotion.yaml").read_text()
-KEYS = ["version", "model", "require", "validation", "budgets", "benchmark", "baseline", "out", "path", "inputs", "targets",
-        "optimizations", "devices", "may_skip_devices", "dims", "samples", "accuracy", "onnx", "fp16", "int8", "size_mb",
-        "latency_ms_p50", "throughput_per_s", "cpu", "cuda", "allowance", "latency", "trust_code", "runtime", "report"]
-SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.sampled_from(
-    ["onnx", "cpu", "cuda", "int8", "x:float32[B,3]", "B=2,1", "cosine>=0.9", "1e-3", "-1", ".nan", "[", "*a"])
-DATA = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4)
-                    | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8) | st.integers(), inner, max_size=5),
-                    max_leaves=25)
+KEYS = [
+    "version",
+    "model",
+    "require",
+    "validation",
+    "budgets",
+    "benchmark",
+    "baseline",
+    "out",
+    "path",
+    "inputs",
+    "targets",
+    "optimizations",
+    "devices",
+    "may_skip_devices",
+    "dims",
+    "samples",
+    "accuracy",
+    "onnx",
+    "fp16",
+    "int8",
+    "size_mb",
+    "latency_ms_p50",
+    "throughput_per_s",
+    "cpu",
+    "cuda",
+    "allowance",
+    "latency",
+    "trust_code",
+    "runtime",
+    "report",
+]
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=20)
+    | st.sampled_from(["onnx", "cpu", "cuda", "int8", "x:float32[B,3]", "B=2,1", "cosine>=0.9", "1e-3", "-1", ".nan", "[", "*a"])
+)
+DATA = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8) | st.integers(), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
 
 
 def _load(text: str) -> Policy | None:
@@ -69,7 +108,7 @@ def test_any_edit_of_the_example_policy_loads_or_gives_a_clear_error(data):
         elif edit == "indent":
             lines[index] = " " * data.draw(st.integers(0, 5)) + lines[index].lstrip()
         else:
-            lines[index] = lines[index][:data.draw(st.integers(0, max(0, len(lines[index]) - 1)))]
+            lines[index] = lines[index][: data.draw(st.integers(0, max(0, len(lines[index]) - 1)))]
     _load("\n".join(lines) + "\n")
 
 

@@ -17,13 +17,16 @@ def tree(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("write, says", [
-    (lambda t: Write("the artifact", t / "model.pt2"), "would replace the model"),
-    (lambda t: Write("the artifact", t / "saved" / "variables" / "x.onnx"), "would land inside the model"),
-    (lambda t: Write("the output folder", t / "saved", replaces=False), "would write into the model"),
-    (lambda t: Write("a folder", t, replaces=True), "would remove the model"),
-    (lambda t: Write("the report", t / "link.pt2"), "resolves to"),
-])
+@pytest.mark.parametrize(
+    "write, says",
+    [
+        (lambda t: Write("the artifact", t / "model.pt2"), "would replace the model"),
+        (lambda t: Write("the artifact", t / "saved" / "variables" / "x.onnx"), "would land inside the model"),
+        (lambda t: Write("the output folder", t / "saved", replaces=False), "would write into the model"),
+        (lambda t: Write("a folder", t, replaces=True), "would remove the model"),
+        (lambda t: Write("the report", t / "link.pt2"), "resolves to"),
+    ],
+)
 def test_a_write_over_an_input_is_refused(tree, write, says):
     (tree / "link.pt2").symlink_to(tree / "model.pt2")
     with pytest.raises(ConvertError) as refused:
@@ -33,8 +36,14 @@ def test_a_write_over_an_input_is_refused(tree, write, says):
 
 def test_writing_beside_an_input_is_allowed(tree):
     """The output folder may hold the model; only the paths the run writes must differ from it."""
-    refuse_writes_to_inputs([Write("the output folder", tree, replaces=False), Write("the artifact", tree / "model.onnx"),
-                             Write("the report", tree / "report.json")], [Read("the model", tree / "model.pt2")])
+    refuse_writes_to_inputs(
+        [
+            Write("the output folder", tree, replaces=False),
+            Write("the artifact", tree / "model.onnx"),
+            Write("the report", tree / "report.json"),
+        ],
+        [Read("the model", tree / "model.pt2")],
+    )
 
 
 def test_a_file_inside_an_input_folder_that_links_elsewhere_is_protected(tree, tmp_path_factory):

@@ -14,8 +14,9 @@ def fake_exporter(monkeypatch):
     """A fake exporter entry (never loaded) that declares a package no other entry does: psutil, installed here."""
     REGISTRY._ensure_loaded()  # the real entries first: patched in, they would be lost when the patch is undone
     entries = dict(REGISTRY._entries)
-    entries[("exporter", "fake-psutil")] = Entry("exporter", "fake-psutil", "nowhere:Nothing",
-                                                 {"format": "onnx", "source": "torch", "packages": ("psutil",), "extra": "fake"})
+    entries[("exporter", "fake-psutil")] = Entry(
+        "exporter", "fake-psutil", "nowhere:Nothing", {"format": "onnx", "source": "torch", "packages": ("psutil",), "extra": "fake"}
+    )
     monkeypatch.setattr(REGISTRY, "_entries", entries)
     return entries[("exporter", "fake-psutil")]
 

@@ -17,13 +17,17 @@ def _linear() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh()).eval()
 
 
-@pytest.mark.parametrize("raised, exit_code, said", [
-    (ConvertError("the benchmark device went away", "Run it again."), 2, "the benchmark device went away"),
-    (RuntimeError("a bug in the benchmark"), 3, "internal error: RuntimeError: a bug in the benchmark"),
-])
+@pytest.mark.parametrize(
+    "raised, exit_code, said",
+    [
+        (ConvertError("the benchmark device went away", "Run it again."), 2, "the benchmark device went away"),
+        (RuntimeError("a bug in the benchmark"), 3, "internal error: RuntimeError: a bug in the benchmark"),
+    ],
+)
 def test_an_error_after_an_artifact_is_published_leaves_a_report(tmp_path, monkeypatch, raised, exit_code, said):
     """A stand-in for a stage that fails after the ONNX artifact is published (a TensorRT pass, a benchmark): it raises
     where the benchmark would run."""
+
     def benchmark_that_raises(*args, **kwargs):
         raise raised
 
@@ -63,8 +67,15 @@ def test_the_gate_renders_and_logs_under_the_lock_before_its_report_is_final(tmp
     monkeypatch.setattr(pipeline, "_write_report", recording_write)
     monkeypatch.setattr("convert.promotion.render_files", recording_render)
     policy = tmp_path / "promotion.yaml"
-    policy.write_text(yaml.safe_dump({"model": {"path": "fixtures.torch_models:build_cnn", "inputs": ["x:float32[B,3,32,32]"]},
-                                      "require": {"targets": ["onnx"]}, "out": str(tmp_path / "out")}))
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"path": "fixtures.torch_models:build_cnn", "inputs": ["x:float32[B,3,32,32]"]},
+                "require": {"targets": ["onnx"]},
+                "out": str(tmp_path / "out"),
+            }
+        )
+    )
     verdict = gate(policy, cache=False)
     assert verdict.decision == "promote"
     assert order == ["report locked=True", "render locked=True", "report locked=True"]

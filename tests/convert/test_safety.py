@@ -43,9 +43,10 @@ def test_a_model_folder_with_a_symlink_leading_outside_is_refused(keras_files, t
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("location, expected", [("../escaped.bin", "points outside the directory"),
-                                                ("ESCAPED", "should be a relative path"),
-                                                ("link.bin", "is a symbolic link")])
+@pytest.mark.parametrize(
+    "location, expected",
+    [("../escaped.bin", "points outside the directory"), ("ESCAPED", "should be a relative path"), ("link.bin", "is a symbolic link")],
+)
 def test_onnx_external_data_pointing_outside_its_folder_is_refused(tmp_path, location, expected):
     """Every ONNX artifact goes through onnx_artifact, whose onnx.checker refuses external data outside the model's folder."""
     import numpy as np
@@ -63,9 +64,13 @@ def test_onnx_external_data_pointing_outside_its_folder_is_refused(tmp_path, loc
     onnx.external_data_helper.set_external_data(weight, location=str(outside) if location == "ESCAPED" else location)
     weight.data_location = TensorProto.EXTERNAL
     weight.ClearField("raw_data")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [weight])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [weight],
+    )
     onnx.save(helper.make_model(graph), str(folder / "model.onnx"))
     with pytest.raises(onnx.checker.ValidationError, match=expected):
         onnx_artifact(folder / "model.onnx")

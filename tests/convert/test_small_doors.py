@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from convert.validators import generate_feed
 
 import convert
 from convert.pipeline import _stem
 from convert.specs import parse_input_specs
 from tests.conftest import load_report, run_cli
-from convert.validators import generate_feed
 
 BLOCK = """
     import torch
@@ -57,13 +57,15 @@ def models(tmp_path_factory) -> Path:
     (root / "here.py").write_text(textwrap.dedent(BLOCK))
     jax_folder = root / "jax_model"
     jax_folder.mkdir()
-    (jax_folder / "model.py").write_text(textwrap.dedent("""
+    (jax_folder / "model.py").write_text(
+        textwrap.dedent("""
         import jax.numpy as jnp
 
 
         def apply(params, x):
             return jnp.tanh(x @ params["w"] + params["b"])
-    """))
+    """)
+    )
     rng = np.random.default_rng(0)
     np.savez(jax_folder / "params.npz", w=rng.standard_normal((8, 4)).astype(np.float32), b=np.zeros(4, np.float32))
     np.savez(root / "x.npz", x=np.ones((2, 8), np.float32))
@@ -71,8 +73,7 @@ def models(tmp_path_factory) -> Path:
 
 
 def test_a_torch_factory_in_a_py_file_is_imported_with_its_folder_on_the_path(models):
-    run = run_cli("my:models/nets.py:build_model", "--input", "x:float32[B,8]", "--to", "torchscript", "--out", "out_file",
-                  cwd=models)
+    run = run_cli("my:models/nets.py:build_model", "--input", "x:float32[B,8]", "--to", "torchscript", "--out", "out_file", cwd=models)
     assert run.returncode == 0, run.output
     report = load_report(models / "out_file" / "report.json")
     assert report["source"]["kind"] == "factory" and report["source"]["description"] == "Block"
@@ -80,20 +81,35 @@ def test_a_torch_factory_in_a_py_file_is_imported_with_its_folder_on_the_path(mo
 
 
 def test_a_jax_function_in_a_py_file_runs_with_its_params(models):
-    run = run_cli("jax_model/model.py:apply", "--framework", "jax", "--params", "jax_model/params.npz",
-                  "--input", "x:float32[B,8]", "--to", "onnx", "--out", "out_jax", cwd=models)
+    run = run_cli(
+        "jax_model/model.py:apply",
+        "--framework",
+        "jax",
+        "--params",
+        "jax_model/params.npz",
+        "--input",
+        "x:float32[B,8]",
+        "--to",
+        "onnx",
+        "--out",
+        "out_jax",
+        cwd=models,
+    )
     assert run.returncode == 0, run.output
     report = load_report(models / "out_jax" / "report.json")
     assert report["passed"] and report["source"]["framework"] == "jax"
     assert {c["shape"] for c in report["artifacts"][0]["checks"] if c["status"] == "passed"} == {"B=2", "B=1", "B=5"}
 
 
-@pytest.mark.parametrize("model, fragments", [
-    ("my:models/missing.py:build_model", ["the model file my:models/missing.py", "does not exist"]),
-    ("x.npz:build_model", ["x.npz", "is not a Python file (.py)"]),
-    ("my:models/plain.py:build_model", ["my:models/plain.py has no attribute 'build_model'", "it defines helper"]),
-    ("my:models/nets.py", ["my:models/nets.py is Python code", "my:models/nets.py:build_model"]),
-])
+@pytest.mark.parametrize(
+    "model, fragments",
+    [
+        ("my:models/missing.py:build_model", ["the model file my:models/missing.py", "does not exist"]),
+        ("x.npz:build_model", ["x.npz", "is not a Python file (.py)"]),
+        ("my:models/plain.py:build_model", ["my:models/plain.py has no attribute 'build_model'", "it defines helper"]),
+        ("my:models/nets.py", ["my:models/nets.py is Python code", "my:models/nets.py:build_model"]),
+    ],
+)
 def test_a_bad_file_reference_is_refused_naming_what_is_wrong(models, model, fragments):
     run = run_cli(model, "--input", "x:float32[B,8]", "--to", "torchscript", "--out", "out_bad", cwd=models)
     assert run.returncode == 2, run.output
@@ -115,16 +131,33 @@ def test_a_reference_splits_on_its_last_colon():
 
 def test_a_policy_names_a_factory_file_relative_to_itself(models, tmp_path):
     policy = models / "promotion.yaml"
-    policy.write_text(yaml.safe_dump({"model": {"path": "my:models/nets.py:build_model", "inputs": ["x:float32[B,8]"]},
-                                      "require": {"targets": ["torchscript"]}, "out": "out_gate"}))
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"path": "my:models/nets.py:build_model", "inputs": ["x:float32[B,8]"]},
+                "require": {"targets": ["torchscript"]},
+                "out": "out_gate",
+            }
+        )
+    )
     run = run_cli("gate", str(policy), cwd=tmp_path)  # started elsewhere: the path is the policy's, not the folder's
     assert run.returncode == 0, run.output
     assert load_report(models / "out_gate" / "report.json")["gate"]["promoted"]
 
 
 def test_a_bool_input_may_be_held_to_one_value(models):
-    run = run_cli("here:build_masked", "--input", "x:float32[B,S]", "--input", "mask:bool[B,S]{1..1}",
-                  "--to", "torchscript", "--out", "out_mask", cwd=models)
+    run = run_cli(
+        "here:build_masked",
+        "--input",
+        "x:float32[B,S]",
+        "--input",
+        "mask:bool[B,S]{1..1}",
+        "--to",
+        "torchscript",
+        "--out",
+        "out_mask",
+        cwd=models,
+    )
     assert run.returncode == 0, run.output
     assert load_report(models / "out_mask" / "report.json")["source"]["inputs"][1] == "mask:bool[B,S]{1..1}"
 
@@ -141,14 +174,18 @@ def test_example_inputs_alone_get_a_note_on_their_one_shape(models):
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 4))
-    fixed = convert.convert(model, example_inputs={"input": np.ones((2, 8), np.float32)}, to=["torchscript"],
-                            out=models / "out_api_fixed")
+    fixed = convert.convert(model, example_inputs={"input": np.ones((2, 8), np.float32)}, to=["torchscript"], out=models / "out_api_fixed")
     assert fixed.passed
     [note] = fixed.report.notes
     assert "input:float32[2,8]" in note and "validated at this one shape only" in note
     assert 'inputs=["input:float32[B,8]"]' in note and '--input "input:float32[B,8]"' in note
-    dynamic = convert.convert(model, example_inputs={"input": np.ones((2, 8), np.float32)}, inputs=["input:float32[B,8]"],
-                              to=["torchscript"], out=models / "out_api_dynamic")
+    dynamic = convert.convert(
+        model,
+        example_inputs={"input": np.ones((2, 8), np.float32)},
+        inputs=["input:float32[B,8]"],
+        to=["torchscript"],
+        out=models / "out_api_dynamic",
+    )
     assert dynamic.passed and dynamic.report.notes == []
 
 

@@ -23,19 +23,22 @@ def test_integer_and_bool_domains_are_inclusive_so_one_value_is_a_domain():
     assert parse_input_spec("ids:int64[B]{3..3}").high == 3
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("x:float33[B]", "unknown dtype"),
-    ("x[B]", "cannot read"),
-    ("x:float32[B,0]", "size 0"),
-    ("x:float32[B,-3]", "neither"),
-    ("ids:int64[B]{0.5..3}", "fractional"),
-    ("ids:int64[B]{9..1}", "empty value domain"),
-    ("x:float32[B]{1..1}", "empty value domain"),
-    ("mask:bool[B]{1..0}", "empty value domain"),
-    ("mask:bool[B]{0..2}", "a bool input a domain outside 0..1"),
-    ("mask:bool[B]{-1..0}", "a bool input a domain outside 0..1"),
-    ("x:float32[B]{a..b}", "not low..high"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("x:float33[B]", "unknown dtype"),
+        ("x[B]", "cannot read"),
+        ("x:float32[B,0]", "size 0"),
+        ("x:float32[B,-3]", "neither"),
+        ("ids:int64[B]{0.5..3}", "fractional"),
+        ("ids:int64[B]{9..1}", "empty value domain"),
+        ("x:float32[B]{1..1}", "empty value domain"),
+        ("mask:bool[B]{1..0}", "empty value domain"),
+        ("mask:bool[B]{0..2}", "a bool input a domain outside 0..1"),
+        ("mask:bool[B]{-1..0}", "a bool input a domain outside 0..1"),
+        ("x:float32[B]{a..b}", "not low..high"),
+    ],
+)
 def test_bad_specs_give_a_clear_error(text, fragment):
     with pytest.raises(ConvertError) as info:
         parse_input_spec(text)

@@ -154,10 +154,13 @@ def test_profile_shapes_keep_what_the_graph_fixed():
     assert profile_shapes([("x", (2, 3, -1))], SPECS, RANGES) == {"x": ((2, 3, 16), (2, 3, 128), (2, 3, 512))}
 
 
-@pytest.mark.parametrize("network_inputs, ranges, names", [
-    ([("x", (-1, 3, -1))], {"B": (1, 8, 32)}, ("axis 2 of input 'x'", "symbol S")),
-    ([("unknown", (-1, 4))], RANGES, ("axis 0 of input 'unknown'",)),
-])
+@pytest.mark.parametrize(
+    "network_inputs, ranges, names",
+    [
+        ([("x", (-1, 3, -1))], {"B": (1, 8, 32)}, ("axis 2 of input 'x'", "symbol S")),
+        ([("unknown", (-1, 4))], RANGES, ("axis 0 of input 'unknown'",)),
+    ],
+)
 def test_profile_shapes_refuse_a_dynamic_axis_with_no_range(network_inputs, ranges, names):
     with pytest.raises(ConvertError) as raised:
         profile_shapes(network_inputs, SPECS, ranges)
@@ -171,5 +174,8 @@ def test_the_passes_are_registered_with_their_files_and_precisions():
 
     found = {e.name: e.load() for e in REGISTRY.entries("optimizer", format="tensorrt")}
     assert {name: (cls.suffix, cls.precision) for name, cls in found.items()} == {
-        "trt": (".engine", "fp32"), "trt:fp16": ("_fp16.engine", "fp16"), "trt:int8": ("_int8.engine", "int8")}
+        "trt": (".engine", "fp32"),
+        "trt:fp16": ("_fp16.engine", "fp16"),
+        "trt:int8": ("_int8.engine", "int8"),
+    }
     assert all(Path(f"m{cls.suffix}").suffix == ".engine" for cls in found.values())

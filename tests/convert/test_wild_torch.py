@@ -30,13 +30,18 @@ def files(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("wild_torch")
     bert, bert_inputs = build_transformers("bert")
     classifier, _ = build_transformers("bert_classifier")
-    masked = save_keyword_program(build_masked_projection(), ["x:float32[B,S,8]", "mask:float32[B,S]"],
-                                  folder / "masked.pt2", {"B": 2, "S": 9})
+    masked = save_keyword_program(
+        build_masked_projection(), ["x:float32[B,S,8]", "mask:float32[B,S]"], folder / "masked.pt2", {"B": 2, "S": 9}
+    )
     torch.save(classifier, str(folder / "classifier.pt"))
     example = {"input_ids": torch.randint(0, 99, (2, 9)), "attention_mask": torch.ones(2, 9, dtype=torch.int64)}
     torch.jit.save(torch.jit.trace(bert, example_kwarg_inputs=example, strict=False), str(folder / "bert.torchscript.pt"))
-    return {"masked.pt2": masked, "bert.pt2": save_keyword_program(bert, list(bert_inputs), folder / "bert.pt2", {"B": 2, "S": 9}),
-            "classifier.pt": folder / "classifier.pt", "bert.torchscript.pt": folder / "bert.torchscript.pt"}
+    return {
+        "masked.pt2": masked,
+        "bert.pt2": save_keyword_program(bert, list(bert_inputs), folder / "bert.pt2", {"B": 2, "S": 9}),
+        "classifier.pt": folder / "classifier.pt",
+        "bert.torchscript.pt": folder / "bert.torchscript.pt",
+    }
 
 
 SPECS = ("--input", "input_ids:int64[B,S]{0..99}", "--input", "attention_mask:int64[B,S]{0..1}")  # padded as a tokenizer pads
@@ -69,8 +74,12 @@ def _artifact(report: dict, target: str) -> dict:
 
 def _sizes(record: dict) -> set[tuple[str, str]]:
     """(symbol, size) pairs the artifact's CPU checks passed at."""
-    return {tuple(part.split("=")) for c in record["checks"] if c["device"] == "cpu" and c["status"] == "passed"
-            for part in c["shape"].split(",")}
+    return {
+        tuple(part.split("="))
+        for c in record["checks"]
+        if c["device"] == "cpu" and c["status"] == "passed"
+        for part in c["shape"].split(",")
+    }
 
 
 def _onnx_outputs(record: dict) -> list[str]:

@@ -1,7 +1,6 @@
 """Symbols take distinct export sizes and move independently: an artifact right only when two dims are equal fails."""
 
 import numpy as np
-
 from convert.validators import plan_shape_cases
 
 
@@ -43,6 +42,7 @@ def test_the_case_count_stays_small():
 def test_an_artifact_that_swaps_two_dims_is_caught_where_the_lockstep_plan_missed_it():
     """A graph that reads the batch where it should read the sequence (an export that tied B and S) gives the
     reference's values whenever B == S, the only sizes the lockstep plan tried."""
+
     def reference(x):  # x: [B, S] → [B, S]
         return np.cumsum(x, axis=1)
 

@@ -12,9 +12,13 @@ from convert.specs import parse_input_spec
 
 def test_external_data_files_travel_with_the_model(tmp_path):
     weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])], [weight])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])],
+        [weight],
+    )
     staging = Staging(tmp_path / "out")
     path = staging.path / "model.onnx"
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)  # newest onnx defaults past what ORT reads

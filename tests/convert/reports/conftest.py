@@ -25,8 +25,20 @@ def exported_report(torch_files, tmp_path_factory) -> Path:
     TorchScript, traced from a program that computes with its batch size, is fixed at the export batch: its other
     checks are skipped)."""
     out = tmp_path_factory.mktemp("rendered")
-    done = run_cli(str(torch_files / "lstm.pt2"), "--to", "onnx,torchscript", "--optimize", "fp16", "--benchmark",
-                   "--dim", "d0=2,1,4", "--allow-fixed-shapes", "--out", str(out), "-q")
+    done = run_cli(
+        str(torch_files / "lstm.pt2"),
+        "--to",
+        "onnx,torchscript",
+        "--optimize",
+        "fp16",
+        "--benchmark",
+        "--dim",
+        "d0=2,1,4",
+        "--allow-fixed-shapes",
+        "--out",
+        str(out),
+        "-q",
+    )
     assert done.returncode == 0, done.output
     return out / "report.json"
 
@@ -38,8 +50,9 @@ def failed_report(tmp_path_factory) -> Path:
     Built from the factory, not from off_in_onnx.pt2: a saved torch.export program was traced outside an ONNX export,
     so its ONNX export comes out right."""
     out = tmp_path_factory.mktemp("failed")
-    done = run_cli("fixtures.torch_models:build_off_in_onnx", "--input", "x:float32[B,8]", "--to", "onnx,torch_export",
-                   "--out", str(out), "-q")
+    done = run_cli(
+        "fixtures.torch_models:build_off_in_onnx", "--input", "x:float32[B,8]", "--to", "onnx,torch_export", "--out", str(out), "-q"
+    )
     assert done.returncode == 1, done.output
     return out / "report.json"
 
@@ -52,7 +65,7 @@ def rejected_gate_report(torch_files, exported_report, tmp_path_factory) -> Path
     folder = tmp_path_factory.mktemp("gated")
     policy = folder / "promotion.yaml"
     policy.write_text(f"""
-model: {{path: "{torch_files / 'lstm.pt2'}"}}
+model: {{path: "{torch_files / "lstm.pt2"}"}}
 require:
   targets: [onnx, torchscript]
   optimizations: [fp16, trt]
@@ -78,7 +91,10 @@ def with_hand_made_verdict(report: Report) -> Report:
     """A copy with a rejecting verdict written by hand, for what a real gate run does not produce here: messages with
     what XML and Markdown must escape, a skipped budget, a not-compared delta (the real runs are in ``rejected_gate_report``)."""
     verdict = Verdict(
-        decision="reject", promoted=False, exit_code=1, policy="gate.yaml",
+        decision="reject",
+        promoted=False,
+        exit_code=1,
+        policy="gate.yaml",
         reasons=[
             GateReason(code="budget", artifact="fp16", message="fp16: cosine 0.97 on 'output' is below 0.999"),
             GateReason(code="regression", artifact="onnx", message=f"onnx: latency_ms_p50 regressed: {TRICKY}"),
@@ -87,22 +103,83 @@ def with_hand_made_verdict(report: Report) -> Report:
             GateReason(code="budget", artifact="onnx", message="latency_ms_p50<=5 on onnxruntime (cuda): not measured"),
         ],
         notes=["openvino may be absent: the policy allows it"],
-        required_targets=["onnx", "torchscript"], required_devices=["cpu", "cuda"],
+        required_targets=["onnx", "torchscript"],
+        required_devices=["cpu", "cuda"],
         budgets=[
-            BudgetResult(artifact="onnx", kind="accuracy", metric="cosine", limit=">=0.999", value=0.99999, output="output",
-                         runtime="onnxruntime", device="cpu", shape="d0=2", status="passed"),
-            BudgetResult(artifact="fp16", kind="accuracy", metric="cosine", limit=">=0.999", value=0.97, output="output",
-                         runtime="onnxruntime", device="cpu", shape="d0=2", status="failed", reason=TRICKY),
-            BudgetResult(artifact="onnx", kind="latency", metric="latency_ms_p50", limit="<=5", runtime="onnxruntime",
-                         device="cuda", status="skipped", reason="not measured: no CUDA device"),
+            BudgetResult(
+                artifact="onnx",
+                kind="accuracy",
+                metric="cosine",
+                limit=">=0.999",
+                value=0.99999,
+                output="output",
+                runtime="onnxruntime",
+                device="cpu",
+                shape="d0=2",
+                status="passed",
+            ),
+            BudgetResult(
+                artifact="fp16",
+                kind="accuracy",
+                metric="cosine",
+                limit=">=0.999",
+                value=0.97,
+                output="output",
+                runtime="onnxruntime",
+                device="cpu",
+                shape="d0=2",
+                status="failed",
+                reason=TRICKY,
+            ),
+            BudgetResult(
+                artifact="onnx",
+                kind="latency",
+                metric="latency_ms_p50",
+                limit="<=5",
+                runtime="onnxruntime",
+                device="cuda",
+                status="skipped",
+                reason="not measured: no CUDA device",
+            ),
         ],
-        baseline=BaselineComparison(path="baseline/report.json", same_source=True, deltas=[
-            BaselineDelta(artifact="onnx", kind="latency", metric="latency_ms_p50", runtime="onnxruntime", device="cpu",
-                          baseline=0.05, current=0.07, delta=0.02, delta_pct=40.0, allowed="+10% +0.005",
-                          status="regressed", reason=TRICKY),
-            BaselineDelta(artifact="onnx", kind="size", metric="size_bytes", baseline=1000, current=1000, delta=0,
-                          delta_pct=0, allowed="+1%", status="ok"),
-            BaselineDelta(artifact="fp16", kind="accuracy", metric="max_abs_error", output="output",
-                          status="not_compared", reason="the baseline has no fp16 artifact"),
-        ]))
+        baseline=BaselineComparison(
+            path="baseline/report.json",
+            same_source=True,
+            deltas=[
+                BaselineDelta(
+                    artifact="onnx",
+                    kind="latency",
+                    metric="latency_ms_p50",
+                    runtime="onnxruntime",
+                    device="cpu",
+                    baseline=0.05,
+                    current=0.07,
+                    delta=0.02,
+                    delta_pct=40.0,
+                    allowed="+10% +0.005",
+                    status="regressed",
+                    reason=TRICKY,
+                ),
+                BaselineDelta(
+                    artifact="onnx",
+                    kind="size",
+                    metric="size_bytes",
+                    baseline=1000,
+                    current=1000,
+                    delta=0,
+                    delta_pct=0,
+                    allowed="+1%",
+                    status="ok",
+                ),
+                BaselineDelta(
+                    artifact="fp16",
+                    kind="accuracy",
+                    metric="max_abs_error",
+                    output="output",
+                    status="not_compared",
+                    reason="the baseline has no fp16 artifact",
+                ),
+            ],
+        ),
+    )
     return report.model_copy(update={"gate": verdict})

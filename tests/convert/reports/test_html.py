@@ -52,45 +52,104 @@ def report(exported_report: Path) -> Report:
 def _with_reject_verdict(report: Report) -> Report:
     """The report with a rejecting gate verdict attached by hand (to be replaced by a real ``convert gate`` run)."""
     verdict = Verdict(
-        decision="reject", promoted=False, exit_code=1, policy="policies/release.yaml",
-        reasons=[GateReason(code="budget", artifact="fp16", message=SCRIPT_MESSAGE),
-                 GateReason(code="regression", artifact="onnx", message="latency_ms_p50 0.056 ms is 40% above the baseline")],
+        decision="reject",
+        promoted=False,
+        exit_code=1,
+        policy="policies/release.yaml",
+        reasons=[
+            GateReason(code="budget", artifact="fp16", message=SCRIPT_MESSAGE),
+            GateReason(code="regression", artifact="onnx", message="latency_ms_p50 0.056 ms is 40% above the baseline"),
+        ],
         notes=["cuda is absent on this machine: the policy allows skipping it"],
-        required_targets=["onnx", "torchscript"], required_optimizations=["fp16"], required_devices=["cpu"],
+        required_targets=["onnx", "torchscript"],
+        required_optimizations=["fp16"],
+        required_devices=["cpu"],
         budgets=[
-            BudgetResult(artifact="fp16", kind="accuracy", metric="cosine", limit=">=0.98", value=0.97, output="output",
-                         runtime="onnxruntime", device="cpu", shape="d0=2", status="failed", reason="below the limit"),
+            BudgetResult(
+                artifact="fp16",
+                kind="accuracy",
+                metric="cosine",
+                limit=">=0.98",
+                value=0.97,
+                output="output",
+                runtime="onnxruntime",
+                device="cpu",
+                shape="d0=2",
+                status="failed",
+                reason="below the limit",
+            ),
             BudgetResult(artifact="onnx", kind="size", metric="size_mb", limit="<=5", value=0.033, status="passed"),
         ],
         baseline=BaselineComparison(
-            path="baselines/report.json", tool_version="0.1.0", same_environment=True, allowance={"latency_pct": 10},
+            path="baselines/report.json",
+            tool_version="0.1.0",
+            same_environment=True,
+            allowance={"latency_pct": 10},
             deltas=[
-                BaselineDelta(artifact="onnx", kind="latency", metric="latency_ms_p50", runtime="onnxruntime", device="cpu",
-                              baseline=0.04, current=0.056, delta=0.016, delta_pct=40.0, allowed="+10%", status="regressed"),
-                BaselineDelta(artifact="onnx", kind="size", metric="size_bytes", baseline=34000, current=33398,
-                              delta=-602, delta_pct=-1.77, allowed="+5%", status="improved"),
-            ]),
+                BaselineDelta(
+                    artifact="onnx",
+                    kind="latency",
+                    metric="latency_ms_p50",
+                    runtime="onnxruntime",
+                    device="cpu",
+                    baseline=0.04,
+                    current=0.056,
+                    delta=0.016,
+                    delta_pct=40.0,
+                    allowed="+10%",
+                    status="regressed",
+                ),
+                BaselineDelta(
+                    artifact="onnx",
+                    kind="size",
+                    metric="size_bytes",
+                    baseline=34000,
+                    current=33398,
+                    delta=-602,
+                    delta_pct=-1.77,
+                    allowed="+5%",
+                    status="improved",
+                ),
+            ],
+        ),
     )
     return report.model_copy(update={"gate": verdict})
 
 
 def _failed_run(report: Report) -> Report:
     """A run that failed: a failed stage with a multi-line error, an artifact never exported, auto selection."""
-    never_exported = ArtifactRecord(format="tensorrt", attempts=[Attempt(strategy="trtexec", status="failed", seconds=0.5,
-                                                                         error=MULTILINE_ERROR)])
+    never_exported = ArtifactRecord(
+        format="tensorrt", attempts=[Attempt(strategy="trtexec", status="failed", seconds=0.5, error=MULTILINE_ERROR)]
+    )
     failing_check = Check(runtime="onnxruntime", device="cpu", shape="d0=2", status="failed", reason="max |err| 3 > atol <1e-4>")
-    broken = report.artifacts[0].model_copy(update={"passed": False, "checks": [failing_check],
-                                                    "benchmarks": [Benchmark(runtime="onnxruntime", device="cpu", status="failed",
-                                                                             reason="session crashed")]})
-    auto = AutoSelection(chosen=None, candidates=[
-        AutoCandidate(name="none", format="onnx", status="lost", rank=2, latency_ms_p50=0.06),
-        AutoCandidate(name="int8", format="onnx", precision="int8", status="failed", reason="cosine 0.5 < 0.98")])
-    return report.model_copy(update={
-        "passed": False, "exit_code": 1, "error": "export to tensorrt failed",
-        "stages": [*report.stages, Stage(name="export:tensorrt", status="failed", seconds=0.5, error=MULTILINE_ERROR),
-                   Stage(name="validate:tensorrt", status="skipped", reason="nothing to validate")],
-        "artifacts": [broken, *report.artifacts[1:], never_exported], "auto": auto,
-    })
+    broken = report.artifacts[0].model_copy(
+        update={
+            "passed": False,
+            "checks": [failing_check],
+            "benchmarks": [Benchmark(runtime="onnxruntime", device="cpu", status="failed", reason="session crashed")],
+        }
+    )
+    auto = AutoSelection(
+        chosen=None,
+        candidates=[
+            AutoCandidate(name="none", format="onnx", status="lost", rank=2, latency_ms_p50=0.06),
+            AutoCandidate(name="int8", format="onnx", precision="int8", status="failed", reason="cosine 0.5 < 0.98"),
+        ],
+    )
+    return report.model_copy(
+        update={
+            "passed": False,
+            "exit_code": 1,
+            "error": "export to tensorrt failed",
+            "stages": [
+                *report.stages,
+                Stage(name="export:tensorrt", status="failed", seconds=0.5, error=MULTILINE_ERROR),
+                Stage(name="validate:tensorrt", status="skipped", reason="nothing to validate"),
+            ],
+            "artifacts": [broken, *report.artifacts[1:], never_exported],
+            "auto": auto,
+        }
+    )
 
 
 class _Elements(HTMLParser):
@@ -133,8 +192,9 @@ def test_page_has_every_section(report):
     assert "REJECT" in page and gated.gate.summary() in page
     assert "latency_ms_p50 0.056 ms is 40% above the baseline" in page and "the policy allows skipping it" in page
 
-    with_histogram = {(a.optimization or a.format, o.name) for a in report.artifacts for c in a.checks for o in c.outputs
-                      if o.error_histogram is not None}
+    with_histogram = {
+        (a.optimization or a.format, o.name) for a in report.artifacts for c in a.checks for o in c.outputs if o.error_histogram is not None
+    }
     assert len(with_histogram) >= 3, "the fixture report should have a histogram per artifact"
     assert len(elements.charts("histogram")) == len(with_histogram)
     benchmarked = [a for a in report.artifacts if any(b.status == "ok" for b in a.benchmarks)]
@@ -152,7 +212,7 @@ def test_page_has_every_section(report):
     assert {css for css, cells in rows if ">improved<" in cells} == {"good"}
     assert {css for css, cells in rows if "below the limit" in cells} == {"failed"}
 
-    environment = page[page.index("<h2>Environment</h2>"):]
+    environment = page[page.index("<h2>Environment</h2>") :]
     assert report.environment.python in environment and report.environment.platform in environment
     assert all(f"<td>{name}</td><td>{version}</td>" in environment for name, version in report.environment.packages.items())
 
@@ -185,8 +245,7 @@ def test_browser_draws_the_verdict_and_the_charts(report, rejected_gate_report, 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"chromium is not installed ({CHROMIUM} is missing): run `make install`, which apt-installs it")
     rejected = Report.from_json(rejected_gate_report.read_text())
-    for name, rendered, banner_color, word in (("reject", rejected, REJECT_RED, "REJECT"),
-                                               ("passed", report, PROMOTE_GREEN, "PASSED")):
+    for name, rendered, banner_color, word in (("reject", rejected, REJECT_RED, "REJECT"), ("passed", report, PROMOTE_GREEN, "PASSED")):
         page = tmp_path / f"{name}.html"
         write_html(rendered, page)
         screenshot = tmp_path / f"{name}.png"
@@ -210,9 +269,20 @@ def test_browser_draws_the_verdict_and_the_charts(report, rejected_gate_report, 
 def _chromium(tmp_path: Path, *arguments: str) -> str:
     """Run headless Chromium on its own fresh profile, offline, and return what it printed."""
     profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--force-color-profile=srgb", f"--user-data-dir={profile}", *arguments]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--force-color-profile=srgb",
+        f"--user-data-dir={profile}",
+        *arguments,
+    ]
     done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"chromium failed ({done.returncode}): {done.stderr[-3000:]}"
     return done.stdout
@@ -229,8 +299,8 @@ def _read_png(path: Path) -> np.ndarray:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     position, compressed = 8, bytearray()
     while position < len(data):
-        length, kind = struct.unpack(">I4s", data[position:position + 8])
-        body = data[position + 8:position + 8 + length]
+        length, kind = struct.unpack(">I4s", data[position : position + 8])
+        body = data[position + 8 : position + 8 + length]
         position += 12 + length  # length, type, body, crc
         if kind == b"IHDR":
             width, height, depth, color_type, _, _, interlace = struct.unpack(">IIBBBBB", body)

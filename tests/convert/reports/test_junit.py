@@ -26,8 +26,6 @@ def schema() -> xmlschema.XMLSchema:
     return xmlschema.XMLSchema(SCHEMA)
 
 
-
-
 def _suites(xml: str) -> dict[str, ET.Element]:
     root = ET.fromstring(xml)
     assert root.tag == "testsuites" and root.get("name") == "convert"
@@ -63,8 +61,9 @@ def test_one_testcase_per_check_and_the_xml_validates(exported_report, schema):
     assert list(suites) == ["validation"]
     cases = suites["validation"].findall("testcase")
     assert len(cases) == sum(len(a.checks) for a in report.artifacts)
-    expected = [(f"convert.{a.optimization or a.format}", f"{c.runtime} on {c.device} at {c.shape}")
-                for a in report.artifacts for c in a.checks]
+    expected = [
+        (f"convert.{a.optimization or a.format}", f"{c.runtime} on {c.device} at {c.shape}") for a in report.artifacts for c in a.checks
+    ]
     assert [(case.get("classname"), case.get("name")) for case in cases] == expected
     assert {"convert.onnx", "convert.torchscript", "convert.fp16"} == {classname for classname, _ in expected}
     assert suites["validation"].get("failures") == "0" and suites["validation"].get("timestamp") == report.created_at
@@ -117,7 +116,10 @@ def test_the_gate_suite_shows_why_the_model_was_rejected(exported_report, schema
     cases = gate.findall("testcase")
     # 3 budgets, 3 deltas, and the reasons that neither shows as a failure: the skipped budget rejects too
     assert [case.get("classname") for case in cases] == ["gate.budget"] * 3 + ["gate.baseline"] * 3 + [
-        "gate.missing_device", "gate.missing_artifact", "gate.budget"]
+        "gate.missing_device",
+        "gate.missing_artifact",
+        "gate.budget",
+    ]
     assert (gate.get("tests"), gate.get("failures"), gate.get("skipped")) == ("9", "5", "2")
     assert root.get("failures") == "5"
     over_budget = cases[1].find("failure")
@@ -140,17 +142,35 @@ def test_the_gate_suite_shows_why_the_model_was_rejected(exported_report, schema
 def test_artifacts_that_were_not_built_are_not_silently_absent(exported_report, schema):
     report = load(exported_report)
     ansi_error = "\x1b[31mtflite converter crashed\x1b[0m: op <Gelu> & friends unsupported\ntraceback follows"
-    unchosen = report.artifacts[2].model_copy(update={"optimization": "int8", "candidate": True, "checks": [
-        check.model_copy(update={"status": "failed", "reason": "output 'output': cosine 0.9 < 0.98"})
-        for check in report.artifacts[2].checks if check.status == "passed"]})
-    broken = report.model_copy(update={
-        "artifacts": [*report.artifacts, ArtifactRecord(format="tflite", attempts=[
-            Attempt(strategy="tf2onnx", status="failed", seconds=1.5, error=ansi_error)]),
-            ArtifactRecord(format="openvino", optimization="openvino:int8"), unchosen],
-        "stages": [*report.stages, Stage(name="export:tflite", status="failed", seconds=1.5, error=ansi_error),
-                   Stage(name="optimize:openvino:int8", status="skipped", reason="openvino is not installed"),
-                   Stage(name="auto:int8", status="ok"), Stage(name="benchmark:tflite", status="failed", error="RuntimeError: boom")],
-        "auto": AutoSelection(chosen=None)})
+    unchosen = report.artifacts[2].model_copy(
+        update={
+            "optimization": "int8",
+            "candidate": True,
+            "checks": [
+                check.model_copy(update={"status": "failed", "reason": "output 'output': cosine 0.9 < 0.98"})
+                for check in report.artifacts[2].checks
+                if check.status == "passed"
+            ],
+        }
+    )
+    broken = report.model_copy(
+        update={
+            "artifacts": [
+                *report.artifacts,
+                ArtifactRecord(format="tflite", attempts=[Attempt(strategy="tf2onnx", status="failed", seconds=1.5, error=ansi_error)]),
+                ArtifactRecord(format="openvino", optimization="openvino:int8"),
+                unchosen,
+            ],
+            "stages": [
+                *report.stages,
+                Stage(name="export:tflite", status="failed", seconds=1.5, error=ansi_error),
+                Stage(name="optimize:openvino:int8", status="skipped", reason="openvino is not installed"),
+                Stage(name="auto:int8", status="ok"),
+                Stage(name="benchmark:tflite", status="failed", error="RuntimeError: boom"),
+            ],
+            "auto": AutoSelection(chosen=None),
+        }
+    )
     xml, _ = _valid_junit(broken, schema)  # valid: the ANSI escape, which XML 1.0 cannot hold, was replaced
     suite = _suites(xml)["validation"]
     checks = sum(len(a.checks) for a in broken.artifacts)
@@ -164,8 +184,9 @@ def test_artifacts_that_were_not_built_are_not_silently_absent(exported_report, 
     assert suite.find("testcase[@classname='convert.run']").find("error").get("message") == "RuntimeError: boom"
     candidates = suite.findall("testcase[@classname='convert.int8']")
     assert candidates and all(c.get("name").endswith("(auto candidate, not chosen)") for c in candidates)
-    assert all(c.find("failure") is None and c.find("skipped").get("message").startswith("auto candidate, not chosen: ")
-               for c in candidates)
+    assert all(
+        c.find("failure") is None and c.find("skipped").get("message").startswith("auto candidate, not chosen: ") for c in candidates
+    )
     assert suite.get("failures") == "1" and suite.get("errors") == "1"  # the candidate's failures do not fail the run
 
 

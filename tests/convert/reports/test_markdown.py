@@ -50,8 +50,6 @@ def _rendered(markdown: str) -> _Rendered:
     return _Rendered(MarkdownIt("commonmark").enable("table").render(markdown))
 
 
-
-
 def test_a_passing_report_renders_its_checks_and_benchmarks_as_tables(exported_report):
     report = load(exported_report)
     rendered = _rendered(render_markdown(report))
@@ -80,7 +78,7 @@ def test_a_failed_report_lists_what_failed_first(failed_report):
     assert len(rendered.items) == 1
     assert rendered.items[0].startswith(f"onnx: {len(failed)} of {len(onnx.checks)} checks failed, first onnxruntime on cpu at B=2")
     rows = rendered.tables[0][1:]
-    assert [row[4] for row in rows[:len(failed)]] == ["❌ failed"] * len(failed) and all(row[5] == "scores" for row in rows[:3])
+    assert [row[4] for row in rows[: len(failed)]] == ["❌ failed"] * len(failed) and all(row[5] == "scores" for row in rows[:3])
     assert rows[0][6] == "5.00e-02" and rows[0][8].startswith("output 'scores': 24 of 24 values differ")
 
 
@@ -89,18 +87,30 @@ def test_the_gate_verdict_adds_reasons_budgets_and_baseline_deltas(exported_repo
     rendered = _rendered(markdown)
     assert rendered.headings[0] == "❌ REJECT: lstm.pt2"
     assert rendered.headings[-2:] == ["Budgets", "Baseline deltas (against baseline/report.json: same source, different environment)"]
-    assert rendered.items[:4] == ["budget fp16: fp16: cosine 0.97 on 'output' is below 0.999",
-                                  f"regression onnx: onnx: latency_ms_p50 regressed: {TRICKY}",
-                                  f"missing_device onnx: onnx was not checked on cuda: {TRICKY}",
-                                  "missing_artifact int8: int8 is required but was not built"]
+    assert rendered.items[:4] == [
+        "budget fp16: fp16: cosine 0.97 on 'output' is below 0.999",
+        f"regression onnx: onnx: latency_ms_p50 regressed: {TRICKY}",
+        f"missing_device onnx: onnx was not checked on cuda: {TRICKY}",
+        "missing_artifact int8: int8 is required but was not built",
+    ]
     assert rendered.items[5:] == ["openvino may be absent: the policy allows it"]
     budgets, deltas = rendered.tables[2:]
     assert budgets[0] == ["artifact", "metric", "limit", "value", "where", "status", "reason"]
     assert budgets[1] == ["fp16", "cosine", ">=0.999", "0.97", "output 'output', onnxruntime on cpu at d0=2", "❌ failed", TRICKY]
     assert [row[5] for row in budgets[1:]] == ["❌ failed", "⏭️ skipped", "✅ passed"]
     assert deltas[0] == ["artifact", "metric", "where", "baseline", "current", "delta", "delta %", "allowed", "status", "reason"]
-    assert deltas[1] == ["onnx", "latency_ms_p50", "onnxruntime on cpu", "0.05", "0.07", "+0.02", "+40.0", "+10% +0.005",
-                         "❌ regressed", TRICKY]  # the escaped | kept the row at ten cells
+    assert deltas[1] == [
+        "onnx",
+        "latency_ms_p50",
+        "onnxruntime on cpu",
+        "0.05",
+        "0.07",
+        "+0.02",
+        "+40.0",
+        "+10% +0.005",
+        "❌ regressed",
+        TRICKY,
+    ]  # the escaped | kept the row at ten cells
     assert [row[8] for row in deltas[1:]] == ["❌ regressed", "⏭️ not compared", "✅ ok"]
 
 

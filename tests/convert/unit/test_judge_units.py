@@ -16,8 +16,15 @@ def _output(name: str = "y", **metrics) -> rm.OutputMetrics:
     return rm.OutputMetrics(name=name, status="passed", **values)
 
 
-def _check(status: str = "passed", device: str = "cpu", shape: str = "B=2", runtime: str = "onnxruntime", reason: str = "",
-           outputs: list[rm.OutputMetrics] | None = None, **fields) -> rm.Check:
+def _check(
+    status: str = "passed",
+    device: str = "cpu",
+    shape: str = "B=2",
+    runtime: str = "onnxruntime",
+    reason: str = "",
+    outputs: list[rm.OutputMetrics] | None = None,
+    **fields,
+) -> rm.Check:
     if outputs is None:
         outputs = [_output()] if status != "skipped" else []
     return rm.Check(runtime=runtime, device=device, shape=shape, status=status, reason=reason, outputs=outputs, **fields)
@@ -27,14 +34,25 @@ def _artifact(key: str = "onnx", checks: list[rm.Check] | None = None, published
     checks = [_check()] if checks is None else checks
     passed = any(c.status == "passed" for c in checks) and not any(c.status == "failed" for c in checks)
     optimization = {} if key in ("onnx", "torchscript") else {"optimization": key}
-    return rm.ArtifactRecord(format="onnx" if key != "torchscript" else key, **optimization, passed=passed,
-                             path=f"out/model.{key}" if published else None, checks=checks, **{"size_bytes": 1_000_000, **fields})
+    return rm.ArtifactRecord(
+        format="onnx" if key != "torchscript" else key,
+        **optimization,
+        passed=passed,
+        path=f"out/model.{key}" if published else None,
+        checks=checks,
+        **{"size_bytes": 1_000_000, **fields},
+    )
 
 
 def _report(*artifacts: rm.ArtifactRecord, devices: tuple[str, ...] = ("cpu",), **fields) -> rm.Report:
-    return rm.Report(tool_version="0", created_at="2024-01-01T00:00:00+00:00",
-                     environment=rm.Environment(python="3", platform="linux", devices=list(devices)),
-                     source=rm.SourceRecord(outputs=["y"]), artifacts=list(artifacts), **fields)
+    return rm.Report(
+        tool_version="0",
+        created_at="2024-01-01T00:00:00+00:00",
+        environment=rm.Environment(python="3", platform="linux", devices=list(devices)),
+        source=rm.SourceRecord(outputs=["y"]),
+        artifacts=list(artifacts),
+        **fields,
+    )
 
 
 def _policy(**fields) -> Policy:
@@ -55,6 +73,7 @@ def test_a_report_whose_required_artifact_passed_everything_is_promoted():
 
 # a required artifact missing
 
+
 def test_a_required_artifact_the_run_never_made_is_missing():
     verdict = judge(_report(_artifact()), _policy(require={"targets": ["onnx", "torchscript"]}))
     assert not verdict.promoted and verdict.exit_code == 1 and verdict.decision == "reject"
@@ -65,16 +84,22 @@ def test_a_required_artifact_the_run_never_made_is_missing():
 
 
 def test_a_required_artifact_whose_export_failed_is_missing_with_the_first_line_of_the_error():
-    report = _report(stages=[rm.Stage(name="export:onnx", status="failed",
-                                      error="every strategy failed: dynamo: unsupported op\nTraceback ...")])
+    report = _report(
+        stages=[rm.Stage(name="export:onnx", status="failed", error="every strategy failed: dynamo: unsupported op\nTraceback ...")]
+    )
     verdict = judge(report, _policy())
     assert codes(verdict) == ["missing_artifact"]
     assert verdict.reasons[0].message == "required artifact onnx failed to build: every strategy failed: dynamo: unsupported op"
 
 
 def test_a_required_optimization_that_was_skipped_is_missing_with_the_reason():
-    report = _report(_artifact(), stages=[rm.Stage(name="export:onnx", status="ok"),
-                                          rm.Stage(name="optimize:trt", status="skipped", reason="TensorRT needs a CUDA GPU")])
+    report = _report(
+        _artifact(),
+        stages=[
+            rm.Stage(name="export:onnx", status="ok"),
+            rm.Stage(name="optimize:trt", status="skipped", reason="TensorRT needs a CUDA GPU"),
+        ],
+    )
     verdict = judge(report, _policy(require={"targets": ["onnx"], "optimizations": ["trt"]}))
     assert codes(verdict) == ["missing_artifact"]
     assert verdict.reasons[0].artifact == "trt"
@@ -94,6 +119,7 @@ def test_an_auto_candidate_that_was_not_chosen_is_not_judged():
 
 
 # checks
+
 
 def test_a_failed_check_rejects_with_where_it_ran_and_why():
     record = _artifact(checks=[_check(), _check("failed", shape="B=5", reason="output 'y': max_abs_error 0.3 > atol 1e-05")])
@@ -143,11 +169,13 @@ def test_a_runtime_that_never_runs_on_a_required_device_is_a_note_not_a_reason()
 
 # devices
 
+
 def test_an_absent_required_device_rejects():
     verdict = judge(_report(_artifact()), _policy(require={"targets": ["onnx"], "devices": ["cpu", "cuda"]}))
     assert codes(verdict) == ["missing_device"]
-    assert verdict.reasons[0].message == ("required device cuda is absent from this machine (present: cpu); "
-                                          "add it to require.may_skip_devices to allow that")
+    assert verdict.reasons[0].message == (
+        "required device cuda is absent from this machine (present: cpu); add it to require.may_skip_devices to allow that"
+    )
 
 
 def test_an_absent_device_the_policy_may_skip_is_a_note_not_a_reason():
@@ -166,16 +194,21 @@ def test_a_present_device_the_policy_may_skip_is_still_required():
 
 # the run itself
 
-@pytest.mark.parametrize("fields, message", [
-    ({"error": "there is no room to write to out"}, "there is no room to write to out"),
-    ({"interrupted": True}, "the run was interrupted"),
-])
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"error": "there is no room to write to out"}, "there is no room to write to out"),
+        ({"interrupted": True}, "the run was interrupted"),
+    ],
+)
 def test_a_run_that_stopped_rejects_with_run_failed(fields, message):
     verdict = judge(_report(_artifact(), **fields), _policy())
     assert codes(verdict) == ["run_failed"] and verdict.reasons[0].message == message
 
 
 # budgets
+
 
 def test_an_accuracy_budget_missed_rejects_with_the_value_and_the_bound():
     record = _artifact(checks=[_check(outputs=[_output(cosine_similarity=0.97)])])
@@ -233,8 +266,10 @@ def test_an_accuracy_budget_no_check_measured_rejects():
 
 def test_a_budget_on_an_absent_device_the_policy_may_skip_is_a_note():
     bench = rm.Benchmark(runtime="onnxruntime", device="cpu", shape="B=2", latency_ms_p50=5.0)
-    policy = _policy(require={"targets": ["onnx"], "devices": ["cpu", "cuda"], "may_skip_devices": ["cuda"]},
-                     budgets={"onnx": {"latency_ms_p50": {"cpu": 10, "cuda": 1}}})
+    policy = _policy(
+        require={"targets": ["onnx"], "devices": ["cpu", "cuda"], "may_skip_devices": ["cuda"]},
+        budgets={"onnx": {"latency_ms_p50": {"cpu": 10, "cuda": 1}}},
+    )
     verdict = judge(_report(_artifact(benchmarks=[bench])), policy)
     assert verdict.promoted, verdict.reasons
     assert "onnx: latency_ms_p50<=1 on cuda not judged: cuda is absent and the policy may skip it" in verdict.notes
@@ -249,13 +284,15 @@ def test_a_budget_naming_an_output_the_model_lacks_is_an_error():
 
 # the baseline
 
+
 def test_a_size_regression_beyond_the_allowance_rejects():
     baseline = _report(_artifact())
     current = _report(_artifact(size_bytes=1_200_000))
     verdict = judge(current, _policy(), baseline=baseline)
     assert codes(verdict) == ["regression"]
-    assert verdict.reasons[0].message == ("size regressed against the baseline: size_bytes 1e+06 → 1.2e+06 (+20.0%), "
-                                          "beyond the allowance +1%")
+    assert verdict.reasons[0].message == (
+        "size regressed against the baseline: size_bytes 1e+06 → 1.2e+06 (+20.0%), beyond the allowance +1%"
+    )
 
 
 def test_a_change_within_the_allowance_is_no_regression():
@@ -280,8 +317,9 @@ def test_a_latency_regression_counts_the_relative_and_absolute_allowance():
     assert judge(with_p50(11.0), _policy(), baseline=baseline).promoted  # within 10.0 * 1.10 + 0.02
     verdict = judge(with_p50(11.1), _policy(), baseline=baseline)
     assert codes(verdict) == ["regression"]
-    assert verdict.reasons[0].message == ("latency regressed against the baseline: latency_ms_p50 10 → 11.1 (+11.0%) "
-                                          "[onnxruntime, cpu], beyond the allowance +10% +0.02")
+    assert verdict.reasons[0].message == (
+        "latency regressed against the baseline: latency_ms_p50 10 → 11.1 (+11.0%) [onnxruntime, cpu], beyond the allowance +10% +0.02"
+    )
 
 
 def test_an_accuracy_regression_names_the_output_runtime_and_device():

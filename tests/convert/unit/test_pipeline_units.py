@@ -8,19 +8,36 @@ import time
 from pathlib import Path
 
 import pytest
+from convert.validators import plan_shape_cases
 
 from convert.errors import ConvertError, MissingDependency
-from convert.pipeline import (ConvertRequest, Progress, _artifact_passed, _check_optimizations, _check_targets, _crashed,
-                              _exporter_for, _finish, _report_stop, _Stages, _stem, run)
+from convert.pipeline import (
+    ConvertRequest,
+    Progress,
+    _artifact_passed,
+    _check_optimizations,
+    _check_targets,
+    _crashed,
+    _exporter_for,
+    _finish,
+    _report_stop,
+    _Stages,
+    _stem,
+    run,
+)
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.worker import StageCrashed, _death
-from convert.validators import plan_shape_cases
 
 
 def _report(*artifacts: rm.ArtifactRecord, interrupted: bool = False) -> rm.Report:
-    return rm.Report(tool_version="0", created_at="2024-01-01T00:00:00+00:00", interrupted=interrupted,
-                     environment=rm.Environment(python="3", platform="test"), artifacts=list(artifacts))
+    return rm.Report(
+        tool_version="0",
+        created_at="2024-01-01T00:00:00+00:00",
+        interrupted=interrupted,
+        environment=rm.Environment(python="3", platform="test"),
+        artifacts=list(artifacts),
+    )
 
 
 def _check(status: str, device: str = "cpu") -> rm.Check:
@@ -28,8 +45,9 @@ def _check(status: str, device: str = "cpu") -> rm.Check:
 
 
 def _artifact(passed: bool, *statuses: str, candidate: bool = False, optimization: str = "") -> rm.ArtifactRecord:
-    return rm.ArtifactRecord(format="onnx", optimization=optimization, candidate=candidate, passed=passed,
-                             checks=[_check(s) for s in statuses])
+    return rm.ArtifactRecord(
+        format="onnx", optimization=optimization, candidate=candidate, passed=passed, checks=[_check(s) for s in statuses]
+    )
 
 
 def _stages(*records: tuple[str, str]) -> _Stages:
@@ -50,6 +68,7 @@ class RecordingProgress(Progress):
 
 
 # _finish: the exit-code rules
+
 
 def test_a_run_whose_artifacts_all_passed_exits_0():
     report = _report(_artifact(True, "passed", "skipped"))
@@ -110,6 +129,7 @@ def test_an_artifact_passes_only_with_a_passed_check_and_no_failed_one():
 
 
 # _check_targets / _check_optimizations / _exporter_for
+
 
 def test_targets_are_stripped_and_deduplicated_in_order():
     assert _check_targets([" torchscript", "onnx", "torchscript ", ""]) == ["torchscript", "onnx"]
@@ -194,15 +214,19 @@ def test_a_target_the_framework_cannot_reach_is_an_error_naming_who_can():
 
 # run(): options refused before anything is written
 
-@pytest.mark.parametrize("options, fragment", [
-    ({"samples": 0}, "--samples must be at least 1"),
-    ({"threads": 0}, "--threads and --benchmark-batch must be at least 1"),
-    ({"benchmark_batch": 0}, "--threads and --benchmark-batch must be at least 1"),
-    ({"stage_timeout": 0}, "the stage timeout must be a positive number of seconds, not 0"),
-    ({"to": ("onnx", "docx")}, "unknown target format 'docx'"),
-    ({"inputs": ("x:float32[B", )}, "cannot read the input spec"),
-    ({"dims": ("B=0",)}, "cannot read the dim sizes 'B=0'"),
-])
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"samples": 0}, "--samples must be at least 1"),
+        ({"threads": 0}, "--threads and --benchmark-batch must be at least 1"),
+        ({"benchmark_batch": 0}, "--threads and --benchmark-batch must be at least 1"),
+        ({"stage_timeout": 0}, "the stage timeout must be a positive number of seconds, not 0"),
+        ({"to": ("onnx", "docx")}, "unknown target format 'docx'"),
+        ({"inputs": ("x:float32[B",)}, "cannot read the input spec"),
+        ({"dims": ("B=0",)}, "cannot read the dim sizes 'B=0'"),
+    ],
+)
 def test_bad_options_are_refused_before_anything_is_written(tmp_path, options, fragment):
     out = tmp_path / "out"
     with pytest.raises(ConvertError) as info:
@@ -213,15 +237,19 @@ def test_bad_options_are_refused_before_anything_is_written(tmp_path, options, f
 
 # _stem
 
-@pytest.mark.parametrize("model, stem", [
-    ("models/resnet50.pt2", "resnet50"),
-    ("models/bert.weights.keras", "bert"),
-    (Path("nets") / "cnn.h5", "cnn"),
-    ("fixtures.torch_models:build_cnn", "build_cnn"),
-    ("nets/zoo.py:Models.resnet", "resnet"),
-    ("C:\\models\\nets.py:build", "build"),
-    ("saved_models/encoder", "encoder"),
-])
+
+@pytest.mark.parametrize(
+    "model, stem",
+    [
+        ("models/resnet50.pt2", "resnet50"),
+        ("models/bert.weights.keras", "bert"),
+        (Path("nets") / "cnn.h5", "cnn"),
+        ("fixtures.torch_models:build_cnn", "build_cnn"),
+        ("nets/zoo.py:Models.resnet", "resnet"),
+        ("C:\\models\\nets.py:build", "build"),
+        ("saved_models/encoder", "encoder"),
+    ],
+)
 def test_the_stem_is_the_file_name_or_the_factory_name(model, stem):
     assert _stem(model) == stem
 
@@ -243,6 +271,7 @@ def test_a_hidden_file_has_the_stem_model():
 
 
 # _Stages.run
+
 
 def test_a_stage_that_finishes_is_recorded_ok_with_its_seconds():
     progress = RecordingProgress()
@@ -314,6 +343,7 @@ def test_a_stage_timeout_is_recorded_as_timed_out():
 
 # _report_stop
 
+
 def _stopped(tmp_path: Path, exc: Exception) -> tuple[rm.Report, Path]:
     stages = _Stages(Progress())
     with pytest.raises(type(exc)):
@@ -350,6 +380,7 @@ def test_a_stop_report_that_cannot_be_written_leaves_the_error_to_say_why(tmp_pa
 
 
 # plan_shape_cases, as the reference stage uses it
+
 
 def _at(cases, **sizes):
     return [c for c in cases if all(c.sizes[s] == v for s, v in sizes.items())]

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from convert.errors import ConvertError
-from convert.sources.request import (SourceRequest, anchored_reference, is_factory_reference, load_example_inputs,
-                                     split_reference)
+from convert.sources.request import SourceRequest, anchored_reference, is_factory_reference, load_example_inputs, split_reference
 from convert.sources.resolve import detect_framework, resolve_source
 from convert.specs import DTYPES, InputSpec, SourceSignature, parse_dim_sizes, parse_input_specs, parse_shape_ranges
 
@@ -68,19 +67,22 @@ def test_one_value_bool_domains_are_all_false_or_all_true():
     assert [(s.low, s.high) for s in parse_input_specs(["a:bool[B]{0..0}", "b:bool[B]{1..1}"])] == [(0, 0), (1, 1)]
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("x:float8[B]", "has an unknown dtype 'float8'"),
-    ("x float32[B]", "cannot read the input spec"),
-    ("x:float32(B)", "cannot read the input spec"),
-    ("x:float32[B,0]", "has a dim of size 0"),
-    ("x:float32[B+1]", "has a dim 'B+1' that is neither a positive integer nor a symbol"),
-    ("x:float32[B,]", "has a dim '' that is neither a positive integer nor a symbol"),
-    ("ids:int64[B]{0..2.5}", "gives a fractional domain to an integer input"),
-    ("ids:int64[B]{5..1}", "has an empty value domain"),
-    ("x:float32[B]{1..1}", "has an empty value domain"),
-    ("mask:bool[B]{0..2}", "gives a bool input a domain outside 0..1"),
-    ("x:float32[B]{0,1}", "has a value domain that is not low..high"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("x:float8[B]", "has an unknown dtype 'float8'"),
+        ("x float32[B]", "cannot read the input spec"),
+        ("x:float32(B)", "cannot read the input spec"),
+        ("x:float32[B,0]", "has a dim of size 0"),
+        ("x:float32[B+1]", "has a dim 'B+1' that is neither a positive integer nor a symbol"),
+        ("x:float32[B,]", "has a dim '' that is neither a positive integer nor a symbol"),
+        ("ids:int64[B]{0..2.5}", "gives a fractional domain to an integer input"),
+        ("ids:int64[B]{5..1}", "has an empty value domain"),
+        ("x:float32[B]{1..1}", "has an empty value domain"),
+        ("mask:bool[B]{0..2}", "gives a bool input a domain outside 0..1"),
+        ("x:float32[B]{0,1}", "has a value domain that is not low..high"),
+    ],
+)
 def test_a_bad_spec_is_an_error_naming_the_spec_and_what_is_wrong(text, problem):
     with pytest.raises(ConvertError) as info:
         parse_input_specs(["ok:float32[B]", text])
@@ -112,6 +114,7 @@ def test_no_specs_is_no_inputs():
 
 
 # parse_dim_sizes and parse_shape_ranges
+
 
 def test_dim_sizes_keep_the_export_size_first():
     assert parse_dim_sizes(["B=2,1,8", " S =16"]) == {"B": (2, 1, 8), "S": (16,)}
@@ -148,29 +151,36 @@ def test_a_bad_shape_range_is_an_error_naming_that_item(item):
 
 # factory references
 
-@pytest.mark.parametrize("text", [
-    "fixtures.torch_models:build_cnn",
-    "models:build",
-    "nets:Zoo.resnet",
-    "path/to/file.py:build",
-    "file.py:Model",
-    "C:\\models\\nets.py:build",
-    "run:3/nets.py:build",  # a folder with a colon in its name: the split is on the last ':'
-])
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "fixtures.torch_models:build_cnn",
+        "models:build",
+        "nets:Zoo.resnet",
+        "path/to/file.py:build",
+        "file.py:Model",
+        "C:\\models\\nets.py:build",
+        "run:3/nets.py:build",  # a folder with a colon in its name: the split is on the last ':'
+    ],
+)
 def test_a_module_or_python_file_with_a_callable_is_a_factory_reference(text):
     assert is_factory_reference(text)
 
 
-@pytest.mark.parametrize("text", [
-    "models/cnn.pt2",
-    "out/run:3/model.pt2",  # a file path with a colon in a folder name
-    "C:\\models\\model.pt2",
-    "model.pt2",
-    "pkg.mod:",
-    ":build",
-    "pkg.mod:3build",
-    "my-package.mod:build",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "models/cnn.pt2",
+        "out/run:3/model.pt2",  # a file path with a colon in a folder name
+        "C:\\models\\model.pt2",
+        "model.pt2",
+        "pkg.mod:",
+        ":build",
+        "pkg.mod:3build",
+        "my-package.mod:build",
+    ],
+)
 def test_a_file_path_or_a_broken_reference_is_no_factory_reference(text):
     assert not is_factory_reference(text)
 
@@ -190,6 +200,7 @@ def test_a_reference_in_a_file_is_anchored_to_that_files_folder(tmp_path):
 
 
 # example inputs
+
 
 def test_example_inputs_are_read_from_an_npz_by_name(tmp_path):
     path = tmp_path / "example.npz"
@@ -211,6 +222,7 @@ def test_missing_empty_or_pickled_example_inputs_are_errors(tmp_path):
 
 
 # the framework of a model file
+
 
 def _zip(path: Path, *members: str) -> Path:
     with zipfile.ZipFile(path, "w") as archive:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from convert.errors import ConvertError
 from convert.sources.request import SourceRequest
-from convert.worker import (ChildWorker, InProcessWorker, Session, StageCrashed, WorkerError, _death, start)
+from convert.worker import ChildWorker, InProcessWorker, Session, StageCrashed, WorkerError, _death, start
 
 FAKES = '''
 import os, signal, time
@@ -78,6 +77,7 @@ def _alive(pid: int) -> bool:
 
 # start(): which worker runs the jobs
 
+
 def test_a_model_path_gets_a_child_worker_with_its_timeout(tmp_path):
     worker = start(SourceRequest(model=str(tmp_path / "m.pt2")), 120.0)
     assert isinstance(worker, ChildWorker)
@@ -88,8 +88,7 @@ def test_a_model_path_gets_a_child_worker_with_its_timeout(tmp_path):
 def test_a_python_object_model_runs_in_process_and_the_isolation_says_why():
     worker = start(SourceRequest(model=[1, 2]), 120.0)
     assert isinstance(worker, InProcessWorker)
-    assert worker.isolation == ("in-process: the model was given as a Python object (list) "
-                                "(no crash isolation, no stage timeout)")
+    assert worker.isolation == ("in-process: the model was given as a Python object (list) (no crash isolation, no stage timeout)")
 
 
 def test_turning_isolation_off_runs_in_process(tmp_path):
@@ -103,6 +102,7 @@ def test_params_that_cannot_be_sent_to_another_process_run_in_process(tmp_path):
 
 
 # the in-process worker and the session
+
 
 def test_a_user_error_in_process_is_raised_as_it_is(tmp_path):
     worker = InProcessWorker("test")
@@ -166,11 +166,11 @@ def test_a_user_error_from_the_source_in_reference_is_raised():
 
 # how a dead worker is described
 
+
 def test_a_worker_killed_by_sigkill_mentions_the_out_of_memory_killer():
     message, name = _death(-signal.SIGKILL)
     assert name == "SIGKILL"
-    assert message == ("the worker process was killed by SIGKILL "
-                       "(the kernel's out-of-memory killer sends it when memory runs out)")
+    assert message == ("the worker process was killed by SIGKILL (the kernel's out-of-memory killer sends it when memory runs out)")
 
 
 def test_a_worker_killed_by_another_signal_names_it_without_the_memory_hint():
@@ -189,6 +189,7 @@ def test_stage_crashed_carries_its_signal_and_whether_it_timed_out():
 
 
 # the child worker's protocol
+
 
 def test_a_user_error_in_the_child_comes_back_as_that_error(child, tmp_path):
     missing = tmp_path / "missing.pt2"
