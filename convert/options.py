@@ -1,9 +1,9 @@
 """Every run option, declared once: its CLI flag and help, its Python keyword, its key in a promotion policy, the cached
 stages whose results it changes, and whether an artifact's reproduce command repeats it.
 
-The CLI's options (``cli.export_command``), the requests the API and the gate build (``request_from``,
-``request_from_policy``), the report's ``options`` record, the cache's option digest and the reproduce command are
-all derived from ``OPTIONS``; a test proves every option is either reproduced or excluded with its reason.
+The CLI's options (``cli.export_command``), the requests the API and the gate build (``from_api``, ``from_policy``),
+the report's ``options`` record, the cache's option digest and the reproduce command (convert/pipeline/reproduce.py)
+are all derived from ``OPTIONS``; a test proves every option is either reproduced or excluded with its reason.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -414,46 +413,15 @@ def digest(request: ConvertRequest, stage: Stage) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 
 
-def reproduce_command(request: ConvertRequest, target: str, out_dir: Path, optimization: str = "") -> str:
-    """The command that makes this one artifact again: the CLI for a model given by path or name, else the API call."""
-    repeated = [o for o in OPTIONS if o.reproduce == "always" or (o.reproduce == "optimization" and optimization)]
-    if not isinstance(request.model, (str, os.PathLike)):
-        keywords = {"to": [target], **({"optimize": [optimization]} if optimization else {})}
-        for option in repeated:
-            value = getattr(request, option.name)
-            if not _is_object(value) and value not in (None, (), False, option.default):
-                keywords[option.keyword] = list(value) if isinstance(value, tuple) else _spelled(value)
-        return f"convert.convert(<{type(request.model).__name__} object>" + "".join(f", {k}={v!r}" for k, v in keywords.items()) + ")"
-    parts = ["python", "-m", "convert", os.fspath(request.model), "--to", target, "--out", str(out_dir)]
-    if optimization:
-        parts += ["--optimize", optimization]
-    for option in repeated:
-        value = getattr(request, option.name)
-        if _is_object(value) or value is None or value == option.default:
-            continue
-        if option.kind == "flag":
-            parts += [option.flag] if value else []
-        elif option.kind == "multiple":
-            for item in value:
-                parts += [option.flag, item]
-        else:
-            parts += [option.flag, _spelled(value)]
-    return shlex.join(parts)
-
-
-def _is_object(value: Any) -> bool:
+def is_object(value: Any) -> bool:
     """A value only Python can pass (a params pytree, example arrays): it has no spelling on a command line."""
     if isinstance(value, (tuple, list)):
         return not all(isinstance(item, str) for item in value)
     return not isinstance(value, (str, os.PathLike, int, float, bool, type(None)))
 
 
-def _spelled(value: Any) -> str:
-    return os.fspath(value) if isinstance(value, os.PathLike) else str(value)
-
-
 def _json(value: Any) -> Any:
-    if _is_object(value):
+    if is_object(value):
         return None
     if isinstance(value, tuple):
         return list(value)

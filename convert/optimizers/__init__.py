@@ -1,4 +1,7 @@
-"""Optimizers: one per pass, each taking an artifact of one format (``takes``) and giving a new artifact."""
+"""Optimizers: one per pass, each taking an artifact of one format (``takes``) and giving a new artifact.
+
+``cacheable=False``: a TensorRT engine is made for one GPU model and driver, and its runner checks only engines built
+in this run, so its results are never reused from the cache."""
 
 from convert.registry import REGISTRY
 

@@ -12,6 +12,7 @@ import pytest
 from convert import api, options
 from convert.cli import export_command
 from convert.pipeline import ConvertRequest
+from convert.pipeline.reproduce import reproduce_command
 from convert.policy import Policy
 
 # A value for every option other than its default, as the CLI spells it
@@ -90,7 +91,7 @@ def test_a_reproduce_command_parses_back_to_the_same_request():
     values = _request_from_cli(["model.pt2", *_argv(NON_DEFAULT)])
     request = ConvertRequest(**values)
     for optimization, repeated in (("", {"always"}), ("trt:fp16", {"always", "optimization"})):
-        command = options.reproduce_command(request, "onnx", Path("out/onnx"), optimization)
+        command = reproduce_command(request, "onnx", Path("out/onnx"), optimization)
         parsed = _request_from_cli(shlex.split(command)[3:])
         assert parsed["to"] == ("onnx",) and parsed["optimize"] == ((optimization,) if optimization else ())
         for option in options.OPTIONS:
@@ -98,14 +99,14 @@ def test_a_reproduce_command_parses_back_to_the_same_request():
                 assert parsed[option.name] == values[option.name], (optimization, option.name, command)
             elif option.reproduce == "optimization":
                 assert parsed[option.name] == options.BY_NAME[option.name].to_request(option.default), (option.name, command)
-    assert "--shape-range B=1..8..32" in options.reproduce_command(request, "onnx", Path("out"), "trt:fp16")
+    assert "--shape-range B=1..8..32" in reproduce_command(request, "onnx", Path("out"), "trt:fp16")
 
 
 def test_an_api_reproduce_names_the_keywords_a_model_object_was_converted_with():
     request = ConvertRequest(
         model=object(), inputs=("x:float32[B,8]",), dims=("B=2,5",), tolerances=("atol=1e-3",), example_inputs={"x": [1.0]}
     )
-    text = options.reproduce_command(request, "onnx", Path("out"))
+    text = reproduce_command(request, "onnx", Path("out"))
     assert text == ("convert.convert(<object object>, to=['onnx'], inputs=['x:float32[B,8]'], dims=['B=2,5'], tolerance=['atol=1e-3'])")
 
 

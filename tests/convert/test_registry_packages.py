@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from convert import doctor, pipeline
+from convert import doctor
+from convert.pipeline.runner import environment
 from convert.registry import CORE_PACKAGES, KINDS, REGISTRY, Entry
 
 
@@ -22,7 +23,7 @@ def fake_exporter(monkeypatch):
 
 
 def test_a_package_declared_on_an_entry_is_recorded_cache_keyed_and_listed_by_doctor(fake_exporter):
-    assert "psutil" in pipeline._environment().packages
+    assert "psutil" in environment().packages
     assert "psutil" in REGISTRY.source_packages("torch") and "psutil" not in REGISTRY.source_packages("keras")
     row = next(r for r in doctor.package_rows() if r.name == "psutil")
     assert row.status == "installed" and REGISTRY.extra_of("psutil") == "fake"

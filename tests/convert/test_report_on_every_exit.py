@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import convert
-from convert import pipeline
 from convert.errors import ConvertError
+from convert.pipeline import runner as pipeline_run
+from convert.safety import LOCK_NAME
 from tests.conftest import load_report
 
 
@@ -31,7 +32,7 @@ def test_an_error_after_an_artifact_is_published_leaves_a_report(tmp_path, monke
     def benchmark_that_raises(*args, **kwargs):
         raise raised
 
-    monkeypatch.setattr(pipeline, "_benchmark", benchmark_that_raises)
+    monkeypatch.setattr(pipeline_run, "benchmark", benchmark_that_raises)
     with pytest.raises(type(raised)):
         convert.convert(_linear(), inputs=["input:float32[B,8]"], to=["onnx"], benchmark=True, out=tmp_path, cache=False)
     report = load_report(tmp_path / "report.json")
@@ -54,17 +55,17 @@ def test_the_gate_renders_and_logs_under_the_lock_before_its_report_is_final(tmp
     from convert.promotion import gate
 
     order: list[str] = []
-    write_report = pipeline._write_report
+    write_report = pipeline_run.write_report
 
     def recording_write(path, report):
-        order.append(f"report locked={(path.parent / pipeline.LOCK_NAME).exists()}")
+        order.append(f"report locked={(path.parent / LOCK_NAME).exists()}")
         write_report(path, report)
 
     def recording_render(report, **paths):
-        order.append(f"render locked={(tmp_path / 'out' / pipeline.LOCK_NAME).exists()}")
+        order.append(f"render locked={(tmp_path / 'out' / LOCK_NAME).exists()}")
         return []
 
-    monkeypatch.setattr(pipeline, "_write_report", recording_write)
+    monkeypatch.setattr(pipeline_run, "write_report", recording_write)
     monkeypatch.setattr("convert.promotion.render_files", recording_render)
     policy = tmp_path / "promotion.yaml"
     policy.write_text(

@@ -12,7 +12,7 @@ import yaml
 from convert.validators import generate_feed
 
 import convert
-from convert.pipeline import _stem
+from convert.pipeline.plan import stem
 from convert.specs import parse_input_specs
 from tests.conftest import load_report, run_cli
 
@@ -126,7 +126,7 @@ def test_a_reference_splits_on_its_last_colon():
     assert split_reference("fixtures.torch_models:build_cnn") == ("fixtures.torch_models", "build_cnn")
     for not_a_reference in (r"C:\models\cnn.pt2", "C:/models/nets.py", "nets.py", "nets.py:", "a b:build"):
         assert split_reference(not_a_reference) is None, not_a_reference
-    assert _stem("runs:2024/nets.py:Factory.build") == "build"
+    assert stem("runs:2024/nets.py:Factory.build") == "build"
 
 
 def test_a_policy_names_a_factory_file_relative_to_itself(models, tmp_path):

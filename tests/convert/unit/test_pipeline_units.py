@@ -1,4 +1,4 @@
-"""Unit tests of the pure parts of convert/pipeline.py: exit-code rules, option checks, stage records, the stem of
+"""Unit tests of the pure parts of convert/pipeline/: exit-code rules, option checks, stage records, the stem of
 the output files, the report of a run an error stopped, and the shape cases every artifact is validated at."""
 
 from __future__ import annotations
@@ -11,20 +11,10 @@ import pytest
 from convert.validators import plan_shape_cases
 
 from convert.errors import ConvertError, MissingDependency
-from convert.pipeline import (
-    ConvertRequest,
-    Progress,
-    _artifact_passed,
-    _check_optimizations,
-    _check_targets,
-    _crashed,
-    _exporter_for,
-    _finish,
-    _report_stop,
-    _Stages,
-    _stem,
-    run,
-)
+from convert.pipeline import ConvertRequest, Progress, run
+from convert.pipeline.context import Stages, crashed, finish, report_stop
+from convert.pipeline.plan import check_optimizations, check_targets, exporter_for, stem
+from convert.pipeline.validate import artifact_passed
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.worker import StageCrashed, _death
@@ -50,8 +40,8 @@ def _artifact(passed: bool, *statuses: str, candidate: bool = False, optimizatio
     )
 
 
-def _stages(*records: tuple[str, str]) -> _Stages:
-    stages = _Stages(Progress())
+def _stages(*records: tuple[str, str]) -> Stages:
+    stages = Stages(Progress())
     stages.records = [rm.Stage(name=name, status=status) for name, status in records]
     return stages
 
@@ -67,77 +57,77 @@ class RecordingProgress(Progress):
         self.events.append(("finished", f"{stage.name} {stage.status}"))
 
 
-# _finish: the exit-code rules
+# finish: the exit-code rules
 
 
 def test_a_run_whose_artifacts_all_passed_exits_0():
     report = _report(_artifact(True, "passed", "skipped"))
-    _finish(report, _stages(("load", "ok"), ("export:onnx", "ok"), ("validate:onnx", "ok")))
+    finish(report, _stages(("load", "ok"), ("export:onnx", "ok"), ("validate:onnx", "ok")))
     assert report.passed and report.exit_code == 0
     assert [s.name for s in report.stages] == ["load", "export:onnx", "validate:onnx"]
 
 
 def test_a_failed_check_makes_exit_code_1():
     report = _report(_artifact(True, "passed"), _artifact(False, "passed", "failed"))
-    _finish(report, _stages(("export:onnx", "ok")))
+    finish(report, _stages(("export:onnx", "ok")))
     assert not report.passed and report.exit_code == 1
 
 
 def test_an_artifact_none_of_whose_checks_could_run_makes_exit_code_1():
     report = _report(_artifact(False, "skipped", "skipped"))
-    _finish(report, _stages(("export:onnx", "ok")))
+    finish(report, _stages(("export:onnx", "ok")))
     assert not report.passed and report.exit_code == 1
 
 
 @pytest.mark.parametrize("stage", ["export:torchscript", "optimize:fp16"])
 def test_a_failed_export_or_optimize_stage_makes_exit_code_2(stage):
     report = _report(_artifact(True, "passed"))
-    _finish(report, _stages(("export:onnx", "ok"), (stage, "failed")))
+    finish(report, _stages(("export:onnx", "ok"), (stage, "failed")))
     assert not report.passed and report.exit_code == 2
 
 
 def test_a_failed_auto_candidate_does_not_fail_the_run():
     """--optimize auto: a candidate that fails to build or to validate loses; it does not fail the run."""
     report = _report(_artifact(True, "passed"), _artifact(False, "failed", candidate=True, optimization="int8"))
-    _finish(report, _stages(("export:onnx", "ok"), ("auto:fp16", "failed"), ("auto:int8", "ok")))
+    finish(report, _stages(("export:onnx", "ok"), ("auto:fp16", "failed"), ("auto:int8", "ok")))
     assert report.passed and report.exit_code == 0
 
 
 def test_a_skipped_optimize_stage_does_not_fail_the_run():
     report = _report(_artifact(True, "passed"))
-    _finish(report, _stages(("export:onnx", "ok"), ("optimize:trt", "skipped")))
+    finish(report, _stages(("export:onnx", "ok"), ("optimize:trt", "skipped")))
     assert report.passed and report.exit_code == 0
 
 
 def test_an_interrupted_run_exits_130_and_has_not_passed():
     report = _report(_artifact(True, "passed"), interrupted=True)
-    _finish(report, _stages(("export:onnx", "ok")))
+    finish(report, _stages(("export:onnx", "ok")))
     assert not report.passed and report.exit_code == 130
 
 
 def test_a_run_with_no_artifacts_has_not_passed():
     report = _report()
-    _finish(report, _stages(("load", "ok"), ("reference", "ok")))
+    finish(report, _stages(("load", "ok"), ("reference", "ok")))
     assert not report.passed and report.exit_code != 0
 
 
 def test_an_artifact_passes_only_with_a_passed_check_and_no_failed_one():
-    assert _artifact_passed(_artifact(False, "passed", "skipped"))
-    assert not _artifact_passed(_artifact(False, "passed", "failed"))
-    assert not _artifact_passed(_artifact(False, "skipped"))
-    assert not _artifact_passed(_artifact(False))
+    assert artifact_passed(_artifact(False, "passed", "skipped"))
+    assert not artifact_passed(_artifact(False, "passed", "failed"))
+    assert not artifact_passed(_artifact(False, "skipped"))
+    assert not artifact_passed(_artifact(False))
 
 
-# _check_targets / _check_optimizations / _exporter_for
+# check_targets / check_optimizations / exporter_for
 
 
 def test_targets_are_stripped_and_deduplicated_in_order():
-    assert _check_targets([" torchscript", "onnx", "torchscript ", ""]) == ["torchscript", "onnx"]
+    assert check_targets([" torchscript", "onnx", "torchscript ", ""]) == ["torchscript", "onnx"]
 
 
 def test_no_target_is_an_error_listing_the_formats():
     with pytest.raises(ConvertError) as info:
-        _check_targets(["", " "])
+        check_targets(["", " "])
     assert info.value.problem == "no target format was given"
     assert info.value.next_step.startswith("Pass --to with one or more of: ")
     assert all(f in info.value.next_step for f in REGISTRY.target_formats())
@@ -145,46 +135,46 @@ def test_no_target_is_an_error_listing_the_formats():
 
 def test_an_unknown_target_is_an_error_naming_it_and_the_choices():
     with pytest.raises(ConvertError) as info:
-        _check_targets(["onnx", "pdf"])
+        check_targets(["onnx", "pdf"])
     assert info.value.problem == "unknown target format 'pdf'"
     assert info.value.next_step == f"Choose from: {', '.join(REGISTRY.target_formats())}."
 
 
 def test_known_optimizations_are_kept_in_order_and_not_auto():
-    assert _check_optimizations(["fp16", " simplify", "fp16"], ["onnx"]) == (["fp16", "simplify"], False)
-    assert _check_optimizations([], ["onnx"]) == ([], False)
+    assert check_optimizations(["fp16", " simplify", "fp16"], ["onnx"]) == (["fp16", "simplify"], False)
+    assert check_optimizations([], ["onnx"]) == ([], False)
 
 
 def test_an_unknown_optimization_is_an_error_naming_it_and_the_choices():
     with pytest.raises(ConvertError) as info:
-        _check_optimizations(["fp16", "int4"], ["onnx"])
+        check_optimizations(["fp16", "int4"], ["onnx"])
     assert info.value.problem == "unknown optimization 'int4'"
     assert info.value.next_step.startswith("Choose from: auto, ") and "int8-dynamic" in info.value.next_step
 
 
 def test_an_optimization_whose_artifact_is_not_exported_is_an_error_saying_what_to_add():
     with pytest.raises(ConvertError) as info:
-        _check_optimizations(["fp16"], ["torchscript"])
+        check_optimizations(["fp16"], ["torchscript"])
     assert info.value.problem == "--optimize fp16 works on the onnx artifact, which --to does not ask for"
     assert info.value.next_step == "Add onnx to --to."
 
 
 def test_auto_becomes_every_pass_that_starts_from_a_requested_target():
-    passes, auto = _check_optimizations(["auto"], ["onnx", "torchscript"])
+    passes, auto = check_optimizations(["auto"], ["onnx", "torchscript"])
     assert auto
     assert passes == [e.name for e in REGISTRY.entries("optimizer") if e.meta["takes"] == "onnx"]
 
 
 def test_auto_with_other_passes_is_an_error():
     with pytest.raises(ConvertError) as info:
-        _check_optimizations(["auto", "fp16"], ["onnx"])
+        check_optimizations(["auto", "fp16"], ["onnx"])
     assert info.value.problem == "--optimize auto is given with other passes"
     assert "Give auto alone" in info.value.next_step
 
 
 def test_auto_without_onnx_is_an_error_saying_to_add_it():
     with pytest.raises(ConvertError) as info:
-        _check_optimizations(["auto"], ["torchscript"])
+        check_optimizations(["auto"], ["torchscript"])
     assert "--optimize auto starts from the onnx artifact" in info.value.problem
     assert info.value.next_step == "Add onnx to --to."
 
@@ -195,19 +185,19 @@ def test_an_optimization_whose_package_is_missing_names_the_extra_to_install():
     if importlib.util.find_spec("openvino") is not None:
         pytest.skip("openvino is installed here")
     with pytest.raises(MissingDependency) as info:
-        _check_optimizations(["openvino"], ["onnx"])
+        check_optimizations(["openvino"], ["onnx"])
     assert "'openvino'" in info.value.problem and "model-convert[openvino]" in info.value.next_step
 
 
 def test_the_exporter_is_chosen_by_target_and_framework():
-    assert _exporter_for("onnx", "torch") == "torch-onnx"
-    assert _exporter_for("onnx", "keras") == "keras-onnx"
-    assert _exporter_for("savedmodel", "jax") == "tf-savedmodel"
+    assert exporter_for("onnx", "torch") == "torch-onnx"
+    assert exporter_for("onnx", "keras") == "keras-onnx"
+    assert exporter_for("savedmodel", "jax") == "tf-savedmodel"
 
 
 def test_a_target_the_framework_cannot_reach_is_an_error_naming_who_can():
     with pytest.raises(ConvertError) as info:
-        _exporter_for("tflite", "torch")
+        exporter_for("tflite", "torch")
     assert info.value.problem == "there is no exporter from torch to tflite"
     assert info.value.next_step == "tflite can be made from: jax, keras."
 
@@ -235,11 +225,11 @@ def test_bad_options_are_refused_before_anything_is_written(tmp_path, options, f
     assert list(tmp_path.iterdir()) == []
 
 
-# _stem
+# stem
 
 
 @pytest.mark.parametrize(
-    "model, stem",
+    "model, expected",
     [
         ("models/resnet50.pt2", "resnet50"),
         ("models/bert.weights.keras", "bert"),
@@ -250,32 +240,32 @@ def test_bad_options_are_refused_before_anything_is_written(tmp_path, options, f
         ("saved_models/encoder", "encoder"),
     ],
 )
-def test_the_stem_is_the_file_name_or_the_factory_name(model, stem):
-    assert _stem(model) == stem
+def test_the_stem_is_the_file_name_or_the_factory_name(model, expected):
+    assert stem(model) == expected
 
 
 def test_a_model_given_as_an_object_has_the_stem_model():
-    assert _stem(object()) == "model"
-    assert _stem({"weights": 1}) == "model"
+    assert stem(object()) == "model"
+    assert stem({"weights": 1}) == "model"
 
 
 def test_an_existing_file_with_a_colon_in_its_name_is_a_file_not_a_factory(tmp_path):
     """'weights:v2.pt' reads as module 'weights', attribute 'v2.pt'; a file of that name is the model."""
     path = tmp_path / "weights:v2.pt"
     path.write_bytes(b"x")
-    assert _stem(str(path)) == "weights:v2"
+    assert stem(str(path)) == "weights:v2"
 
 
 def test_a_hidden_file_has_the_stem_model():
-    assert _stem("folder/.pt2") == "model"
+    assert stem("folder/.pt2") == "model"
 
 
-# _Stages.run
+# Stages.run
 
 
 def test_a_stage_that_finishes_is_recorded_ok_with_its_seconds():
     progress = RecordingProgress()
-    stages = _Stages(progress)
+    stages = Stages(progress)
     with stages.run("export:onnx") as stage:
         time.sleep(0.05)
         stage.reason = "kept"
@@ -286,7 +276,7 @@ def test_a_stage_that_finishes_is_recorded_ok_with_its_seconds():
 
 
 def test_a_stage_keeps_a_status_set_inside_it():
-    stages = _Stages(Progress())
+    stages = Stages(Progress())
     with stages.run("optimize:trt") as stage:
         stage.status, stage.reason = "skipped", "tensorrt is not installed"
     assert (stages.records[0].status, stages.records[0].reason) == ("skipped", "tensorrt is not installed")
@@ -294,7 +284,7 @@ def test_a_stage_keeps_a_status_set_inside_it():
 
 def test_a_convert_error_in_a_stage_fails_it_with_the_paragraph_and_is_raised_again():
     progress = RecordingProgress()
-    stages = _Stages(progress)
+    stages = Stages(progress)
     with pytest.raises(ConvertError, match="the model is broken"):
         with stages.run("load"):
             raise ConvertError("the model is broken", "Fix it.")
@@ -304,7 +294,7 @@ def test_a_convert_error_in_a_stage_fails_it_with_the_paragraph_and_is_raised_ag
 
 
 def test_another_exception_in_a_stage_fails_it_with_its_type_and_is_raised_again():
-    stages = _Stages(Progress())
+    stages = Stages(Progress())
     with pytest.raises(ValueError):
         with stages.run("reference"):
             raise ValueError("shapes do not match")
@@ -312,7 +302,7 @@ def test_another_exception_in_a_stage_fails_it_with_its_type_and_is_raised_again
 
 
 def test_an_interruption_in_a_stage_is_recorded_and_raised_again():
-    stages = _Stages(Progress())
+    stages = Stages(Progress())
     with pytest.raises(KeyboardInterrupt):
         with stages.run("validate:onnx"):
             raise KeyboardInterrupt
@@ -320,7 +310,7 @@ def test_an_interruption_in_a_stage_is_recorded_and_raised_again():
 
 
 def test_stages_are_recorded_in_the_order_they_ran():
-    stages = _Stages(Progress())
+    stages = Stages(Progress())
     for name in ("load", "reference", "export:onnx"):
         with stages.run(name):
             pass
@@ -329,29 +319,29 @@ def test_stages_are_recorded_in_the_order_they_ran():
 
 def test_a_worker_crash_fails_the_stage_with_the_signal():
     stage = rm.Stage(name="export:onnx", status="ok")
-    message = _crashed(stage, StageCrashed(*_death(-11)))
+    message = crashed(stage, StageCrashed(*_death(-11)))
     assert (stage.status, stage.signal, stage.timed_out) == ("failed", "SIGSEGV", False)
     assert message == stage.error == "the export:onnx stage did not finish: the worker process was killed by SIGSEGV"
 
 
 def test_a_stage_timeout_is_recorded_as_timed_out():
     stage = rm.Stage(name="validate:onnx", status="ok")
-    _crashed(stage, StageCrashed("it ran past the stage timeout of 5 s and was stopped", timed_out=True))
+    crashed(stage, StageCrashed("it ran past the stage timeout of 5 s and was stopped", timed_out=True))
     assert stage.status == "failed" and stage.timed_out and stage.signal is None
     assert "past the stage timeout of 5 s" in stage.error
 
 
-# _report_stop
+# report_stop
 
 
 def _stopped(tmp_path: Path, exc: Exception) -> tuple[rm.Report, Path]:
-    stages = _Stages(Progress())
+    stages = Stages(Progress())
     with pytest.raises(type(exc)):
         with stages.run("export:onnx"):
             raise exc
     report = _report(_artifact(True, "passed"))
     path = tmp_path / "report.json"
-    _report_stop(report, stages, path, exc)
+    report_stop(report, stages, path, exc)
     return report, path
 
 
@@ -374,7 +364,7 @@ def test_a_run_stopped_by_an_internal_error_exits_3_and_names_the_exception(tmp_
 def test_a_stop_report_that_cannot_be_written_leaves_the_error_to_say_why(tmp_path):
     (tmp_path / "a-file").write_text("")
     report = _report(_artifact(True, "passed"))
-    _report_stop(report, _Stages(Progress()), tmp_path / "a-file" / "report.json", RuntimeError("boom"))
+    report_stop(report, Stages(Progress()), tmp_path / "a-file" / "report.json", RuntimeError("boom"))
     assert report.exit_code == 3 and report.error == "internal error: RuntimeError: boom"
     assert (tmp_path / "a-file").read_text() == ""
 

@@ -1,0 +1,177 @@
+"""What every stage of a run shares: the request, the report being written, the worker, the cache, the staging
+folder, and what the earlier stages made (the source, its shape cases, the artifacts)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from convert.artifacts import Artifact
+from convert.cache import RunCache
+from convert.errors import ConvertError
+from convert.protected_inputs import Read, Write
+from convert.reports import model as rm
+from convert.safety import Staging, atomic_write_text, no_space_error
+from convert.validation import ValidationCase
+from convert.validators import TolerancePolicy
+from convert.worker import DEFAULT_STAGE_TIMEOUT, SourceSummary, StageCrashed
+
+
+@dataclass
+class ConvertRequest:
+    """One run's options (declared once, with their flags and policy keys, in convert/options.py) and the caller's hooks."""
+
+    model: Any
+    to: tuple[str, ...] = ("onnx",)
+    out: Path | None = None
+    framework: str | None = None
+    weights: Path | None = None
+    params: Any = None  # a JAX model's params: a file path, or a pytree from Python
+    inputs: tuple[str, ...] = ()
+    example_inputs: Any = None  # an .npz path, a dict of arrays, or a tuple of tensors
+    dims: tuple[str, ...] = ()
+    opset: int | None = None
+    tolerances: tuple[str, ...] = ()
+    optimize: tuple[str, ...] = ()
+    calibration_data: Path | None = None
+    accuracy: tuple[str, ...] = ()  # accuracy budgets of reduced-precision artifacts
+    shape_ranges: tuple[str, ...] = ()  # "B=1..8..32": TensorRT profiles and the validation sizes
+    benchmark: bool = False
+    threads: int | None = None  # intra-op threads of every benchmarked runtime (default: every core)
+    benchmark_batch: int = 8
+    samples: int = 3
+    allow_fixed_shapes: bool = False  # an artifact that fixes a dim asked dynamic passes, its checks there skipped
+    seed: int = 0
+    trust_code: bool = False
+    force: bool = False
+    stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT  # seconds per stage in the worker process; None: no limit
+    isolate: bool = True  # False: the framework work runs in this process (for debuggers and profilers)
+    cache: bool = True  # reuse the results of unchanged stages (convert/cache.py)
+    cache_dir: Path | None = None  # default: $CONVERT_CACHE_DIR, else ~/.cache/convert
+    report_json: Path | None = None
+    command: str = ""
+    reads: tuple[Read, ...] = ()  # what the caller reads besides the model's files (the gate's policy and baseline)
+    writes: tuple[Write, ...] = ()  # what the caller writes besides the run's outputs (the gate's renderings)
+    judge: Callable[[rm.Report, Path], rm.Verdict] | None = None  # the gate's verdict, written into the report
+    # called once the report is written, still under the output lock (the gate's renderings and MLflow run); what it
+    # changes in the report is written again
+    publish: Callable[[rm.Report, Path], None] | None = None
+
+
+@dataclass
+class ConversionResult:
+    report: rm.Report
+    artifacts: dict[str, Artifact]
+    report_path: Path | None
+
+    @property
+    def passed(self) -> bool:
+        return self.report.passed
+
+    @property
+    def exit_code(self) -> int:
+        return self.report.exit_code if self.report.exit_code is not None else 3
+
+
+class Progress:
+    """Receives stage events; the CLI prints them, the Python API stays quiet by default."""
+
+    def started(self, name: str) -> None: ...
+
+    def finished(self, stage: rm.Stage, detail: str = "") -> None: ...
+
+
+class Stages:
+    """The run's stage records, in the order they ran; each says how it ended and how long it took."""
+
+    def __init__(self, progress: Progress):
+        self.records: list[rm.Stage] = []
+        self.progress = progress
+
+    @contextlib.contextmanager
+    def run(self, name: str) -> Iterator[rm.Stage]:
+        record = rm.Stage(name=name, status="ok")
+        self.progress.started(name)
+        started = time.perf_counter()
+        try:
+            yield record
+        except ConvertError as exc:
+            record.status, record.error = "failed", exc.paragraph()
+            raise
+        except BaseException as exc:
+            record.status, record.error = "failed", f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            record.seconds = round(time.perf_counter() - started, 3)
+            self.records.append(record)
+            self.progress.finished(record)
+
+
+@dataclass
+class RunContext:
+    """One run's shared state; each stage reads what it needs and adds what it makes."""
+
+    request: ConvertRequest
+    report: rm.Report
+    stages: Stages
+    worker: Any  # convert.worker's InProcessWorker or ChildWorker
+    cache: RunCache
+    policy: TolerancePolicy
+    out_dir: Path
+    stem: str
+    report_path: Path
+    staging: Staging | None = None
+    source: SourceSummary | None = None
+    cases: list[ValidationCase] = field(default_factory=list)
+    export_feed: dict[str, Any] = field(default_factory=dict)
+    calibration: list[dict[str, Any]] = field(default_factory=list)
+    profile_ranges: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    artifacts: dict[str, Artifact] = field(default_factory=dict)  # published, by key
+    candidates: dict[str, Artifact] = field(default_factory=dict)  # --optimize auto's, staged until one is chosen
+
+
+def crashed(stage: rm.Stage, exc: StageCrashed) -> str:
+    """Mark the stage failed by a worker crash or timeout; the message."""
+    stage.status, stage.signal, stage.timed_out = "failed", exc.signal, exc.timed_out
+    stage.error = f"the {stage.name} stage did not finish: {exc}"
+    return stage.error
+
+
+def write_report(path: Path, report: rm.Report) -> None:
+    try:
+        atomic_write_text(path, report.to_json())
+    except OSError as exc:
+        full = no_space_error(exc, path.parent)
+        if full is not None:
+            raise full from exc
+        raise ConvertError(
+            f"cannot write the report {path}: {exc.strerror or exc}", "Choose a writable path with --report-json or --out."
+        ) from exc
+
+
+def finish(report: rm.Report, stages: Stages) -> None:
+    """The verdict and exit code: 0 passed, 1 a check failed, 2 an export or optimization failed, 130 interrupted."""
+    report.stages = stages.records
+    export_failed = any(s.status == "failed" and s.makes_artifact for s in report.stages)
+    check_failed = any(not a.passed for a in report.artifacts if a.checks and not a.candidate)
+    report.passed = bool(report.artifacts) and not export_failed and not check_failed and not report.interrupted
+    report.exit_code = 0 if report.passed else 1 if check_failed else 2 if export_failed else 1
+    if report.interrupted:
+        report.exit_code = 130
+
+
+def report_stop(report: rm.Report, stages: Stages, report_path: Path, exc: Exception) -> None:
+    """Write the report of a run an error stopped: exit code 2 for a user error, 3 for an internal one. A report that
+    cannot be written (the error may be a full disk) leaves the error to say so."""
+    finish(report, stages)
+    user_error = isinstance(exc, ConvertError)
+    report.error = exc.paragraph() if user_error else f"internal error: {type(exc).__name__}: {exc}"
+    report.passed, report.exit_code = False, 2 if user_error else 3
+    try:
+        write_report(report_path, report)
+    except ConvertError:
+        pass

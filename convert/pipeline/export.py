@@ -1,0 +1,80 @@
+"""The export stage (one per target) and what optimizations share with it: a job in the worker, from the cache when
+its entry is there and trusted, its attempts recorded."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from convert.artifacts import Artifact
+from convert.cache import Lookup, RunCache, artifact_data, cached_artifact
+from convert.errors import ConvertError
+from convert.exporters.base import ExportJob
+from convert.pipeline.context import RunContext, crashed
+from convert.pipeline.reproduce import reproduce_command
+from convert.pipeline.validate import validate_and_publish
+from convert.reports import model as rm
+from convert.worker import Session, StageCrashed
+
+
+def export_target(ctx: RunContext, target: str, exporter: str) -> None:
+    """Export one target with the named exporter, then validate and publish it."""
+    record = rm.ArtifactRecord(format=target, reproduce=reproduce_command(ctx.request, target, ctx.out_dir))
+    ctx.report.artifacts.append(record)
+    dim_ranges = ctx.source.dim_ranges
+    with ctx.stages.run(f"export:{target}") as stage:
+        job = ExportJob(
+            source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=dim_ranges
+        )
+        lookup = ctx.cache.find(stage.name, ctx.cache.source_packages, exporter, ctx.stem, ctx.export_feed, dim_ranges)
+        artifact = recorded(made(ctx, stage, lookup, Session.export, exporter, job), record, stage)
+    if artifact is not None:
+        validate_and_publish(ctx, target, artifact, record)
+
+
+def setup_job(worker, stage: rm.Stage, job: Callable, *args):
+    """A job the worker must have done before any other (loading the source): a crash here is the model's fault."""
+    try:
+        return worker.call(job, *args, setup=True)
+    except StageCrashed as exc:
+        crashed(stage, exc)
+        raise ConvertError(
+            f"loading the model did not finish: {exc}",
+            "The file may be corrupt or truncated, or need other versions of its framework's native "
+            "libraries: load it in a Python shell with the same packages to see the crash.",
+        ) from None
+
+
+def made(ctx: RunContext, stage: rm.Stage, lookup: Lookup, method: Callable, name: str, job):
+    """An export or optimization: from the cache when its entry is there and trusted, else made and then cached."""
+    from convert.exporters.base import Attempt, ExportOutcome
+
+    cache: RunCache = ctx.cache
+    folder: Path = ctx.staging.path
+    if lookup.hit is not None:
+        stage.reused = True
+        attempts = [Attempt(**attempt) for attempt in lookup.hit.data["attempts"]]
+        return ExportOutcome(cached_artifact(lookup.hit, folder), attempts)
+    started = time.perf_counter()
+    try:
+        outcome = ctx.worker.call(method, name, job)
+    except StageCrashed as exc:  # a crash or timeout: a failed attempt of a failed stage
+        return ExportOutcome(None, [Attempt(name, "failed", time.perf_counter() - started, crashed(stage, exc))])
+    if outcome.artifact is not None:
+        cache.keep(lookup, {**artifact_data(outcome.artifact), "attempts": [a.__dict__ for a in outcome.attempts]}, outcome.artifact.files)
+    return outcome
+
+
+def recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | None:
+    """Record an export's (or optimization's) attempts; the artifact, or None when every strategy failed."""
+    record.attempts = [
+        rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error, note=a.note) for a in outcome.attempts
+    ]
+    if outcome.artifact is None:
+        stage.status, stage.error = "failed", outcome.primary_error
+        return None
+    artifact = outcome.artifact
+    record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
+    record.dim_bounds = {symbol: list(bounds) for symbol, bounds in artifact.dim_bounds.items()}
+    return artifact

@@ -1,0 +1,136 @@
+"""The reference stage: inputs for every shape case and the source model's own outputs for them, computed once;
+the calibration feeds and the profile ranges that later stages take from them."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from convert.cache import Lookup
+from convert.errors import ConvertError
+from convert.memory import GIB, check_fits, feed_bytes
+from convert.pipeline.context import RunContext, crashed
+from convert.reports import model as rm
+from convert.validation import ValidationCase
+from convert.validators import generate_feed, plan_shape_cases
+from convert.worker import ChildWorker, Session, StageCrashed
+
+CALIBRATION_SAMPLES = 16
+
+
+def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, ...]]) -> list[ValidationCase]:
+    """Inputs for every shape case and the source's own outputs for them, computed once."""
+    source, request, worker, cache = ctx.source, ctx.request, ctx.worker, ctx.cache
+    signature = source.signature
+    unknown = [s for s in dim_sizes if s not in signature.symbols]
+    if unknown:
+        raise ConvertError(
+            f"--dim or --shape-range names the symbol {unknown[0]}, which no input uses",
+            f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.",
+        )
+    shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, source.dim_ranges or None)
+    sample_bytes = [feed_bytes(signature.inputs, shape.sizes) for shape in shapes]
+    largest = max(range(len(shapes)), key=sample_bytes.__getitem__)
+    fits = functools.partial(
+        check_fits,
+        request.samples * sum(sample_bytes),
+        copies=2 if isinstance(worker, ChildWorker) else 1,
+        largest=f"{', '.join(f'{s.name}:{s.dtype}{list(s.shape(shapes[largest].sizes))}' for s in signature.inputs)} at "
+        f"{sample_bytes[largest] / GIB:.2f} GiB a sample",
+        samples=request.samples,
+        cases=len(shapes),
+    )
+    fits(None)  # before any input is generated
+    cases = []
+    for index, shape in enumerate(shapes):
+        case = ValidationCase(shape)
+        feeds = [
+            source.example_feed
+            if index == 0 and sample == 0 and source.example_feed is not None
+            else generate_feed(signature.inputs, shape.sizes, sample, request.seed)
+            for sample in range(request.samples)
+        ]
+        lookup = cache.find(f"reference {shape.describe()}", cache.source_packages, feeds)
+        if lookup.hit is not None:
+            case.references, error, case.reused = _cached_references(lookup), lookup.hit.data["error"], True
+        else:
+            try:
+                case.references, error = worker.call(Session.reference, feeds)
+            except StageCrashed as exc:
+                raise ConvertError(
+                    f"{crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
+                    "Run the model on such inputs in a Python shell to see the crash; check the --input specs.",
+                ) from None
+            cache.keep(
+                lookup,
+                {"error": error, "outputs": [list(outputs) for outputs in case.references]},
+                arrays={f"{sample}/{name}": value for sample, outputs in enumerate(case.references) for name, value in outputs.items()},
+            )
+        case.feeds = feeds[: len(case.references)]
+        if error and index == 0:
+            raise ConvertError(
+                f"the source model fails on inputs generated from its specs ({', '.join(map(str, signature.inputs))}): {error}",
+                "Check the --input shapes, dtypes and value domains (e.g. {0..VOCAB-1} for token ids).",
+            )
+        case.source_error = error
+        cases.append(case)
+        if index == 0:  # outputs at the other shapes estimated in proportion to their inputs
+            per_input_byte = sum(v.nbytes for outputs in case.references for v in outputs.values()) / max(
+                1, len(case.references) * sample_bytes[0]
+            )
+            fits(round(per_input_byte * request.samples * sum(sample_bytes)))
+    stage.reused = all(case.reused for case in cases)
+    outputs = tuple(cases[0].references[0])
+    if not outputs:
+        raise ConvertError("the model returns no tensors", "Return at least one tensor from the model.")
+    worker.call(Session.set_outputs, outputs, setup=True)
+    source.with_outputs(outputs)
+    unknown_outputs = ctx.policy.unknown_outputs(outputs)
+    if unknown_outputs:
+        raise ConvertError(
+            f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
+            f"The model's outputs are: {', '.join(outputs)}.",
+        )
+    return cases
+
+
+def _cached_references(lookup: Lookup) -> list[dict[str, np.ndarray]]:
+    arrays = lookup.hit.arrays()
+    return [{name: arrays[f"{sample}/{name}"] for name in names} for sample, names in enumerate(lookup.hit.data["outputs"])]
+
+
+class CalibrationFeeds(list):
+    """Calibration feeds, with where they came from (the report says so)."""
+
+    origin = ""
+
+
+def calibration_feeds(ctx: RunContext) -> CalibrationFeeds:
+    """Feeds for calibrated quantization: the user's --calibration-data, or generated from the specs at the export shape."""
+    from convert.sources.request import load_calibration_data
+
+    request, source = ctx.request, ctx.source
+    feeds = CalibrationFeeds()
+    if request.calibration_data is not None:
+        feeds.extend(load_calibration_data(Path(request.calibration_data), source.signature.inputs))
+        feeds.origin = f"{request.calibration_data} ({len(feeds)} feeds)"
+        return feeds
+    sizes = ctx.cases[0].shape.sizes
+    feeds.extend(generate_feed(source.signature.inputs, sizes, sample, request.seed + 1000) for sample in range(CALIBRATION_SAMPLES))
+    feeds.origin = (
+        f"generated from the input specs ({CALIBRATION_SAMPLES} feeds at the export shape, seed {request.seed + 1000}): "
+        "pass --calibration-data with real inputs for a representative calibration"
+    )
+    return feeds
+
+
+def profile_ranges(ctx: RunContext, given: dict[str, tuple[int, int, int]]) -> dict[str, tuple[int, int, int]]:
+    """(min, opt, max) per symbolic dim, for passes that fix them in advance (TensorRT profiles): --shape-range,
+    else the smallest and largest validated sizes with the export size as opt."""
+    ranges = {}
+    for symbol in ctx.source.signature.symbols:
+        sizes = [case.shape.sizes[symbol] for case in ctx.cases if symbol in case.shape.sizes]
+        ranges[symbol] = given.get(symbol) or (min(sizes), ctx.cases[0].shape.sizes[symbol], max(sizes))
+    return ranges

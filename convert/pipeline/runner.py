@@ -1,0 +1,142 @@
+"""One run, stage by stage, over one RunContext; a report on every exit once anything was written."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from convert import __version__, options
+from convert.benchmark import plan_benchmark
+from convert.cache import RunCache
+from convert.devices import cuda_gpus, present_devices
+from convert.pipeline.auto import choose
+from convert.pipeline.benchmark import benchmark
+from convert.pipeline.context import (
+    ConversionResult,
+    ConvertRequest,
+    Progress,
+    RunContext,
+    Stages,
+    finish,
+    report_stop,
+    write_report,
+)
+from convert.pipeline.export import export_target, setup_job
+from convert.pipeline.optimize import optimize
+from convert.pipeline.plan import exporter_for, plan
+from convert.pipeline.reference import calibration_feeds, profile_ranges, reference
+from convert.registry import REGISTRY
+from convert.reports import model as rm
+from convert.safety import Staging
+from convert.sources.request import SourceRequest
+from convert.sources.signature import fixed_shape_note
+from convert.worker import Session, SourceSummary
+from convert.worker import start as start_worker
+
+
+def run(request: ConvertRequest, progress: Progress | None = None) -> ConversionResult:
+    the_plan = plan(request)
+    stages = Stages(progress or Progress())
+    report = rm.Report(
+        tool_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=request.command,
+        environment=environment(),
+        options=options.record(request),
+    )
+    source_request = SourceRequest(
+        model=request.model,
+        framework=request.framework,
+        weights=Path(request.weights) if request.weights else None,
+        params=request.params,
+        inputs=the_plan.specs,
+        example_inputs=the_plan.example,
+        trust_code=request.trust_code,
+        dim_ranges={symbol: (low, high) for symbol, (low, _, high) in the_plan.shape_ranges.items()},
+    )
+    cache = RunCache.open(Path(request.cache_dir) if request.cache_dir else None, request.cache)
+    report.cache = cache.record
+    worker = start_worker(source_request, request.stage_timeout, request.isolate)
+    report.isolation = worker.isolation
+    ctx = RunContext(request, report, stages, worker, cache, the_plan.policy, the_plan.out_dir, the_plan.stem, the_plan.report_path)
+    try:
+        with stages.run("load") as stage:
+            ctx.source = setup_job(worker, stage, Session.load, source_request)
+        report.source = _source_record(ctx.source)
+        inputs = ctx.source.signature.inputs
+        if note := fixed_shape_note(inputs, bool(the_plan.specs), the_plan.example is not None, ctx.source.info.kind):
+            report.notes.append(note)
+        cache.attach(ctx.source, request)
+        exporters = {t: exporter_for(t, ctx.source.info.framework) for t in the_plan.targets}
+
+        with stages.run("reference") as stage:
+            ctx.cases = reference(ctx, stage, the_plan.dim_sizes)
+        report.source.outputs = list(ctx.source.signature.outputs)
+        report.source.inputs = [str(s) for s in ctx.source.signature.inputs]
+        # checked before anything is written: bad calibration data must not leave exported artifacts behind
+        if any(REGISTRY.get("optimizer", o).meta.get("calibrated") for o in the_plan.optimizations):
+            ctx.calibration = calibration_feeds(ctx)
+        ctx.profile_ranges = profile_ranges(ctx, the_plan.shape_ranges)
+        ctx.staging = Staging(ctx.out_dir, [*the_plan.finals.values(), ctx.report_path], request.force)
+        ctx.export_feed = ctx.cases[0].feeds[0]
+        for target in the_plan.targets:
+            export_target(ctx, target, exporters[target])
+        for name in the_plan.optimizations:
+            optimize(ctx, name, candidate=the_plan.auto)
+        if request.benchmark or the_plan.auto:
+            benchmark_plan = plan_benchmark(
+                ctx.source.signature, ctx.cases[0].shape.sizes, ctx.export_feed, the_plan.settings, request.seed
+            )
+            benchmark(ctx, benchmark_plan, the_plan.settings)
+        if the_plan.auto:
+            choose(ctx, base_format="onnx")
+        finish(report, stages)
+        if request.judge is not None:
+            report.gate = request.judge(report, ctx.report_path)
+        write_report(ctx.report_path, report)  # still under the output folder's lock
+        if request.publish is not None:
+            request.publish(report, ctx.report_path)
+            write_report(ctx.report_path, report)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        report.error = "the run was interrupted"
+        finish(report, stages)
+        if ctx.staging is not None:
+            write_report(ctx.report_path, report)
+        raise
+    except Exception as exc:
+        if ctx.staging is not None:  # work was done and may be published: the report says how far the run got and why it stopped
+            report_stop(report, stages, ctx.report_path, exc)
+        raise
+    finally:
+        worker.close()
+        if ctx.staging is not None:
+            ctx.staging.cleanup()
+    return ConversionResult(report=report, artifacts=ctx.artifacts, report_path=ctx.report_path)
+
+
+def environment() -> rm.Environment:
+    from convert.doctor import package_version
+
+    packages = {name: version for name in REGISTRY.packages() if (version := package_version(name)) != "-"}
+    return rm.Environment(
+        python=sys.version.split()[0],
+        platform=platform.platform(),
+        packages=packages,
+        devices=list(present_devices()),
+        device_names=list(cuda_gpus()),
+    )
+
+
+def _source_record(source: SourceSummary) -> rm.SourceRecord:
+    info = source.info
+    return rm.SourceRecord(
+        framework=info.framework,
+        kind=info.kind,
+        path=info.path,
+        sha256=info.sha256,
+        description=info.description,
+        inputs=[str(s) for s in source.signature.inputs],
+    )
