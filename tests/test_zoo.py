@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from benchmarks.zoo import Cell, classify, run_conversion
+from benchmarks.zoo import Cell, classify, render, run_conversion
 from fixtures.zoo import ENTRIES
 
 # (entry, form, target): transformers models exported with keyword inputs (BERT scripted from its program's graph, T5's
@@ -106,3 +106,16 @@ def test_a_skipped_size_is_a_fixed_shape_and_a_missing_artifact_an_error():
     )
     wrapped = classify(report, entry, "module", "tflite")
     assert wrapped.reason == "ValueError: Incompatible shapes for broadcasting: (B, S), (min(128, S),)"
+
+
+def test_a_cell_that_does_not_pass_is_put_down_to_its_library_with_the_version():
+    vhlo = "ConverterError: Could not translate MLIR to FlatBuffer. error: 'vhlo.dynamic_gather_v1' op is not part of the vhlo support yet."
+    cells = [
+        Cell("linen_transformer", "module", "tflite", "error", vhlo),
+        Cell("linen_cnn", "module", "onnx", "failed", "onnxruntime B=1: output 'y': 3 of 20 values differ"),
+        Cell("linen_cnn", "module", "savedmodel", "passed"),
+    ]
+    text = render(cells, jobs=1, seconds=60, command="python -m benchmarks.zoo")
+    section = text.split("## Why the other cells do not pass", 1)[1].split("## Entries", 1)[0]
+    assert "| tensorflow-cpu 2." in section and "1: linen_transformer module → tflite" in section
+    assert "| (not known) | 1: linen_cnn module → onnx |" in section
