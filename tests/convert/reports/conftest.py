@@ -21,9 +21,8 @@ TRICKY = "p50 | 7.1 ms < 9 ms & rising"  # a message with what XML and Markdown 
 
 @pytest.fixture(scope="session")
 def exported_report(torch_files, tmp_path_factory) -> Path:
-    """report.json of the lstm fixture to onnx and torchscript, an fp16 pass, three batch sizes, with benchmarks (its
-    TorchScript, traced from a program that computes with its batch size, is fixed at the export batch: its other
-    checks are skipped)."""
+    """report.json of the lstm fixture to onnx and torchscript, an fp16 pass, three batch sizes, with benchmarks (the
+    checks on CUDA are skipped on a machine without it)."""
     out = tmp_path_factory.mktemp("rendered")
     done = run_cli(
         str(torch_files / "lstm.pt2"),
@@ -34,7 +33,6 @@ def exported_report(torch_files, tmp_path_factory) -> Path:
         "--benchmark",
         "--dim",
         "d0=2,1,4",
-        "--allow-fixed-shapes",
         "--out",
         str(out),
         "-q",
@@ -59,8 +57,8 @@ def failed_report(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def rejected_gate_report(torch_files, exported_report, tmp_path_factory) -> Path:
-    """report.json of a real `convert gate` that rejects the lstm fixture for several reasons: a required check
-    skipped (the traced TorchScript fixes its batch), TensorRT not built, an fp16 throughput budget missed, with
+    """report.json of a real `convert gate` that rejects the lstm fixture for several reasons: TensorRT not built, an
+    fp16 throughput budget missed, with
     budgets that pass, an absent device the policy may skip, and deltas against ``exported_report`` as baseline."""
     folder = tmp_path_factory.mktemp("gated")
     policy = folder / "promotion.yaml"
@@ -71,7 +69,7 @@ require:
   optimizations: [fp16, trt]
   devices: [cpu, cuda]
   may_skip_devices: [cuda]
-validation: {{dims: ["d0=2,1,4"], allow_fixed_shapes: true}}
+validation: {{dims: ["d0=2,1,4"]}}
 budgets:
   onnx: {{accuracy: "max_abs<=1e-3", latency_ms_p50: 1000, size_mb: 10}}
   fp16: {{throughput_per_s: 1.0e+12}}

@@ -84,7 +84,7 @@ def test_skipped_checks_carry_their_reason_and_passed_ones_their_metrics(exporte
             details = case.find("system-out").text
             assert all(f"output '{o.name}': passed" in details for o in check.outputs)
             assert f"max_abs_error {check.outputs[0].max_abs_error:.6g}" in details and "cosine" in details
-    assert any(c.status == "skipped" and c.shape != "*" for c in checks)  # torchscript fixes the batch it was traced at
+    assert any(c.status == "skipped" for c in checks)  # CUDA, on a machine without it
 
 
 def test_a_failed_check_carries_the_metrics_of_every_output(failed_report, schema):
@@ -205,5 +205,5 @@ def test_a_real_gate_rejection_validates_and_fails_for_each_reason(rejected_gate
     gate = _suites(xml)["gate"]
     failures = [case.find("failure") for case in gate.findall("testcase") if case.find("failure") is not None]
     text = " ".join(f"{f.get('type')} {f.get('message')}" for f in failures)
-    assert "skipped_check" in text and "missing_artifact" in text and "throughput_per_s" in text
+    assert "missing_artifact" in text and "throughput_per_s" in text
     assert int(root.get("failures")) >= len({r.code for r in report.gate.reasons})
