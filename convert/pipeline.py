@@ -38,7 +38,6 @@ from convert.memory import GIB, check_fits, feed_bytes
 from convert.protected_inputs import Read, Write, reads_of, refuse_writes_to_inputs
 from convert.registry import REGISTRY
 from convert.reports import model as rm
-from convert.reports.console import first_line
 from convert.safety import (
     FAILED_FOLDER,
     LOCK_NAME,
@@ -53,6 +52,7 @@ from convert.safety import (
 from convert.sources.request import SourceRequest, is_factory_reference, load_example_inputs
 from convert.sources.signature import fixed_shape_note
 from convert.specs import parse_dim_sizes, parse_input_specs, parse_shape_ranges
+from convert.text import first_line
 from convert.validation import ValidationCase
 from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 from convert.worker import DEFAULT_STAGE_TIMEOUT, ChildWorker, Session, SourceSummary, StageCrashed
