@@ -92,7 +92,8 @@ def export_command(model, quiet, **values):
     from convert.pipeline import ConvertRequest, run
 
     request = ConvertRequest(model=model, **options.from_cli(values), command=shlex.join(["convert", *sys.argv[1:]]))
-    from convert.reports.console import first_line, print_summary, stdout_console
+    from convert.reports.console import print_summary, stdout_console
+    from convert.text import first_line
 
     stdout = stdout_console()
     result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
@@ -356,7 +357,7 @@ class _ConsoleProgress:
 
 def _failed_validation(artifact, report_path: str) -> str:
     """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
-    from convert.reports.console import first_line
+    from convert.text import first_line
 
     key = artifact.key
     check = next((c for c in artifact.checks if c.status == "failed"), None)

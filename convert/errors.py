@@ -1,4 +1,7 @@
-"""The two error tiers: a user error exits 2 with one clear paragraph; anything else is internal (exit 3)."""
+"""The two error tiers: a user error exits 2 with one clear paragraph; anything else is internal (exit 3).
+
+Besides them, ``ArtifactUnsupported``: a runtime cannot run an artifact at all, and its checks are skipped with the reason.
+"""
 
 from __future__ import annotations
 
@@ -41,3 +44,7 @@ def require(module: str, extra: str, purpose: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingDependency(module.split(".")[0], extra, purpose) from exc
+
+
+class ArtifactUnsupported(Exception):
+    """This runtime, as installed here, cannot run this artifact at all (its checks are skipped with the reason)."""

@@ -17,7 +17,7 @@ import numpy as np
 from convert.artifacts import Artifact
 from convert.registry import REGISTRY
 from convert.reports import model as rm
-from convert.reports.console import first_line
+from convert.text import first_line
 from convert.validators import TolerancePolicy, compare_outputs, merge_results
 from convert.validators.inputs import ShapeCase
 
@@ -39,7 +39,8 @@ def checks_on(
     artifact: Artifact, runtime: str, device: str, cases: list[ValidationCase], policy: TolerancePolicy, allow_fixed_shapes: bool = False
 ) -> list[rm.Check]:
     """One check per shape case; one skipped check with the reason where the runtime cannot run here."""
-    from convert.runtimes.base import ArtifactUnsupported, FeedMismatch
+    from convert.errors import ArtifactUnsupported
+    from convert.runtimes.base import FeedMismatch
 
     runner_class = REGISTRY.get("runtime", runtime).load()
     reason = runner_class.unavailable_reason(device)

@@ -90,7 +90,7 @@ class Session:
 
     def reference(self, feeds: list[dict[str, np.ndarray]]) -> tuple[list[dict[str, np.ndarray]], str]:
         """The source's outputs for each feed, up to the first that fails, and that failure ("" when none did)."""
-        from convert.reports.console import first_line
+        from convert.text import first_line
 
         outputs = []
         for feed in feeds:

@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
+from convert.backends.onnx import onnx_artifact, rename_values, save_onnx
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.onnx import onnx_artifact, rename_values, save_onnx
 
 TF2ONNX_OPSET = 17
 # jax2onnx's plugins that patch a flax.linen pooling function with a keyword-only window_shape
@@ -74,8 +74,8 @@ class JaxToOnnx(Exporter):
         import onnx
         import tf2onnx
 
+        from convert.backends.tf import signature_details, tflite_interpreter
         from convert.exporters.tflite import write_tflite
-        from convert.runtimes.tensorflow import signature_details, tflite_interpreter
 
         shapes = {name: tuple(value.shape) for name, value in job.feed.items()}
         tflite_job = replace(job, source=job.source.at_shapes(shapes)) if fixed else job

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from convert.artifacts import Artifact
+from convert.backends.onnx import onnx_artifact, rename_by_position, save_onnx
+from convert.backends.tf import tensorflow
 from convert.exporters.base import Exporter, ExportJob
-from convert.exporters.onnx import onnx_artifact, rename_by_position, save_onnx
 from convert.exporters.tf_common import input_signature, serving_function
-from convert.sources.keras import tensorflow
 
 DEFAULT_OPSET = 17
 

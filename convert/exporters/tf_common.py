@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from convert.backends.tf import SERVING_KEY, tensorflow
 from convert.exporters.base import ExportJob
-from convert.sources.keras import SERVING_KEY, tensorflow
 
 _TF_NAME = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*$")  # TensorFlow's op name rule
 
@@ -50,7 +50,7 @@ def write_savedmodel(job: ExportJob, path: Path) -> None:
     if path.exists():
         shutil.rmtree(path)
     if job.source.is_keras:
-        from convert.sources.keras import keras
+        from convert.backends.tf import keras
 
         # Keras's ExportArchive tracks the model's variables so that TFLite can freeze them; a plain
         # tf.saved_model.save of a tf.Module holding a Keras 3 model gives a TFLite model reading uninitialised variables.

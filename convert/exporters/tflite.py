@@ -12,9 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
+from convert.backends.tf import SERVING_KEY, native_stderr_silenced, signature_details, tensorflow, tflite_interpreter
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.tf_common import write_savedmodel
-from convert.sources.keras import SERVING_KEY, native_stderr_silenced, tensorflow
 
 
 class TfLite(Exporter):
@@ -52,8 +52,6 @@ def write_tflite(job: ExportJob, path: Path, select_tf_ops: bool = False) -> Non
 
 def _with_fixed_axes(artifact: Artifact, job: ExportJob) -> Artifact:
     """Record the symbolic axes the converter fixed (shape_signature not -1)."""
-    from convert.runtimes.tensorflow import signature_details, tflite_interpreter
-
     details, _ = signature_details(tflite_interpreter(artifact.path, allocate=False))
     specs, fixed = [], []
     for spec in job.source.signature.inputs:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from convert.artifacts import Artifact
+from convert.backends.torch import to_tensors
 from convert.exporters.base import ExportJob
-from convert.sources.torch import to_tensors
 
 
 def example_arguments(job: ExportJob) -> tuple[tuple, dict[str, Any]]:

@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
+from convert.backends.torch import flatten_outputs
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.torch_common import example_arguments
-from convert.sources.torch import flatten_outputs
 
 
 class TorchToTorchScript(Exporter):

@@ -7,9 +7,8 @@ import shutil
 from pathlib import Path
 
 from convert.artifacts import Artifact
+from convert.backends.openvino import IR_NAME
 from convert.optimizers.base import OptimizeJob, Optimizer
-
-IR_NAME = "model.xml"
 
 
 class OpenVinoIR(Optimizer):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.exporters.onnx import onnx_artifact, save_onnx
+from convert.backends.onnx import onnx_artifact, save_onnx
 from convert.optimizers.base import OptimizeJob, Optimizer
 
 

@@ -9,35 +9,20 @@ version, so the runner loads only engines this process built: their sha256 is ke
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 from convert.artifacts import Artifact
+from convert.backends.tensorrt import ENGINES_BUILT_THIS_RUN, DeviceBuffers, tensorrt_missing
 from convert.devices import absent_reason
 from convert.errors import ConvertError
 from convert.optimizers.base import OptimizeJob, Optimizer
 from convert.specs import InputSpec
 
-ENGINES_BUILT_THIS_RUN: set[str] = set()  # sha256 of every engine this process wrote
 WORKSPACE_BYTES = 4 << 30  # a cap on tactic scratch memory; TensorRT allocates only what it uses
 Shape = tuple[int, ...]
-
-
-@functools.lru_cache(maxsize=1)
-def tensorrt_missing() -> str | None:
-    """Why TensorRT cannot be used from Python here (it or cuda-python is not installed), or None."""
-    try:
-        import tensorrt  # noqa: F401
-
-        from convert.runtimes.tensorrt import cudart
-
-        cudart()
-    except (ImportError, OSError) as exc:  # OSError: a wheel whose shared libraries do not load
-        return f"TensorRT is not installed: pip install 'model-convert[tensorrt]' on a machine with an NVIDIA GPU ({exc})"
-    return None
 
 
 def timing_cache_path() -> Path:
@@ -181,7 +166,6 @@ class TensorRtInt8(TensorRtFp32):
 
 def _calibrator(trt, feeds):
     """An entropy calibrator that gives TensorRT one calibration feed per batch, copied to the device."""
-    from convert.runtimes.tensorrt import DeviceBuffers
 
     class Calibrator(trt.IInt8EntropyCalibrator2):
         def __init__(self):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from convert.pipeline.context import RunContext
 from convert.pipeline.validate import publish
 from convert.reports import model as rm
-from convert.reports.console import first_line
+from convert.text import first_line
 
 
 def choose(ctx: RunContext, base_format: str) -> None:

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from convert.reports.model import Benchmark, Report, Verdict
+from convert.text import first_line
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 BENCHMARK_TITLE = "Benchmark (after warm-up; same inputs and threads for every runtime)"
@@ -329,10 +330,3 @@ def _one_line(text: str) -> str:
 def cell(text: str, limit: int) -> str:
     """The first line of a message, escaped: messages hold brackets (pip extras) that rich would read as markup."""
     return escape(first_line(text, limit))
-
-
-def first_line(text: str, limit: int | None = 160) -> str:
-    """The first non-blank line of a message, cut to ``limit`` characters (None: whole)."""
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    line = lines[0].strip() if lines else ""
-    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"

@@ -19,9 +19,9 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from convert.reports.console import first_line
 from convert.reports.model import ArtifactRecord, BaselineDelta, BudgetResult, Check, GateReason, Report, Stage, Verdict
 from convert.safety import atomic_write_text
+from convert.text import first_line
 
 MESSAGE_LIMIT = 300
 NOT_CHOSEN = " (auto candidate, not chosen)"

@@ -29,10 +29,6 @@ class FeedMismatch(Exception):
     """The feed does not fit the artifact's inputs (a validation failure, not a crash)."""
 
 
-class ArtifactUnsupported(Exception):
-    """This runtime, as installed here, cannot run this artifact at all (its checks are skipped with the reason)."""
-
-
 class Runner(abc.ABC):
     name: str
     pins_threads = False  # whether ``threads`` sets this runtime's intra-op thread count (benchmarks pin them alike)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from convert.backends.openvino import IR_NAME
 from convert.runtimes.base import InputMeta, Runner
 
 
@@ -15,8 +16,6 @@ class OpenVinoRunner(Runner):
 
     def activate(self) -> None:
         import openvino
-
-        from convert.optimizers.openvino import IR_NAME
 
         core = openvino.Core()
         # one request at a time, as validation and benchmarks run it; f32 for every artifact, INT8 included:

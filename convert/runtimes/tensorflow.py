@@ -5,48 +5,12 @@ Both load only artifacts this run wrote.
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
 
-from convert.runtimes.base import ArtifactUnsupported, InputMeta, Runner
-from convert.sources.keras import SERVING_KEY, native_stderr_silenced, tensorflow, to_numpy
+from convert.backends.tf import SERVING_KEY, signature_details, tensorflow, tflite_interpreter, to_numpy
+from convert.runtimes.base import InputMeta, Runner
 
 _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
-
-
-def tflite_interpreter(path: Path, allocate: bool = True, threads: int | None = None):
-    tf = tensorflow()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tf.lite.Interpreter warns that it moves to the ai-edge-litert package
-        interpreter = tf.lite.Interpreter(model_path=str(path), num_threads=threads)
-    if allocate:
-        try:
-            with native_stderr_silenced():  # the first allocation prints an INFO line about the XNNPACK delegate
-                interpreter.allocate_tensors()
-        except RuntimeError as exc:
-            if "Select TensorFlow op" in str(exc):
-                raise ArtifactUnsupported(
-                    "the model uses TensorFlow ops through SELECT_TF_OPS (Flex), and the TFLite interpreter of this "
-                    "TensorFlow build has no Flex delegate: run it where one is linked in"
-                ) from exc
-            raise
-    return interpreter
-
-
-def signature_details(interpreter) -> tuple[dict[str, dict], dict[str, dict]]:
-    """Input and output tensor details of the serving signature, by signature name.
-
-    Read through the signature's tensor indices: holding a SignatureRunner keeps numpy views of the
-    interpreter's buffers alive, which makes every later resize_tensor_input fail.
-    """
-    signature = interpreter._get_full_signature_list()[SERVING_KEY]
-    by_index = {d["index"]: d for d in interpreter.get_input_details() + interpreter.get_output_details()}
-    return (
-        {name: by_index[index] for name, index in signature["inputs"].items()},
-        {name: by_index[index] for name, index in signature["outputs"].items()},
-    )
 
 
 class SavedModelRunner(Runner):

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from convert.backends.torch import CallConvention, flatten_outputs, load_program, to_numpy
 from convert.runtimes.base import InputMeta, Runner
-from convert.sources.torch import CallConvention, flatten_outputs, load_program, to_numpy
 
 
 class _TorchRunner(Runner):

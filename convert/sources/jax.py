@@ -82,7 +82,7 @@ class JaxSource(SourceModel):
     def trackable(self) -> Any:
         """A tf.Module holding the params as variables, for the SavedModel."""
         if self._trackable is None:
-            from convert.sources.keras import tensorflow
+            from convert.backends.tf import tensorflow
 
             tf = tensorflow()
             module = tf.Module()

@@ -8,19 +8,17 @@ SavedModel folder is a TensorFlow graph that can run arbitrary ops, and legacy
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import sys
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from convert.errors import ConvertError, require
+from convert.backends.tf import SERVING_KEY, keras, tensorflow, to_numpy
+from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_files
 from convert.sources.base import SourceInfo, SourceModel
 from convert.sources.request import SourceRequest
@@ -32,42 +30,7 @@ TRUST_HINT = (
     ".keras archive of built-in layers, or give its code as a module:callable factory with --weights."
 )
 SAVEDMODEL_MARKER = "saved_model.pb"
-SERVING_KEY = "serving_default"
 BATCH_SYMBOL = "B"
-
-
-@contextlib.contextmanager
-def native_stderr_silenced() -> Iterator[None]:
-    """TensorFlow's C++ side writes to file descriptor 2 on import; keep that off the user's terminal."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def tensorflow():
-    if "tensorflow" in sys.modules:
-        return sys.modules["tensorflow"]
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with native_stderr_silenced():
-        return require("tensorflow", "tensorflow", "A Keras or TensorFlow model")
-
-
-def keras():
-    tensorflow()
-    return require("keras", "tensorflow", "A Keras model")
-
-
-def to_numpy(value) -> np.ndarray:
-    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
 def flatten_outputs(value: Any, names: list[str] | None = None, prefix: str = "") -> dict[str, Any]:

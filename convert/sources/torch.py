@@ -3,9 +3,8 @@
 Nothing is unpickled silently. A full pickled module, a TorchScript archive and a .pt2 with pickled
 parts run code when loaded, so they need ``trust_code``; every other load uses torch's weights-only
 unpickler, which doubles as the allowlist scanner: whatever it refuses is not loaded without trust.
-A .pt2 whose input or output tree names a type of a well-known library (``PYTREE_LIBRARIES``, e.g. a
-transformers ModelOutput) imports the module that defines it, from that installed library, so that the
-type registers itself with pytree; no other module is imported on a file's say-so.
+A .pt2 whose input or output tree names a type of a well-known library imports the module that defines it
+(``load_program`` in convert/backends/torch.py); no other module is imported on a file's say-so.
 """
 
 from __future__ import annotations
@@ -23,95 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from convert.errors import ConvertError, require
+from convert.backends.torch import CallConvention, flatten_outputs, load_program, require_torch, to_numpy, to_tensors
+from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_file
 from convert.sources.base import SourceInfo, SourceModel
 from convert.sources.request import SourceRequest
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
 from convert.specs import InputSpec, SourceSignature
 
-# Libraries whose installed modules a .pt2 may name as pytree node types (package to import: what to pip install).
-PYTREE_LIBRARIES = {"transformers": "transformers"}
-
 TRUST_HINT = "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a torch.export .pt2 without pickled parts, or as a state dict for a module:callable factory."
-
-
-def _torch():
-    return require("torch", "torch", "Loading a PyTorch model")
-
-
-def flatten_outputs(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Name every tensor in a model's output the way the exporters see it (pytree order).
-
-    A lone tensor is ``output``; a tuple gives ``output_0``, ``output_1``...; a dict keeps its keys (so does a
-    transformers ModelOutput, an OrderedDict of its fields that are set); nesting joins with dots (``hidden.0``).
-    None entries are dropped, as the exporters drop them.
-    """
-    torch = _torch()
-    if isinstance(value, torch.Tensor):
-        return {prefix or "output": value}
-    flat: dict[str, Any] = {}
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            flat.update(flatten_outputs(item, f"{prefix}.{key}" if prefix else str(key)))
-    elif isinstance(value, (tuple, list)):
-        fields = getattr(value, "_fields", None)
-        for index, item in enumerate(value):
-            part = fields[index] if fields else str(index)
-            flat.update(flatten_outputs(item, f"{prefix}.{part}" if prefix else (part if fields else f"output_{index}")))
-    elif value is not None:
-        raise ConvertError(
-            f"the model returns a {type(value).__name__}, which is not a tensor",
-            "Return tensors (alone, or in tuples, lists or dicts) from forward().",
-        )
-    return flat
-
-
-def to_numpy(tensor) -> np.ndarray:
-    torch = _torch()
-    tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        tensor = tensor.float()
-    return tensor.numpy()
-
-
-def to_tensors(specs: tuple[InputSpec, ...], feed: dict[str, np.ndarray], device: str = "cpu") -> tuple:
-    torch = _torch()
-    return tuple(torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(device) for s in specs)
-
-
-class CallConvention:
-    """How a module takes its inputs (given in the specs' order): positionally; by keyword (a forward whose
-    named parameters the specs skip); or as a torch.export program's input tree ``(args, kwargs)``, whose
-    keyword inputs must come by name and in the order it was exported with."""
-
-    def __init__(self, keywords: tuple[str, ...] | None = None, in_spec: Any = None):
-        self.keywords = keywords
-        self.in_spec = in_spec
-
-    @classmethod
-    def of_program(cls, program) -> CallConvention:
-        return cls(in_spec=program.call_spec.in_spec)
-
-    def arguments(self, values) -> tuple[tuple, dict[str, Any]]:
-        """Positional and keyword arguments from one value per input, in the specs' order."""
-        if self.in_spec is not None:
-            from torch.utils._pytree import tree_unflatten
-
-            return tree_unflatten(list(values), self.in_spec)
-        if self.keywords is not None:
-            return (), dict(zip(self.keywords, values))
-        return tuple(values), {}
-
-    def dynamic_shapes(self, per_input: list) -> tuple | dict[str, Any]:
-        """torch.export's dynamic_shapes from one entry per input: keyed by parameter name for a keyword call,
-        else a tuple in call order (arguments, then keyword arguments as the program orders them)."""
-        args, kwargs = self.arguments(per_input)
-        return kwargs if self.keywords is not None else (*args, *kwargs.values())
-
-    def __call__(self, module, values):
-        args, kwargs = self.arguments(values)
-        return module(*args, **kwargs)
 
 
 class TorchSource(SourceModel):
@@ -137,17 +56,17 @@ class TorchSource(SourceModel):
 
     @property
     def is_scripted(self) -> bool:
-        return isinstance(self.module, _torch().jit.ScriptModule)
+        return isinstance(self.module, require_torch().jit.ScriptModule)
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        torch = _torch()
+        torch = require_torch()
         with torch.inference_mode():
             outputs = self.convention(self.module, to_tensors(self.signature.inputs, feed))
         return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
 
     @contextlib.contextmanager
     def pinned_threads(self, threads: int) -> Iterator[bool]:
-        torch = _torch()
+        torch = require_torch()
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
@@ -157,7 +76,7 @@ class TorchSource(SourceModel):
 
 
 def load_torch_source(request: SourceRequest) -> TorchSource:
-    torch = _torch()
+    torch = require_torch()
     model = request.model
     info = SourceInfo(framework="torch", kind=request.kind, description=type(model).__name__)
     exported = None
@@ -227,86 +146,8 @@ def _module_convention(module, specs: tuple[InputSpec, ...], parameters: list[st
     return CallConvention() if names == parameters[: len(names)] else CallConvention(keywords=tuple(names))
 
 
-def load_program(path: Path):
-    """torch.export.load, after the library types its input and output trees name have registered with pytree
-    (see PYTREE_LIBRARIES); a ConvertError names the package to install where one is missing."""
-    torch = _torch()
-    missing = register_pytree_types(path)
-    if missing:
-        raise ConvertError(f"cannot load the torch.export archive {path}: {missing[0]}", missing[1])
-    return torch.export.load(str(path))
-
-
-def register_pytree_types(path: Path) -> tuple[str, str] | None:
-    """Import the installed, allowlisted modules that define the pytree node types the archive's programs name,
-    so that torch can rebuild their input and output trees; (problem, next step) for a type that stays unknown."""
-    import importlib
-    import importlib.util
-
-    from torch.utils._pytree import SERIALIZED_TYPE_TO_PYTHON_TYPE
-
-    for name in sorted(_pytree_type_names(path)):
-        if name in SERIALIZED_TYPE_TO_PYTHON_TYPE:
-            continue
-        module, _, _ = name.rpartition(".")
-        package = module.split(".")[0]
-        if package not in PYTREE_LIBRARIES:
-            return (
-                f"its input or output tree holds a {name}, a type from {package}, which this tool does not import on a file's say-so",
-                "Export the program with tensors, tuples and dicts as its inputs and outputs; "
-                "or, in Python, import the package and pass torch.export.load(path) to convert.convert(..., isolate=False).",
-            )
-        install = f"pip install {PYTREE_LIBRARIES[package]}"
-        if importlib.util.find_spec(package) is None:
-            return (
-                f"its input or output tree holds a {name}, a type from the {package} library, which is not installed here",
-                f"Install it ({install}, the version the program was exported with), then run the same command again.",
-            )
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            return (
-                f"its input or output tree holds a {name}, but {module} cannot be imported: {exc}",
-                f"Install the {package} version the program was exported with ({install}==VERSION).",
-            )
-        if name not in SERIALIZED_TYPE_TO_PYTHON_TYPE:
-            return (
-                f"its input or output tree holds a {name}, which the installed {package} does not register with pytree",
-                f"Install the {package} version the program was exported with ({install}==VERSION).",
-            )
-    return None
-
-
-def _pytree_type_names(path: Path) -> set[str]:
-    """The node type names of every input and output tree in the archive's serialized programs."""
-
-    def walk(node) -> Iterator[str]:
-        if isinstance(node, dict):
-            if node.get("type"):
-                yield node["type"]
-            for child in node.get("children_spec") or ():
-                yield from walk(child)
-
-    names: set[str] = set()
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                inner = member.split("/", 1)[-1]
-                if not (inner.startswith("models/") and inner.endswith(".json")):
-                    continue
-                program = json.loads(archive.read(member))
-                for entry in program.get("graph_module", {}).get("module_call_graph", ()):
-                    signature = entry.get("signature") or {}
-                    for tree in (signature.get("in_spec"), signature.get("out_spec")):
-                        if isinstance(tree, str):
-                            names.update(walk(json.loads(tree)[1]))
-    except (ValueError, KeyError, IndexError, AttributeError, TypeError, OSError, zipfile.BadZipFile, zlib.error):
-        return set()  # torch.export.load reports an unreadable archive
-    return names
-
-
 def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
-    torch = _torch()
+    torch = require_torch()
     kind = detect_format(path)
     if kind == "pt2":
         reasons = pt2_code_reasons(path)
@@ -393,7 +234,7 @@ def pt2_code_reasons(path: Path) -> list[str]:
 
 
 def _pt2_code_reasons(path: Path) -> list[str]:
-    torch = _torch()
+    torch = require_torch()
     reasons: list[str] = []
     with zipfile.ZipFile(path) as archive:
         names = archive.namelist()
@@ -426,7 +267,7 @@ def _pt2_code_reasons(path: Path) -> list[str]:
 
 
 def _load_weights(module, path: Path) -> None:
-    torch = _torch()
+    torch = require_torch()
     if not path.is_file():
         raise ConvertError(f"the weights file {path} does not exist", "Check the path given to --weights.")
     kind = detect_format(path)
@@ -469,7 +310,7 @@ def _parameters(module, exported) -> tuple[list[str], bool]:
     """The forward's input names in call order, and whether it takes *args."""
     if exported is not None:
         return program_input_names(exported), False
-    torch = _torch()
+    torch = require_torch()
     if isinstance(module, torch.jit.ScriptModule):
         return [a.name for a in module.forward.schema.arguments[1:]], False
     signature = inspect.signature(module.forward)

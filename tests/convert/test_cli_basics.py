@@ -5,7 +5,7 @@ import sys
 
 from tests.conftest import REPO, run_cli
 
-FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "onnxruntime", "openvino")
+FRAMEWORKS = ("torch", "tensorflow", "jax", "keras", "onnxruntime", "openvino", "tensorrt")
 
 
 def test_import_convert_imports_no_framework():

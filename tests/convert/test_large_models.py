@@ -56,7 +56,7 @@ def _mlp_with_external_data(folder: Path):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from convert.exporters.onnx import onnx_artifact
+    from convert.backends.onnx import onnx_artifact
     from convert.specs import parse_input_spec
 
     rng = np.random.default_rng(0)
@@ -114,15 +114,15 @@ def test_every_onnx_pass_takes_a_base_with_external_data(tmp_path, name):
 def test_save_onnx_puts_weights_past_the_threshold_in_one_fresh_data_file(tmp_path, monkeypatch):
     import onnx
 
-    from convert.exporters import onnx as onnx_exporter
+    from convert.backends import onnx as onnx_backend
 
     base, weights = _mlp_with_external_data(tmp_path)
     model = onnx.load(str(base.path))  # the weights loaded into memory, as an optimizer has them
-    monkeypatch.setattr(onnx_exporter, "EXTERNAL_DATA_THRESHOLD", sum(w.nbytes for w in weights) - 1)
+    monkeypatch.setattr(onnx_backend, "EXTERNAL_DATA_THRESHOLD", sum(w.nbytes for w in weights) - 1)
     path = tmp_path / "saved.onnx"
     (tmp_path / "saved.onnx.data").write_bytes(b"left by an earlier attempt")  # onnx would append to it
-    onnx_exporter.save_onnx(model, path)
-    artifact = onnx_exporter.onnx_artifact(path)
+    onnx_backend.save_onnx(model, path)
+    artifact = onnx_backend.onnx_artifact(path)
     assert [f.name for f in artifact.files] == ["saved.onnx", "saved.onnx.data"]
     assert artifact.files[1].stat().st_size == sum(w.nbytes for w in weights)
     reloaded = onnx.load(str(path))

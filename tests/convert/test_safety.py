@@ -53,7 +53,7 @@ def test_onnx_external_data_pointing_outside_its_folder_is_refused(tmp_path, loc
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from convert.exporters.onnx import onnx_artifact
+    from convert.backends.onnx import onnx_artifact
 
     outside = tmp_path / "escaped.bin"
     outside.write_bytes(np.ones((4, 4), np.float32).tobytes())

@@ -13,18 +13,17 @@ from pathlib import Path
 import pytest
 
 from convert.artifacts import Artifact
+from convert.backends.tensorrt import ENGINES_BUILT_THIS_RUN
 from convert.devices import cuda_gpus
-from convert.errors import ConvertError
+from convert.errors import ArtifactUnsupported, ConvertError
 from convert.optimizers import tensorrt as trt_build
 from convert.optimizers.tensorrt import (
-    ENGINES_BUILT_THIS_RUN,
     TensorRtFp16,
     TensorRtFp32,
     TensorRtInt8,
     profile_shapes,
     timing_cache_path,
 )
-from convert.runtimes.base import ArtifactUnsupported
 from convert.runtimes.tensorrt import TensorRtRunner
 from convert.specs import parse_input_spec
 from tests.conftest import REPO

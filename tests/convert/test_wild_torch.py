@@ -165,7 +165,7 @@ def _renamed_output_type(source: Path, target: Path, type_name: str) -> Path:
 
 
 def test_a_program_naming_a_type_outside_the_allowlist_imports_nothing(files, tmp_path, monkeypatch):
-    from convert.sources.torch import register_pytree_types
+    from convert.backends.torch import register_pytree_types
 
     (tmp_path / "planted_outputs.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\nclass Output: pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -178,7 +178,7 @@ def test_a_program_naming_a_type_outside_the_allowlist_imports_nothing(files, tm
 def test_a_program_naming_a_library_that_is_not_installed_says_what_to_install(files, tmp_path, monkeypatch):
     import importlib.util
 
-    from convert.sources.torch import load_program
+    from convert.backends.torch import load_program
 
     program = _renamed_output_type(files["bert.pt2"], tmp_path / "missing.pt2", "transformers.models.absent.modeling_absent.AbsentOutput")
     real = importlib.util.find_spec

@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from convert.exporters.onnx import onnx_artifact
+from convert.backends.onnx import onnx_artifact
 from convert.runtimes.onnxruntime import OnnxRuntimeRunner
 from convert.safety import Staging
 from convert.specs import parse_input_spec

@@ -1,0 +1,98 @@
+"""ONNX files as every layer writes and reads them: the artifact record of a written model, its tensors and external
+data, saving a model built in memory, renaming graph values.
+
+Weights go to external data (``model.onnx.data``) only when the model is too large for one protobuf message.
+Every ONNX file the tool writes goes through ``save_onnx`` (or a library's own external data option), and is read
+back by path, never as one serialized message: protobuf refuses to serialize past 2 GB, and a large model's
+``ByteSize()`` raises instead of answering.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from convert.artifacts import Artifact
+
+# Weights past this go to external data: torch.onnx's own threshold, which leaves the graph room under the limit.
+EXTERNAL_DATA_THRESHOLD = 1536 * 2**20
+
+
+def onnx_artifact(path: Path, opset: int | None = None) -> Artifact:
+    """Check the written model (and that it has the opset asked for) and list its files (the .onnx and any
+    external data beside it)."""
+    import onnx
+
+    onnx.checker.check_model(str(path))  # by path: it checks the external data without loading it
+    model = onnx.load(str(path), load_external_data=False)
+    written = next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), None)
+    if opset is not None and written != opset:
+        # torch.onnx.export(dynamo=True) quietly writes its own minimum opset when asked for a lower one
+        raise ValueError(f"the exporter wrote opset {written} where --opset {opset} was asked for: it cannot export at that opset")
+    files = [path] + [path.parent / location for location in external_data_locations(model)]
+    mode = stat.S_IMODE(path.stat().st_mode)
+    for data in files[1:]:
+        os.chmod(data, mode)  # onnx writes external data files 0600 whatever the umask: readable like the model
+    return Artifact(
+        format="onnx",
+        path=path,
+        files=files,
+        output_names=tuple(o.name for o in model.graph.output),
+    )
+
+
+def tensors(graph):
+    """Every tensor of a graph: initializers, tensors in node attributes, and those of subgraphs."""
+    from onnx import AttributeProto
+
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.TENSOR:
+                yield attribute.t
+            elif attribute.type == AttributeProto.TENSORS:
+                yield from attribute.tensors
+            elif attribute.type == AttributeProto.GRAPH:
+                yield from tensors(attribute.g)
+            elif attribute.type == AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    yield from tensors(subgraph)
+
+
+def external_data_locations(model) -> list[str]:
+    """The external data files a model's tensors name (relative to its folder), sorted."""
+    return sorted({entry.value for tensor in tensors(model.graph) for entry in tensor.external_data if entry.key == "location"})
+
+
+def save_onnx(model, path: Path) -> None:
+    """Write a model built in memory; its weights go to ``PATH.data`` when they pass ``EXTERNAL_DATA_THRESHOLD``.
+    Weights are counted tensor by tensor: the whole model's ``ByteSize()`` raises past 2 GB."""
+    import onnx
+
+    if sum(tensor.ByteSize() for tensor in tensors(model.graph)) <= EXTERNAL_DATA_THRESHOLD:
+        onnx.save(model, str(path))
+        return
+    data = path.with_name(f"{path.name}.data")
+    data.unlink(missing_ok=True)  # onnx appends to an existing data file
+    onnx.save(
+        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name, convert_attribute=True
+    )  # the tensors counted above include those of Constant nodes
+
+
+def rename_values(model, mapping: dict[str, str]) -> None:
+    """Rename graph values (inputs, outputs, intermediates) everywhere they appear."""
+    graph = model.graph
+    for node in graph.node:
+        node.input[:] = [mapping.get(n, n) for n in node.input]
+        node.output[:] = [mapping.get(n, n) for n in node.output]
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        value.name = mapping.get(value.name, value.name)
+
+
+def rename_by_position(model, names: list[str], wanted: list[str]) -> None:
+    """Give graph values the source's names, which come in the same order."""
+    if len(names) == len(wanted) and names != wanted:
+        rename_values(model, dict(zip(names, wanted)))
