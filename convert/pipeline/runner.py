@@ -107,7 +107,9 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             write_report(ctx.report_path, report)
         raise
     except Exception as exc:
-        if ctx.staging is not None:  # work was done and may be published: the report says how far the run got and why it stopped
+        # once an artifact is published the report says how far the run got and why it stopped; before that the run
+        # leaves nothing behind (a full disk, bad input found late), as a refused one does
+        if ctx.artifacts:
             report_stop(report, stages, ctx.report_path, exc)
         raise
     finally:
