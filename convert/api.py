@@ -66,7 +66,7 @@ def convert(
     """
     values = dict(locals())
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
-    request = ConvertRequest(model=model, **{**options.from_api(values), "out": out, "params": _params(params)})
+    request = ConvertRequest(model=model, **{**options.from_api(values), "out": out})
     return run(request)
 
 
@@ -92,11 +92,6 @@ def load(
             trust_code=trust_code,
         )
     )
-
-
-def _names(names: str | Sequence[str]) -> tuple[str, ...]:
-    """``"onnx,tflite"`` or ``["onnx", "tflite"]``."""
-    return tuple(names.split(",")) if isinstance(names, str) else tuple(names)
 
 
 def _params(params: Any) -> Any:

@@ -45,6 +45,7 @@ class RunOption:
     not_reproduced: str = ""  # why an option is never repeated (required with reproduce="never")
     api: str | None = None  # the API keyword where it is not ``name``
     choices_from: str | None = None  # a registry kind whose entries' names are the only values
+    recorded: bool = True  # kept in the report's options (not where the run writes, nor --force)
 
     @property
     def keyword(self) -> str:
@@ -93,6 +94,7 @@ OPTIONS: tuple[RunOption, ...] = (
         policy="out",
         reproduce="never",
         not_reproduced="each artifact's command names its own folder",
+        recorded=False,
     ),
     RunOption(
         "framework",
@@ -281,6 +283,7 @@ OPTIONS: tuple[RunOption, ...] = (
         default=False,
         reproduce="never",
         not_reproduced="the command writes to a folder of its own",
+        recorded=False,
     ),
     RunOption(
         "stage_timeout",
@@ -322,6 +325,7 @@ OPTIONS: tuple[RunOption, ...] = (
         metavar="FOLDER",
         reproduce="never",
         not_reproduced="the cache reuses results, it never changes them",
+        recorded=False,
     ),
     RunOption(
         "report_json",
@@ -330,6 +334,7 @@ OPTIONS: tuple[RunOption, ...] = (
         type=PATH,
         reproduce="never",
         not_reproduced="the command writes its report in its own folder",
+        recorded=False,
     ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
@@ -399,12 +404,7 @@ def from_policy(policy: Policy) -> dict[str, Any]:
 
 def record(request: ConvertRequest) -> dict[str, Any]:
     """The report's ``options``: every option's value, as JSON (the output paths and the API-only objects left out)."""
-    recorded: dict[str, Any] = {}
-    for option in OPTIONS:
-        if option.name in ("out", "force", "report_json", "cache_dir"):
-            continue
-        recorded[option.name] = _json(getattr(request, option.name))
-    return recorded
+    return {option.name: _json(getattr(request, option.name)) for option in OPTIONS if option.recorded}
 
 
 def digest(request: ConvertRequest, stage: Stage) -> str:

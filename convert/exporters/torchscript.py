@@ -13,6 +13,7 @@ another shape gives wrong values or even crashes the interpreter.
 from __future__ import annotations
 
 import inspect
+import operator
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,17 +109,11 @@ def _flat_program_module(module, output_names: list[str]):
                 node.args = (dict(zip(output_names, leaves)),)
             else:
                 node.args = (tuple(leaves),)
-    attributes = {node.target: _attribute(module, node.target) for node in graph.nodes if node.op == "get_attr"}
+    attributes = {node.target: operator.attrgetter(node.target)(module) for node in graph.nodes if node.op == "get_attr"}
     flat = fx.GraphModule(attributes, graph)
     flat.graph.eliminate_dead_code()
     flat.recompile()
     return flat
-
-
-def _attribute(module, qualified_name: str):
-    for part in qualified_name.split("."):
-        module = getattr(module, part)
-    return module
 
 
 def _computes_with_sizes(module) -> bool:
