@@ -24,6 +24,7 @@ def convert(
     inputs: Sequence[str] = (),
     out: str | Path | None = None,
     framework: str | None = None,
+    task: str | None = None,
     weights: str | Path | None = None,
     params: Any = None,
     dims: Sequence[str] = (),
@@ -48,7 +49,8 @@ def convert(
 ) -> ConversionResult:
     """Export ``model`` to every format in ``to`` and validate each artifact against it.
 
-    ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, or a
+    ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, a Hugging Face model folder (what
+    ``save_pretrained`` writes; ``task`` picks the head, e.g. ``"text-generation-with-past"``), or a
     ``"package.module:callable"`` or ``"path/to/file.py:callable"`` factory; a JAX model is a function ``f(params, *inputs)`` with ``params``
     (a pytree, or a .msgpack / .npz / .safetensors path), a flax NNX or linen module, or an Equinox module.
     ``example_inputs`` is a tuple of tensors/arrays in call order, a dict of arrays by input name, or an
@@ -76,6 +78,7 @@ def load(
     inputs: Sequence[str] = (),
     example_inputs: Any = None,
     framework: str | None = None,
+    task: str | None = None,
     weights: str | Path | None = None,
     params: Any = None,
     trust_code: bool = False,
@@ -85,6 +88,7 @@ def load(
         SourceRequest(
             model=model,
             framework=framework,
+            task=task,
             weights=Path(weights) if weights else None,
             params=_params(params),
             inputs=parse_input_specs(tuple(inputs)),

@@ -43,7 +43,7 @@ ABANDONED_SECONDS = 24 * 3600
 # rebuilds that stage's entries, and only those.
 # Model kinds whose file holds all of the model's code: a pickled module or a module:callable factory runs code from
 # Python files that can change while the model file does not, so their results are not cached.
-SELF_CONTAINED_KINDS = ("pt2", "torchscript", "savedmodel", "keras")
+SELF_CONTAINED_KINDS = ("pt2", "torchscript", "savedmodel", "keras", "transformers")
 
 
 def default_folder() -> Path:
@@ -279,7 +279,7 @@ class RunCache:
             source.example_feed,
             self.option_digests["load"],
         )
-        self.source_packages = REGISTRY.source_packages(info.framework)
+        self.source_packages = tuple(dict.fromkeys([*REGISTRY.source_packages(info.framework), *info.packages]))
 
     def find(self, label: str, packages: tuple[str, ...], *parts: Any) -> Lookup:
         """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``."""
@@ -305,7 +305,15 @@ class RunCache:
     def cases_digest(self, cases: list[ValidationCase]) -> str:
         """The inputs and reference outputs every validation compares against, hashed once per run."""
         if self._cases is None or self._cases[0] != id(cases):
-            self._cases = (id(cases), digest([(c.shape.sizes, c.feeds, c.references, c.source_error) for c in cases]))
+            self._cases = (
+                id(cases),
+                digest(
+                    [
+                        (c.shape.sizes, c.feeds, c.references, c.source_error, c.generation and (c.generation.prompts, c.generation.logits))
+                        for c in cases
+                    ]
+                ),
+            )
         return self._cases[1]
 
 

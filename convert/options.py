@@ -105,6 +105,14 @@ OPTIONS: tuple[RunOption, ...] = (
         choices_from="source",
     ),
     RunOption(
+        "task",
+        "--task",
+        "The task of a Hugging Face Transformers model (Optimum's names), e.g. fill-mask or text-generation-with-past "
+        "(a decoder with its cache, checked over greedy generation). Default: inferred from config.architectures.",
+        policy="model.task",
+        stages=("load",),
+    ),
+    RunOption(
         "weights",
         "--weights",
         "Weights for a module:callable factory: .safetensors or a torch.save'd state dict (torch), .weights.h5 (keras).",

@@ -39,7 +39,8 @@ def _parsed(parse, texts):
 
 class ModelSpec(_Strict):
     path: str = Field(description="a model file or folder, package.module:callable, or path/to/file.py:callable (relative to this file)")
-    framework: Literal["torch", "keras", "jax"] | None = None
+    framework: Literal["torch", "transformers", "keras", "jax"] | None = None
+    task: str | None = Field(None, description="a Hugging Face model's task (Optimum's names), e.g. text-generation-with-past")
     weights: str | None = None
     params: str | None = None
     inputs: list[str] = []

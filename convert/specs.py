@@ -7,8 +7,9 @@ Examples::
     attention_mask:int64[B,S]{0..1}
     scale:float32[]
 
-A dim is a positive integer or a symbol (an identifier such as ``B`` or ``S``). Symbols are dynamic axes
-in the exports; inputs that share a symbol share the axis. The optional value domain is inclusive for
+A dim is a positive integer, a symbol (an identifier such as ``B`` or ``S``), or a sum of symbols (``P+S``: a
+decoder's attention mask spans its cache and its new tokens). Symbols are dynamic axes in the exports; inputs that
+share a symbol share the axis. The optional value domain is inclusive for
 integers and bools (``{0..0}``: all False, ``{1..1}``: all True) and half-open ``[low, high)`` for floats.
 """
 
@@ -45,7 +46,7 @@ SYNTAX_HELP = (
     "An input spec looks like name:dtype[dims]{low..high}, for example "
     '"x:float32[B,3,224,224]" or "input_ids:int64[B,S]{0..30521}"; dtype is one of '
     + ", ".join(DTYPES)
-    + "; a dim is a positive integer or a symbol such as B or S; the {low..high} value domain is optional."
+    + "; a dim is a positive integer, a symbol such as B or S, or a sum of symbols such as P+S; the {low..high} value domain is optional."
 )
 
 Dim = int | str
@@ -61,7 +62,11 @@ class InputSpec:
 
     @property
     def symbols(self) -> tuple[str, ...]:
-        return tuple(d for d in self.dims if isinstance(d, str))
+        seen: dict[str, None] = {}
+        for dim in self.dims:
+            if isinstance(dim, str):
+                seen.update(dict.fromkeys(dim_symbols(dim)))
+        return tuple(seen)
 
     @property
     def is_integer(self) -> bool:
@@ -69,7 +74,7 @@ class InputSpec:
 
     def shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
         """The concrete shape with each symbol replaced by its size."""
-        return tuple(sizes[d] if isinstance(d, str) else d for d in self.dims)
+        return tuple(sum(sizes[s] for s in dim_symbols(d)) if isinstance(d, str) else d for d in self.dims)
 
     def __str__(self) -> str:
         text = f"{self.name}:{self.dtype}[{','.join(str(d) for d in self.dims)}]"
@@ -94,6 +99,15 @@ class SourceSignature:
         return tuple(seen)
 
 
+def dim_symbols(dim: str) -> tuple[str, ...]:
+    """The symbols a dim names: one, or the terms of a sum (``P+S``)."""
+    return tuple(part.strip() for part in dim.split("+"))
+
+
+def is_sum(dim: Dim) -> bool:
+    return isinstance(dim, str) and "+" in dim
+
+
 def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
@@ -116,10 +130,12 @@ def parse_input_spec(text: str) -> InputSpec:
             if int(raw) < 1:
                 raise ConvertError(f"the input spec {text!r} has a dim of size {raw}", "Dims must be at least 1.")
             dims.append(int(raw))
-        elif _SYMBOL.match(raw):
-            dims.append(raw)
+        elif all(_SYMBOL.match(part) for part in dim_symbols(raw)):
+            dims.append("+".join(dim_symbols(raw)))
         else:
-            raise ConvertError(f"the input spec {text!r} has a dim {raw!r} that is neither a positive integer nor a symbol", SYNTAX_HELP)
+            raise ConvertError(
+                f"the input spec {text!r} has a dim {raw!r} that is neither a positive integer, a symbol nor a sum of symbols", SYNTAX_HELP
+            )
     low = high = None
     if match["domain"] is not None:
         domain = _DOMAIN.match(match["domain"])

@@ -19,6 +19,7 @@ from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.text import first_line
 from convert.validators import TolerancePolicy, compare_outputs, merge_results
+from convert.validators.generation import GenerationTrace
 from convert.validators.inputs import ShapeCase
 
 ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
@@ -33,6 +34,7 @@ class ValidationCase:
     references: list[dict[str, np.ndarray]] = field(default_factory=list)
     source_error: str = ""
     reused: bool = False  # its references came from the cache
+    generation: GenerationTrace | None = None  # the source's greedy decoding: this case checks the artifact over it
 
 
 def checks_on(
@@ -70,6 +72,9 @@ def checks_on(
     try:
         declared_inputs, declared_outputs = runner.input_metadata(), runner.output_metadata()
         for case in cases:
+            if case.generation is not None:
+                checks.append(_generation_check(runner, runtime, device, case, policy, artifact.precision))
+                continue
             check = rm.Check(
                 runtime=runtime,
                 device=device,
@@ -118,6 +123,29 @@ def checks_on(
     finally:
         runner.deactivate()
     return checks
+
+
+def _generation_check(runner, runtime: str, device: str, case: ValidationCase, policy: TolerancePolicy, precision: str) -> rm.Check:
+    """The artifact decodes the source's prompts with its own cache fed back, teacher-forced with the source's tokens."""
+    from convert.validators.generation import compare_generation, decode
+
+    reference = case.generation
+    check = rm.Check(runtime=runtime, device=device, shape=case.shape.label, status="passed", kind="generation")
+    started = time.perf_counter()
+    try:
+        actual = decode(runner.infer, reference.layout, reference.prompts, reference.tokens.shape[1], reference.tokens)
+    except Exception as exc:
+        check.status, check.reason = (
+            "failed",
+            f"the artifact cannot decode with its cache fed back: {type(exc).__name__}: {first_line(str(exc))}",
+        )
+    else:
+        check.generation, reason = compare_generation(reference, actual, policy.for_output("logits", precision), precision)
+        check.samples = reference.prompts.shape[0]
+        if reason:
+            check.status, check.reason = "failed", reason
+    check.seconds = round(time.perf_counter() - started, 3)
+    return check
 
 
 def declared_mismatches(

@@ -64,6 +64,7 @@ class SourceSummary:
     export_sizes: dict[str, int]
     dim_ranges: dict[str, tuple[int, int | None]]
     example_feed: dict[str, np.ndarray] | None
+    generation: Any = None  # a decoder's CacheLayout (convert.validators.generation), checked over generation
 
     def with_outputs(self, names: tuple[str, ...]) -> None:
         self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)
@@ -86,6 +87,7 @@ class Session:
             export_sizes=dict(source.export_sizes or {}),
             dim_ranges=dict(getattr(source, "dim_ranges", {}) or {}),
             example_feed=source.example_feed,
+            generation=source.generation,
         )
 
     def reference(self, feeds: list[dict[str, np.ndarray]]) -> tuple[list[dict[str, np.ndarray]], str]:
@@ -101,6 +103,12 @@ class Session:
             except Exception as exc:
                 return outputs, f"{type(exc).__name__}: {first_line(str(exc))}"
         return outputs, ""
+
+    def generate(self, prompts: np.ndarray, steps: int):
+        """The source's greedy decoding of ``steps`` new tokens from the prompts (its cache fed back)."""
+        from convert.validators.generation import decode
+
+        return decode(self.source.run, self.source.generation, prompts, steps)
 
     def set_outputs(self, names: tuple[str, ...]) -> None:
         self.source.with_outputs(names)

@@ -54,7 +54,8 @@ def plan_shape_cases(
             sizes = [export, *chosen[symbol]]
         else:
             low, high = ranges.get(symbol, (1, None))
-            sizes = [export, *(_clamp(size, low, high) for size in (1, 2 * export + 1))]
+            empty = (0,) if low == 0 else ()  # a dim that may be empty (a decoder's cache before the first step) is checked empty
+            sizes = [export, *empty, *(_clamp(size, low, high) for size in (1, 2 * export + 1))]
         per_symbol[symbol] = list(dict.fromkeys(sizes))
     low = {s: min(v) for s, v in per_symbol.items()}
     planned = [("export", exports), ("min", low)]

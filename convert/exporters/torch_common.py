@@ -9,6 +9,7 @@ from typing import Any
 from convert.artifacts import Artifact
 from convert.backends.torch import to_tensors
 from convert.exporters.base import ExportJob
+from convert.specs import is_sum
 
 
 def example_arguments(job: ExportJob) -> tuple[tuple, dict[str, Any]]:
@@ -28,10 +29,14 @@ def dynamic_shapes(job: ExportJob, lowest: dict[str, int] | None = None) -> tupl
         for symbol in spec.symbols:
             if symbol not in dims:
                 low, high = job.dim_ranges.get(symbol, (1, None))
-                low = max(low, 1, (lowest or {}).get(symbol, 1))
+                low = max(low, (lowest or {}).get(symbol, low))
                 dims[symbol] = torch.export.Dim(symbol, min=low, **({"max": high} if high else {}))
+    # a sum of symbols (P+S) is no Dim of its own: torch.export derives it from the trace
     return job.source.convention.dynamic_shapes(
-        [{axis: dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)} for spec in specs]
+        [
+            {axis: torch.export.Dim.DYNAMIC if is_sum(d) else dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)}
+            for spec in specs
+        ]
     )
 
 
@@ -82,7 +87,7 @@ def _violated_symbols(message: str, job: ExportJob) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for spec in job.source.signature.inputs:
         for axis, dim in enumerate(spec.dims):
-            if isinstance(dim, str):
+            if isinstance(dim, str) and not is_sum(dim):
                 sizes.setdefault(dim, int(job.feed[spec.name].shape[axis]))
     return {symbol: sizes[symbol] for symbol in (s.strip() for s in named.group(1).split(",")) if symbol in sizes}
 
@@ -119,7 +124,7 @@ def record_bounds(artifact: Artifact, program, job: ExportJob, why: str = "torch
         if value is None or not hasattr(value, "shape") or len(value.shape) != len(spec.dims):
             continue
         for dim, size in zip(spec.dims, value.shape):
-            if not isinstance(dim, str) or dim in artifact.dim_bounds or dim in fixed:
+            if not isinstance(dim, str) or is_sum(dim) or dim in artifact.dim_bounds or dim in fixed:
                 continue
             if str(size).isdigit():
                 fixed[dim] = int(str(size))

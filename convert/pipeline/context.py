@@ -29,6 +29,7 @@ class ConvertRequest:
     to: tuple[str, ...] = ("onnx",)
     out: Path | None = None
     framework: str | None = None
+    task: str | None = None  # a Hugging Face task
     weights: Path | None = None
     params: Any = None  # a JAX model's params: a file path, or a pytree from Python
     inputs: tuple[str, ...] = ()

@@ -14,7 +14,7 @@ from convert.memory import GIB, check_fits, feed_bytes
 from convert.pipeline.context import RunContext, crashed
 from convert.reports import model as rm
 from convert.validation import ValidationCase
-from convert.validators import generate_feed, plan_shape_cases
+from convert.validators import ShapeCase, generate_feed, plan_shape_cases
 from convert.worker import ChildWorker, Session, StageCrashed
 
 CALIBRATION_SAMPLES = 16
@@ -93,7 +93,30 @@ def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, 
             f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
             f"The model's outputs are: {', '.join(outputs)}.",
         )
+    if source.generation is not None:
+        cases.append(_generation_case(ctx, stage))
     return cases
+
+
+def _generation_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase:
+    """The source's greedy decoding from seeded prompts: every artifact of a decoder with a cache is checked over it."""
+    from convert.validators.generation import GENERATION_STEPS, make_prompts
+
+    prompts = make_prompts(ctx.source.generation, ctx.request.seed)
+    batch, length = prompts.shape
+    case = ValidationCase(ShapeCase(f"generation of {GENERATION_STEPS} tokens from {batch} prompts of {length}", {}))
+    try:
+        case.generation = ctx.worker.call(Session.generate, prompts, GENERATION_STEPS)
+    except StageCrashed as exc:
+        raise ConvertError(
+            f"{crashed(stage, exc)} (the source model decoding greedily)", "Run the model's generate() to see the crash."
+        ) from None
+    except Exception as exc:
+        raise ConvertError(
+            f"the source model cannot decode greedily with its cache fed back: {type(exc).__name__}: {exc}",
+            "Check that the model generates with model.generate(); or export it with --task text-generation (no cache).",
+        ) from exc
+    return case
 
 
 def _cached_references(lookup: Lookup) -> list[dict[str, np.ndarray]]:

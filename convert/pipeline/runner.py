@@ -49,6 +49,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     source_request = SourceRequest(
         model=request.model,
         framework=request.framework,
+        task=request.task,
         weights=Path(request.weights) if request.weights else None,
         params=request.params,
         inputs=the_plan.specs,

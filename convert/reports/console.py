@@ -201,9 +201,14 @@ def _print_validation_lines(report: Report, console: Console) -> None:
         for check in artifact.checks:
             errors = [o.max_abs_error for o in check.outputs if o.max_abs_error is not None]
             cosines = [o.cosine_similarity for o in check.outputs if o.cosine_similarity is not None]
+            generated = check.generation
+            if generated is not None:
+                errors.append(generated.max_abs_logits)
+                cosines.append(generated.min_cosine)
             console.out(
                 f"check {key} {check.runtime} {check.device} {check.shape} {check.status} "
                 f"max_abs_err={f'{max(errors):.1e}' if errors else '-'} min_cosine={f'{min(cosines):.6f}' if cosines else '-'}"
+                + (f" token_agreement={generated.token_agreement:.1%}" if generated is not None else "")
                 + _reason(check.reason),
                 highlight=False,
             )

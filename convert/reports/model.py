@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
+from convert.validators.generation import GenerationMetrics
 
 SCHEMA_VERSION = "1.5"
 
@@ -43,6 +44,10 @@ class Check(BaseModel):
     declared_mismatches: list[DeclaredShapeMismatch] = Field(
         [], description="inputs and outputs whose declared shape does not hold at this shape (a failure of the check)"
     )
+    kind: Literal["shape", "generation"] = Field(
+        "shape", description="shape: one shape case's samples; generation: a decoder's greedy decoding with its cache fed back"
+    )
+    generation: GenerationMetrics | None = None
 
 
 class Attempt(BaseModel):

@@ -13,6 +13,14 @@ REGISTRY.add(
 )
 REGISTRY.add(
     "source",
+    "transformers",
+    "convert.sources.transformers:load_transformers_source",
+    extra="transformers",
+    packages=("torch", "transformers", "safetensors"),
+    folder_marker="config.json",
+)
+REGISTRY.add(
+    "source",
     "keras",
     "convert.sources.keras:load_keras_source",
     extra="tensorflow",

@@ -19,6 +19,9 @@ class SourceInfo:
     path: str | None = None
     sha256: str | None = None
     description: str = ""
+    packages: tuple[str, ...] = ()  # libraries beyond the framework's whose versions change what the source computes
+    task: str | None = None  # a Hugging Face task, for a transformers model
+    task_reason: str = ""  # how the task was chosen
 
 
 class SourceModel(abc.ABC):
@@ -29,6 +32,7 @@ class SourceModel(abc.ABC):
     export_sizes: dict[str, int]  # sizes of symbolic dims in the example inputs (the export shape), if known
     example_feed: dict[str, np.ndarray] | None = None  # the user's example inputs, by input name
     dim_ranges: dict[str, tuple[int, int | None]] = {}  # sizes a symbol may take (inclusive; None: no upper bound)
+    generation: Any = None  # a decoder's CacheLayout: its artifacts are also checked over greedy generation
 
     @abc.abstractmethod
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

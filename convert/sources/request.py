@@ -32,6 +32,7 @@ class SourceRequest:
     inputs: tuple[InputSpec, ...] = ()
     example_inputs: dict[str, np.ndarray] | tuple | None = None
     trust_code: bool = False
+    task: str | None = None  # a Hugging Face task (Optimum's names); implies the transformers source
     dim_ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # the bounds of --shape-range
     kind: str = "object"  # set by resolve(): "path", "factory" or "object"
     factory: str | None = None

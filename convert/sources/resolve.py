@@ -13,6 +13,7 @@ from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, i
 
 _TORCH_FORMATS = ("pt2", "torchscript", "torch-save", "torch-legacy-pickle")
 PARAMS_FRAMEWORK = "jax"  # --params belongs to JAX models only
+TASK_FRAMEWORK = "transformers"  # --task belongs to Hugging Face models only
 
 
 def frameworks() -> list[str]:
@@ -47,8 +48,17 @@ def resolve_source(request: SourceRequest) -> SourceModel:
                 request.model = call_factory(text, target)
             request.kind, request.factory = "factory", text
         else:
-            raise ConvertError(f"the model {text} does not exist", FACTORY_HINT)
+            from convert.sources.transformers import hub_id_error
+
+            raise hub_id_error(text) or ConvertError(f"the model {text} does not exist", FACTORY_HINT)
+    if request.task is not None and framework in (None, "torch"):
+        framework = TASK_FRAMEWORK
     framework = framework or detect_framework(request.model)
+    if request.task is not None and framework != TASK_FRAMEWORK:
+        raise ConvertError(
+            f"--task goes with Hugging Face Transformers models, and this model is a {framework} one",
+            "Drop --task, or give a transformers model folder (what save_pretrained writes).",
+        )
     if request.params is not None and framework != PARAMS_FRAMEWORK:
         raise ConvertError(
             f"--params goes with JAX models, and this model is a {framework} one",
@@ -71,10 +81,12 @@ def detect_framework(model) -> str:
                 marker = entry.meta.get("folder_marker")
                 if marker and (model / marker).is_file():
                     return entry.name
-            markers = [e.meta["folder_marker"] for e in REGISTRY.entries("source") if e.meta.get("folder_marker")]
+            markers = [
+                f"a {e.name} folder holds {e.meta['folder_marker']}" for e in REGISTRY.entries("source") if e.meta.get("folder_marker")
+            ]
             raise ConvertError(
-                f"{model} is a folder with no model in it (a SavedModel folder holds {', '.join(markers)})",
-                "Give the model file itself, or a SavedModel folder.",
+                f"{model} is a folder with no model in it ({'; '.join(markers)})",
+                "Give the model file itself, a SavedModel folder, or a Hugging Face model folder (what save_pretrained writes).",
             )
         if model.is_file():
             if detect_format(model) in _TORCH_FORMATS:

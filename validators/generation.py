@@ -1,0 +1,169 @@
+"""Generation agreement: a decoder with a cache, judged over greedy decoding rather than one step.
+
+The source decodes ``steps`` new tokens greedily from seeded prompts, feeding its cache back step by step. The
+artifact then decodes from the same prompts with its own cache fed back, each step given the source's token (teacher
+forcing): its greedy choice and its logits are compared with the source's at every step, so one wrong step does not
+hide the steps after it. Where every step's choice agrees, free-running greedy decoding with the artifact gives the
+source's tokens exactly.
+
+Inputs and outputs are named as Optimum names them: ``input_ids``, ``attention_mask`` (over the cache and the new
+tokens), ``position_ids`` where the decoder takes them, ``past_key_values.N.key``/``.value`` in (``[batch, kv_heads,
+past, head_dim]``, empty on the first step) and ``logits``, ``present.N.key``/``.value`` out.
+
+A full-precision artifact passes when every step picks the source's token (or one the source itself scores within
+tolerance of its own choice: a tie) and every step's logits are within tolerance. A reduced-precision one passes when
+its token agreement rate and its worst per-step logits cosine meet the budget (``GENERATION_AGREEMENT`` and the
+precision's cosine bound).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from convert.validators.tolerances import Tolerance
+from pydantic import BaseModel, Field
+
+GENERATION_STEPS = 16
+GENERATION_BATCH = 2
+PROMPT_LENGTH = 5
+# the least share of steps whose greedy choice a reduced-precision artifact must share with the source
+GENERATION_AGREEMENT = {"fp16": 0.9, "int8": 0.75}
+
+Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """How a decoder's cache is laid out: one key and one value per layer, [batch, kv_heads, past, head_dim]."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    vocab_size: int
+    position_ids: bool  # the decoder takes position_ids
+
+    def past_names(self) -> list[str]:
+        return [f"past_key_values.{i}.{part}" for i in range(self.layers) for part in ("key", "value")]
+
+
+@dataclass
+class GenerationTrace:
+    """What one decoding gave: the prompts, each step's greedy token [batch, steps] and last-position logits
+    [steps, batch, vocab]."""
+
+    layout: CacheLayout
+    prompts: np.ndarray
+    tokens: np.ndarray
+    logits: np.ndarray
+
+
+class GenerationMetrics(BaseModel):
+    steps: int = Field(description="new tokens decoded per prompt")
+    prompts: int = Field(description="prompts decoded side by side (the batch)")
+    token_agreement: float = Field(
+        description="share of steps x prompts where the artifact's greedy token is the source's (ties count as agreeing)"
+    )
+    first_divergent_step: int | None = Field(
+        None, description="the first step (0-based) whose token or logits are out of tolerance; null when none"
+    )
+    max_abs_logits: float = Field(description="the largest absolute difference of any step's logits")
+    min_cosine: float = Field(description="the lowest cosine similarity of one step's logits, over steps and prompts")
+    judged_by: str = Field(description="what decided: the tolerance (full precision) or the budget (fp16, int8)")
+
+
+def make_prompts(layout: CacheLayout, seed: int = 0, batch: int = GENERATION_BATCH, length: int = PROMPT_LENGTH) -> np.ndarray:
+    return np.random.default_rng(seed + 7919).integers(0, layout.vocab_size, size=(batch, length), dtype=np.int64)
+
+
+def decode(step: Step, layout: CacheLayout, prompts: np.ndarray, steps: int, forced: np.ndarray | None = None) -> GenerationTrace:
+    """Greedy decoding with the cache fed back; with ``forced`` [batch, steps], each step after the first is given the
+    forced token instead of its own choice (the choice is still recorded)."""
+    batch, length = prompts.shape
+    past = {name: np.zeros((batch, layout.kv_heads, 0, layout.head_dim), dtype=layout.dtype) for name in layout.past_names()}
+    ids, cached = prompts, 0
+    tokens, logits = [], []
+    for index in range(steps):
+        new = ids.shape[1]
+        feed = {"input_ids": ids, "attention_mask": np.ones((batch, cached + new), dtype=np.int64), **past}
+        if layout.position_ids:
+            feed["position_ids"] = np.broadcast_to(np.arange(cached, cached + new, dtype=np.int64), (batch, new)).copy()
+        outputs = step(feed)
+        missing = [name for name in ("logits", *(n.replace("past_key_values", "present") for n in past)) if name not in outputs]
+        if missing:
+            raise ValueError(f"the decoder gives no output '{missing[0]}'")
+        last = np.asarray(outputs["logits"], dtype=np.float64)[:, -1, :]
+        logits.append(last)
+        chosen = last.argmax(axis=-1)
+        tokens.append(chosen)
+        past = {name: np.asarray(outputs[name.replace("past_key_values", "present")]) for name in past}
+        cached += new
+        following = forced[:, index] if forced is not None else chosen
+        ids = following.astype(np.int64)[:, None]
+    return GenerationTrace(layout=layout, prompts=prompts, tokens=np.stack(tokens, axis=1), logits=np.stack(logits))
+
+
+def compare_generation(
+    reference: GenerationTrace, actual: GenerationTrace, tolerance: Tolerance, precision: str
+) -> tuple[GenerationMetrics, str]:
+    """The metrics of an artifact's teacher-forced decoding against the source's, and why it fails ("" when it passes)."""
+    steps, batch = reference.logits.shape[0], reference.logits.shape[1]
+    diverged_at: int | None = None
+    agree = 0
+    worst_abs, worst_cos = 0.0, 1.0
+    for index in range(steps):
+        want, got = reference.logits[index], actual.logits[index]
+        if not np.all(np.isfinite(got)):
+            diverged_at = index if diverged_at is None else diverged_at
+            worst_abs, worst_cos = float("inf"), min(worst_cos, -1.0)
+            continue
+        difference = np.abs(got - want)
+        worst_abs = max(worst_abs, float(difference.max()))
+        worst_cos = min(worst_cos, *(_cosine(want[row], got[row]) for row in range(batch)))
+        chosen = actual.tokens[:, index]
+        own = reference.tokens[:, index]
+        scored = want[np.arange(batch), chosen]
+        best = want[np.arange(batch), own]
+        ties = best - scored <= tolerance.atol + tolerance.rtol * np.abs(best)
+        agree += int(np.sum((chosen == own) | ties))
+        within = bool(np.all(difference <= tolerance.atol + tolerance.rtol * np.abs(want)))
+        if diverged_at is None and (not within or not np.all((chosen == own) | ties)):
+            diverged_at = index
+    rate = agree / (steps * batch)
+    metrics = GenerationMetrics(
+        steps=steps,
+        prompts=batch,
+        token_agreement=round(rate, 6),
+        first_divergent_step=diverged_at,
+        max_abs_logits=worst_abs,
+        min_cosine=worst_cos,
+        judged_by="",
+    )
+    if tolerance.budget:
+        floor = GENERATION_AGREEMENT.get(precision, 1.0)
+        cosine = next((bound for metric, _, bound in tolerance.budget if metric == "cosine"), None)
+        metrics.judged_by = f"token_agreement>={floor:g}" + (f",cosine>={cosine:g}" if cosine is not None else "")
+        failing = []
+        if rate < floor:
+            failing.append(f"the greedy tokens agree at {rate:.1%} of steps, below {floor:.0%}")
+        if cosine is not None and worst_cos < cosine:
+            failing.append(f"a step's logits have cosine {worst_cos:.6f}, below {cosine:g}")
+        return metrics, "; ".join(failing)
+    metrics.judged_by = f"tolerance atol={tolerance.atol:g},rtol={tolerance.rtol:g} ({tolerance.source})"
+    if diverged_at is None:
+        return metrics, ""
+    index = diverged_at
+    tokens_differ = [row for row in range(batch) if actual.tokens[row, index] != reference.tokens[row, index]]
+    what = (
+        f"picks token {int(actual.tokens[tokens_differ[0], index])} where the source picks {int(reference.tokens[tokens_differ[0], index])}"
+        if tokens_differ
+        else f"has logits off by up to {float(np.abs(actual.logits[index] - reference.logits[index]).max()):.3g}"
+    )
+    return metrics, f"generation diverges at step {index} of {steps}: the artifact {what} (teacher-forced greedy decoding, cache fed back)"
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return 1.0 if norm == 0 else float(np.dot(a, b) / norm)
