@@ -182,9 +182,7 @@ def load_reference(folder, task):
     from optimum.exporters.tasks import TasksManager
 
     base = task.replace("-with-past", "")
-    model = TasksManager.get_model_from_task(
-        base, folder, framework="pt", library_name="transformers", device="cpu"
-    )
+    model = TasksManager.get_model_from_task(base, folder, framework="pt", library_name="transformers", device="cpu")
     return model.eval()
 
 
@@ -301,8 +299,7 @@ def own_check(folder, task, onnx_dir):
         torch_enc_kwargs = {k: torch.from_numpy(v) for k, v in named.items() if k in enc_inputs}
         with torch.no_grad():
             enc_hidden = model.get_encoder()(**torch_enc_kwargs).last_hidden_state
-        all_diffs += compare(enc, build_feeds(enc, named), {"last_hidden_state": enc_hidden.numpy()},
-                             "encoder_model.onnx", compared)
+        all_diffs += compare(enc, build_feeds(enc, named), {"last_hidden_state": enc_hidden.numpy()}, "encoder_model.onnx", compared)
 
         dec_file = "decoder_model.onnx" if "decoder_model.onnx" in files else "decoder_model_merged.onnx"
         dec = session_for(os.path.join(onnx_dir, dec_file))
@@ -381,18 +378,31 @@ def run_one(name, folder, task, onnx_root):
     if os.path.exists(out_dir):
         shutil.rmtree(out_dir)
     entry = {
-        "model": name, "task": task, "ok": False, "seconds": None, "error": None,
-        "files": [], "max_abs_error": None,
-        "optimum_max_abs_error": None, "optimum_atol": None, "optimum_warning": None,
-        "compared": {}, "check_seconds": None,
+        "model": name,
+        "task": task,
+        "ok": False,
+        "seconds": None,
+        "error": None,
+        "files": [],
+        "max_abs_error": None,
+        "optimum_max_abs_error": None,
+        "optimum_atol": None,
+        "optimum_warning": None,
+        "compared": {},
+        "check_seconds": None,
     }
     recorder = OptimumValidationRecorder()
     start = time.perf_counter()
     try:
         with recorder:
             main_export(
-                folder, out_dir, task=task, device="cpu", do_validation=True,
-                local_files_only=True, **export_shape_kwargs(folder),
+                folder,
+                out_dir,
+                task=task,
+                device="cpu",
+                do_validation=True,
+                local_files_only=True,
+                **export_shape_kwargs(folder),
             )
         entry["ok"] = True
     except Exception as exc:
@@ -422,8 +432,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--folders", required=True, help="folder with one model subfolder each (holding task.txt)")
     parser.add_argument("--out", required=True, help="results JSON file")
-    parser.add_argument("--onnx-dir", default=None,
-                        help="where the ONNX exports go (default: <out without .json>_onnx/)")
+    parser.add_argument("--onnx-dir", default=None, help="where the ONNX exports go (default: <out without .json>_onnx/)")
     parser.add_argument("--only", nargs="*", default=None, help="export only these model names")
     args = parser.parse_args(argv)
 
@@ -443,9 +452,12 @@ def main(argv=None):
         print(f"[export] {name} ({task})", flush=True)
         entry = run_one(name, folder, task, onnx_root)
         results.append(entry)
-        print(f"[done] {name}: ok={entry['ok']} seconds={entry['seconds']} "
-              f"max_abs_error={entry['max_abs_error']} optimum_max_abs_error={entry['optimum_max_abs_error']} "
-              f"error={entry['error']}", flush=True)
+        print(
+            f"[done] {name}: ok={entry['ok']} seconds={entry['seconds']} "
+            f"max_abs_error={entry['max_abs_error']} optimum_max_abs_error={entry['optimum_max_abs_error']} "
+            f"error={entry['error']}",
+            flush=True,
+        )
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
         gc.collect()

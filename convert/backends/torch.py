@@ -1,5 +1,6 @@
 """PyTorch as every layer uses it: tensors to and from NumPy, a model's outputs named as the exporters see them, how a
-module takes its inputs, and loading a torch.export archive (a .pt2 the user gives, or one this run wrote).
+module takes its inputs, a module as a source model (every PyTorch source gives one), and loading a torch.export
+archive (a .pt2 the user gives, or one this run wrote).
 
 A .pt2 whose input or output tree names a type of a well-known library (``PYTREE_LIBRARIES``, e.g. a transformers
 ModelOutput) imports the module that defines it, from that installed library, so that the type registers itself with
@@ -8,6 +9,7 @@ pytree; no other module is imported on a file's say-so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zipfile
 import zlib
@@ -18,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from convert.errors import ConvertError, require
-from convert.specs import InputSpec
+from convert.sources.base import SourceInfo, SourceModel
+from convert.specs import InputSpec, SourceSignature
 
 # Libraries whose installed modules a .pt2 may name as pytree node types (package to import: what to pip install).
 PYTREE_LIBRARIES = {"transformers": "transformers"}
@@ -178,3 +181,45 @@ def _pytree_type_names(path: Path) -> set[str]:
     except (ValueError, KeyError, IndexError, AttributeError, TypeError, OSError, zipfile.BadZipFile, zlib.error):
         return set()  # torch.export.load reports an unreadable archive
     return names
+
+
+class TorchSource(SourceModel):
+    def __init__(
+        self,
+        module: Any,
+        info: SourceInfo,
+        inputs: tuple[InputSpec, ...],
+        export_sizes: dict[str, int],
+        dim_ranges: dict[str, tuple[int, int | None]] | None = None,
+        convention: CallConvention | None = None,
+    ):
+        self.module = module
+        self.convention = convention or CallConvention()
+        self.info = info
+        self.export_sizes = export_sizes
+        self.dim_ranges = dim_ranges or {}
+        self.signature = SourceSignature(inputs=inputs)
+
+    @property
+    def native(self) -> Any:
+        return self.module
+
+    @property
+    def is_scripted(self) -> bool:
+        return isinstance(self.module, require_torch().jit.ScriptModule)
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        torch = require_torch()
+        with torch.inference_mode():
+            outputs = self.convention(self.module, to_tensors(self.signature.inputs, feed))
+        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+
+    @contextlib.contextmanager
+    def pinned_threads(self, threads: int) -> Iterator[bool]:
+        torch = require_torch()
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            yield True
+        finally:
+            torch.set_num_threads(before)

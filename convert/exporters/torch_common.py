@@ -104,7 +104,7 @@ def exportable_module(job: ExportJob):
     return TS2EPConverter(job.source.native, args, kwargs).convert().module()
 
 
-def record_bounds(artifact: Artifact, program, job: ExportJob, why: str = "torch.export's bound") -> Artifact:
+def record_bounds(artifact: Artifact, program, job: ExportJob, why: str = "torch.export's bound", guarded: bool = False) -> Artifact:
     """Record on the artifact the sizes the program takes for each symbol the specs made dynamic, where it does not
     take every size: bounds (S <= 128) limit its checks to those sizes, and a symbol the program fixed (torch
     specialized it) makes the artifact fixed at that size. Each finding is noted for the report."""
@@ -124,7 +124,9 @@ def record_bounds(artifact: Artifact, program, job: ExportJob, why: str = "torch
         if value is None or not hasattr(value, "shape") or len(value.shape) != len(spec.dims):
             continue
         for dim, size in zip(spec.dims, value.shape):
-            if not isinstance(dim, str) or is_sum(dim) or dim in artifact.dim_bounds or dim in fixed:
+            # a program that checks its inputs (a .pt2: ``guarded``) keeps the range tracing gave a sum of symbols (P+S >= 4,
+            # traced with P and S at 2 or more); a graph made from it (ONNX) checks nothing and takes smaller sums
+            if not isinstance(dim, str) or dim in artifact.dim_bounds or dim in fixed or (is_sum(dim) and not guarded):
                 continue
             if str(size).isdigit():
                 fixed[dim] = int(str(size))

@@ -24,4 +24,4 @@ class TorchToExportedProgram(Exporter):
 
         program, bounded = export_program(job)
         torch.export.save(program, str(path))
-        return record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, bounded)
+        return record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, bounded, guarded=True)

@@ -18,6 +18,7 @@ REGISTRY.add(
     extra="transformers",
     packages=("torch", "transformers", "safetensors"),
     folder_marker="config.json",
+    folder_name="a Hugging Face model folder",
 )
 REGISTRY.add(
     "source",
@@ -28,6 +29,7 @@ REGISTRY.add(
     module=("keras", "tensorflow"),
     suffixes=(".keras", ".h5", ".hdf5"),
     folder_marker="saved_model.pb",
+    folder_name="a SavedModel folder",
 )
 REGISTRY.add(
     "source",

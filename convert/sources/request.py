@@ -18,6 +18,7 @@ import numpy as np
 from convert.errors import ConvertError
 from convert.specs import InputSpec
 
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 FACTORY_HINT = (
     "Give a model file, or the model's code as module.path:callable (importable from the current folder) or path/to/file.py:callable."
 )
@@ -37,6 +38,17 @@ class SourceRequest:
     kind: str = "object"  # set by resolve(): "path", "factory" or "object"
     factory: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+def hub_id_error(text: str) -> ConvertError | None:
+    """A clear error for a name that looks like a Hugging Face Hub id (``org/name``), which is never downloaded."""
+    if not HUB_ID.match(text) or Path(text).exists():
+        return None
+    local = text.split("/")[-1]
+    return ConvertError(
+        f"{text} is not a file or folder here; it looks like a Hugging Face Hub id, and this tool never downloads models",
+        f"Download the folder first (huggingface-cli download {text} --local-dir {local}), then run: convert {local}/ ...",
+    )
 
 
 def split_reference(text: str) -> tuple[str, str] | None:

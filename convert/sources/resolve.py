@@ -9,7 +9,7 @@ from convert.errors import ConvertError
 from convert.registry import REGISTRY
 from convert.safety import check_contained, detect_format
 from convert.sources.base import SourceModel
-from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, import_reference, is_factory_reference
+from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, hub_id_error, import_reference, is_factory_reference
 
 _TORCH_FORMATS = ("pt2", "torchscript", "torch-save", "torch-legacy-pickle")
 PARAMS_FRAMEWORK = "jax"  # --params belongs to JAX models only
@@ -48,8 +48,6 @@ def resolve_source(request: SourceRequest) -> SourceModel:
                 request.model = call_factory(text, target)
             request.kind, request.factory = "factory", text
         else:
-            from convert.sources.transformers import hub_id_error
-
             raise hub_id_error(text) or ConvertError(f"the model {text} does not exist", FACTORY_HINT)
     if request.task is not None and framework in (None, "torch"):
         framework = TASK_FRAMEWORK
@@ -82,7 +80,9 @@ def detect_framework(model) -> str:
                 if marker and (model / marker).is_file():
                     return entry.name
             markers = [
-                f"a {e.name} folder holds {e.meta['folder_marker']}" for e in REGISTRY.entries("source") if e.meta.get("folder_marker")
+                f"{e.meta['folder_name']} holds {e.meta['folder_marker']}"
+                for e in REGISTRY.entries("source")
+                if e.meta.get("folder_marker")
             ]
             raise ConvertError(
                 f"{model} is a folder with no model in it ({'; '.join(markers)})",

@@ -9,70 +9,27 @@ A .pt2 whose input or output tree names a type of a well-known library imports t
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import io
 import json
 import pickle
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from convert.backends.torch import CallConvention, flatten_outputs, load_program, require_torch, to_numpy, to_tensors
+from convert.backends.torch import CallConvention, TorchSource, load_program, require_torch, to_numpy
 from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_file
-from convert.sources.base import SourceInfo, SourceModel
+from convert.sources.base import SourceInfo
 from convert.sources.request import SourceRequest
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
-from convert.specs import InputSpec, SourceSignature
+from convert.specs import InputSpec
 
 TRUST_HINT = "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a torch.export .pt2 without pickled parts, or as a state dict for a module:callable factory."
-
-
-class TorchSource(SourceModel):
-    def __init__(
-        self,
-        module: Any,
-        info: SourceInfo,
-        inputs: tuple[InputSpec, ...],
-        export_sizes: dict[str, int],
-        dim_ranges: dict[str, tuple[int, int | None]] | None = None,
-        convention: CallConvention | None = None,
-    ):
-        self.module = module
-        self.convention = convention or CallConvention()
-        self.info = info
-        self.export_sizes = export_sizes
-        self.dim_ranges = dim_ranges or {}
-        self.signature = SourceSignature(inputs=inputs)
-
-    @property
-    def native(self) -> Any:
-        return self.module
-
-    @property
-    def is_scripted(self) -> bool:
-        return isinstance(self.module, require_torch().jit.ScriptModule)
-
-    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        torch = require_torch()
-        with torch.inference_mode():
-            outputs = self.convention(self.module, to_tensors(self.signature.inputs, feed))
-        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
-
-    @contextlib.contextmanager
-    def pinned_threads(self, threads: int) -> Iterator[bool]:
-        torch = require_torch()
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            yield True
-        finally:
-            torch.set_num_threads(before)
 
 
 def load_torch_source(request: SourceRequest) -> TorchSource:

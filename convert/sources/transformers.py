@@ -19,12 +19,11 @@ import contextlib
 import inspect
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from convert.backends.torch import CallConvention, require_torch
+from convert.backends.torch import CallConvention, TorchSource, require_torch
 from convert.errors import ConvertError, require
 from convert.safety import sha256_files
 from convert.sources.base import SourceInfo
@@ -33,7 +32,6 @@ from convert.specs import InputSpec
 from convert.validators.generation import CacheLayout
 
 TRUST_HINT = "If you trust the folder and where it came from, pass --trust-code."
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PACKAGES = ("transformers",)  # beyond torch: its version changes what a folder loads as
 
 
@@ -76,17 +74,6 @@ SEQ2SEQ_TASKS = (
 )
 TASK_HINT = "Tasks: " + ", ".join(TASKS) + "."
 SEQ2SEQ_HINT = "--task feature-extraction exports its encoder (for T5, Whisper, BART...), validated like every artifact."
-
-
-def hub_id_error(text: str) -> ConvertError | None:
-    """A clear error for a name that looks like a Hugging Face Hub id (``org/name``), which is never downloaded."""
-    if not HUB_ID.match(text) or Path(text).exists():
-        return None
-    local = text.split("/")[-1]
-    return ConvertError(
-        f"{text} is not a file or folder here; it looks like a Hugging Face Hub id, and this tool never downloads models",
-        f"Download the folder first (huggingface-cli download {text} --local-dir {local}), then run: convert {local}/ ...",
-    )
 
 
 def infer_task(config: dict | Any) -> tuple[str, str]:
@@ -171,8 +158,6 @@ def _offline():
 
 def load_transformers_source(request: SourceRequest):
     """A TorchSource of the folder (or transformers model object) for the request's task."""
-    from convert.sources.torch import TorchSource
-
     require_torch()
     transformers = require("transformers", "transformers", "Loading a Hugging Face Transformers model")
     transformers.utils.logging.set_verbosity_error()

@@ -20,6 +20,7 @@ NON_DEFAULT = {
     "to": "onnx",
     "out": "elsewhere",
     "framework": "torch",
+    "task": "fill-mask",
     "weights": "w.safetensors",
     "params": "p.msgpack",
     "inputs": ("x:float32[B,8]", "m:int64[B]{0..1}"),

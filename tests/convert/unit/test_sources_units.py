@@ -74,8 +74,8 @@ def test_one_value_bool_domains_are_all_false_or_all_true():
         ("x float32[B]", "cannot read the input spec"),
         ("x:float32(B)", "cannot read the input spec"),
         ("x:float32[B,0]", "has a dim of size 0"),
-        ("x:float32[B+1]", "has a dim 'B+1' that is neither a positive integer nor a symbol"),
-        ("x:float32[B,]", "has a dim '' that is neither a positive integer nor a symbol"),
+        ("x:float32[B+1]", "has a dim 'B+1' that is neither a positive integer, a symbol nor a sum of symbols"),
+        ("x:float32[B,]", "has a dim '' that is neither a positive integer, a symbol nor a sum of symbols"),
         ("ids:int64[B]{0..2.5}", "gives a fractional domain to an integer input"),
         ("ids:int64[B]{5..1}", "has an empty value domain"),
         ("x:float32[B]{1..1}", "has an empty value domain"),
@@ -261,7 +261,10 @@ def test_a_saved_model_folder_is_keras(tmp_path):
 def test_a_folder_with_no_model_is_an_error_saying_what_a_saved_model_holds(tmp_path):
     with pytest.raises(ConvertError) as info:
         detect_framework(tmp_path)
-    assert info.value.problem == f"{tmp_path} is a folder with no model in it (a SavedModel folder holds saved_model.pb)"
+    assert (
+        info.value.problem
+        == f"{tmp_path} is a folder with no model in it (a Hugging Face model folder holds config.json; a SavedModel folder holds saved_model.pb)"
+    )
 
 
 def test_a_file_of_no_known_framework_is_an_error_asking_for_framework(tmp_path):
@@ -270,7 +273,7 @@ def test_a_file_of_no_known_framework_is_an_error_asking_for_framework(tmp_path)
     with pytest.raises(ConvertError) as info:
         detect_framework(path)
     assert info.value.problem == f"cannot tell which framework {path} belongs to"
-    assert info.value.next_step == "Pass --framework (torch, keras, jax)."
+    assert info.value.next_step == "Pass --framework (torch, transformers, keras, jax)."
 
 
 def test_an_object_of_no_known_framework_is_an_error():

@@ -1,0 +1,251 @@
+"""Hugging Face model folders as their users write them (save_pretrained of the library's own classes, small configs,
+fixed seeds): the task inferred or given, specs from the config, decoders exported with their cache under Optimum's
+names and checked over greedy generation, encoders of encoder-decoder models, the gate and the API on a folder, and
+folders this tool must refuse to load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+
+import convert
+from convert.errors import ConvertError
+from tests.conftest import load_report, run_cli
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    from fixtures.transformers_folders import FOLDERS, write_folder
+
+    root = tmp_path_factory.mktemp("hf_folders")
+    return {name: write_folder(name, root / name) for name in FOLDERS}
+
+
+RUNS = {
+    "bert": ("bert", "--to", "onnx"),  # task inferred: fill-mask
+    "gpt2": ("gpt2", "--to", "onnx", "--optimize", "int8"),  # task inferred: text-generation-with-past
+    "llama": ("llama", "--task", "text-generation-with-past", "--to", "onnx,torch_export"),
+    "t5": ("t5", "--task", "feature-extraction", "--to", "onnx"),
+    "whisper": ("whisper", "--task", "feature-extraction", "--to", "onnx"),
+    "t5 default": ("t5", "--to", "onnx"),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(folders, tmp_path_factory) -> dict[str, tuple]:
+    """Every command line run once, two at a time: (the run, its report or None)."""
+    out = tmp_path_factory.mktemp("hf_runs")
+
+    def attempt(item):
+        name, (model, *args) = item
+        run = run_cli(str(folders[model]), *args, "--out", str(out / name.replace(" ", "_")))
+        report = out / name.replace(" ", "_") / "report.json"
+        return name, (run, load_report(report) if report.exists() else None)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(attempt, RUNS.items()))
+
+
+def _artifact(report: dict, key: str) -> dict:
+    return next(a for a in report["artifacts"] if (a["optimization"] or a["format"]) == key)
+
+
+def _generation(record: dict) -> dict:
+    (check,) = [c for c in record["checks"] if c["kind"] == "generation" and c["device"] == "cpu"]
+    return check
+
+
+def _shape_checks(record: dict) -> list[dict]:
+    return [c for c in record["checks"] if c["kind"] == "shape" and c["device"] == "cpu"]
+
+
+def test_an_encoder_folder_infers_its_task_and_takes_its_specs_from_the_config(runs):
+    run, report = runs["bert"]
+    assert run.returncode == 0, run.output
+    source = report["source"]
+    assert (
+        source["kind"] == "transformers" and "task fill-mask: inferred from config.architectures (BertForMaskedLM)" in source["description"]
+    )
+    assert source["inputs"] == ["input_ids:int64[B,S]{0..999}", "attention_mask:int64[B,S]", "token_type_ids:int64[B,S]{0..1}"]
+    assert source["outputs"] == ["logits"]
+    record = _artifact(report, "onnx")
+    assert record["passed"] and len({c["shape"] for c in _shape_checks(record) if c["status"] == "passed"}) >= 3
+    assert record["dim_bounds"] == {"S": [1, 128]}  # bounded by max_position_embeddings
+
+
+def test_a_decoder_is_exported_with_its_cache_under_optimums_names_and_checked_over_generation(runs):
+    run, report = runs["gpt2"]
+    assert run.returncode == 0, run.output
+    assert "text-generation-with-past: inferred from config.architectures (GPT2LMHeadModel)" in report["source"]["description"]
+    record = _artifact(report, "onnx")
+    graph = onnx.load(record["path"], load_external_data=False).graph
+    past = [f"past_key_values.{i}.{part}" for i in range(2) for part in ("key", "value")]
+    assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "position_ids", *past]
+    assert [o.name for o in graph.output] == ["logits", *(name.replace("past_key_values", "present") for name in past)]
+    checks = _shape_checks(record)
+    assert all(c["status"] == "passed" for c in checks)
+    empty = [c for c in checks if "P=0" in c["shape"]]
+    assert empty and all(c["input_shapes"]["past_key_values.0.key"][2] == 0 for c in empty)  # the first step's empty cache
+    assert {c["shape"].split("P=")[1] for c in checks} >= {"0", "1"} and len({c["shape"] for c in checks}) >= 4
+    generation = _generation(record)
+    assert generation["status"] == "passed" and generation["generation"]["steps"] >= 16
+    assert generation["generation"]["token_agreement"] == 1.0 and generation["generation"]["first_divergent_step"] is None
+    assert generation["generation"]["judged_by"].startswith("tolerance")
+    int8 = _generation(_artifact(report, "int8"))
+    assert int8["status"] == "passed" and int8["generation"]["judged_by"].startswith("token_agreement>=0.75,cosine>=")
+    assert "token_agreement=100.0%" in run.stdout
+
+
+def test_a_grouped_query_decoder_to_onnx_and_torch_export(runs):
+    run, report = runs["llama"]
+    assert run.returncode == 0, run.output
+    assert "past_key_values.1.value:float32[B,2,P,8]" in report["source"]["inputs"]  # 2 key/value heads for 4 query heads
+    onnx_record = _artifact(report, "onnx")
+    assert onnx_record["passed"] and _generation(onnx_record)["status"] == "passed"
+    program = _artifact(report, "torch_export")
+    # torch.export bounds the attention mask's length (P+S) from below: the checks below it are skipped with the reason,
+    # and generation (a prompt of 5, then one token at a time) runs within it
+    assert program["passed"] and program["dim_bounds"]["P+S"][0] >= 2
+    skipped = [c for c in _shape_checks(program) if c["status"] == "skipped"]
+    assert all("takes P+S from" in c["reason"] for c in skipped)
+    assert _generation(program)["status"] == "passed"
+
+
+def test_an_encoder_decoders_features_are_its_encoders(runs):
+    for name, inputs in (
+        ("t5", ["input_ids:int64[B,S]{0..999}", "attention_mask:int64[B,S]"]),
+        ("whisper", ["input_features:float32[B,16,64]"]),
+    ):
+        run, report = runs[name]
+        assert run.returncode == 0, run.output
+        assert report["source"]["inputs"] == inputs and report["source"]["outputs"] == ["last_hidden_state"]
+        assert _artifact(report, "onnx")["passed"]
+
+
+def test_an_encoder_decoders_generation_task_is_a_clear_error(runs):
+    run, report = runs["t5 default"]
+    assert run.returncode == 2 and report is None
+    assert "text2text-generation-with-past (inferred from config.architectures (T5ForConditionalGeneration" in run.stderr
+    assert "--task feature-extraction exports its encoder" in run.stderr and "Traceback" not in run.output
+
+
+def test_a_broken_cache_wiring_fails_generation_at_the_first_step_that_reads_the_cache(runs, folders, tmp_path):
+    """The exported decoder with two layers' key outputs swapped: the first step (an empty cache) still agrees, the
+    second, which reads the cache fed back, diverges; the unbroken file passes the same check."""
+    from convert.validators import ShapeCase, TolerancePolicy
+    from convert.validators.generation import decode, make_prompts
+
+    from convert.artifacts import Artifact
+    from convert.validation import ValidationCase, checks_on
+
+    _, report = runs["gpt2"]
+    good = Path(_artifact(report, "onnx")["path"])
+    model = onnx.load(str(good))
+    inner = {"present.0.key": "key_0", "present.1.key": "key_1"}
+    for node in model.graph.node:
+        node.input[:] = [inner.get(name, name) for name in node.input]
+        node.output[:] = [inner.get(name, name) for name in node.output]
+    model.graph.node.extend(
+        [onnx.helper.make_node("Identity", ["key_1"], ["present.0.key"]), onnx.helper.make_node("Identity", ["key_0"], ["present.1.key"])]
+    )
+    broken = tmp_path / "swapped.onnx"
+    onnx.save(model, str(broken))
+    source = convert.load(folders["gpt2"])
+    reference = decode(source.run, source.generation, make_prompts(source.generation), 16)
+    case = ValidationCase(ShapeCase("generation", {}), generation=reference)
+    inputs = source.signature.inputs
+    verdicts = {}
+    for path in (good, broken):
+        (check,) = checks_on(Artifact("onnx", path, files=[path], inputs=inputs), "onnxruntime", "cpu", [case], TolerancePolicy())
+        verdicts[path.name] = check
+    assert verdicts[good.name].status == "passed"
+    failed = verdicts["swapped.onnx"]
+    assert failed.status == "failed" and failed.generation.first_divergent_step == 1
+    assert failed.reason.startswith("generation diverges at step 1 of 16")
+
+
+def test_a_gate_policy_names_a_folder_and_its_task(folders, tmp_path):
+    (tmp_path / "vit").symlink_to(folders["vit"], target_is_directory=True)
+    policy = tmp_path / "promotion.yaml"
+    policy.write_text(
+        yaml.safe_dump({"model": {"path": "vit", "task": "image-classification"}, "require": {"targets": ["onnx"]}, "out": "out"})
+    )
+    run = run_cli("gate", str(policy))
+    assert run.returncode == 0, run.output
+    report = load_report(tmp_path / "out" / "report.json")
+    assert report["source"]["inputs"] == ["pixel_values:float32[B,3,32,32]"] and report["source"]["outputs"] == ["logits"]
+    assert "task image-classification: given with --task" in report["source"]["description"]
+    assert report["gate"]["exit_code"] == 0
+
+
+def test_the_api_takes_a_model_object_with_its_task(tmp_path):
+    from fixtures.transformers_folders import llama
+
+    result = convert.convert(llama(), task="text-generation", to=["onnx"], out=tmp_path / "out")
+    assert result.passed
+    assert result.report.source.inputs == ["input_ids:int64[B,S]{0..999}", "attention_mask:int64[B,S]"]
+    assert result.report.source.outputs == ["logits"]
+
+
+def _copy(folder: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / folder.name
+    shutil.copytree(folder, copy)
+    return copy
+
+
+def test_folders_that_would_run_code_or_hold_no_weights_are_refused(folders, tmp_path):
+    remote = _copy(folders["bert"], tmp_path / "remote")
+    config = json.loads((remote / "config.json").read_text())
+    (remote / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_evil.EvilModel"}}))
+    pickled = _copy(folders["bert"], tmp_path / "pickled")
+    (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
+    empty = _copy(folders["bert"], tmp_path / "empty")
+    (empty / "model.safetensors").unlink()
+    expected = {
+        remote: "names code in the folder (auto_map: modeling_evil.py); loading it runs that code",
+        pickled: "holds its weights only as pytorch_model.bin, a pickle",
+        empty: "holds no PyTorch weights (model.safetensors)",
+    }
+    for folder, problem in expected.items():
+        with pytest.raises(ConvertError) as info:
+            convert.load(folder)
+        assert problem in info.value.problem
+
+
+def test_a_hub_id_is_not_downloaded(tmp_path):
+    run = run_cli("meta-llama/Llama-3.2-1B", "--to", "onnx", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert run.returncode == 2 and not (tmp_path / "out").exists()
+    assert "looks like a Hugging Face Hub id, and this tool never downloads models" in run.stderr
+    assert "huggingface-cli download meta-llama/Llama-3.2-1B --local-dir Llama-3.2-1B" in run.stderr
+
+
+def test_a_task_the_model_has_no_head_for_names_the_one_it_fits(folders):
+    with pytest.raises(ConvertError) as info:
+        convert.load(folders["vit"], task="fill-mask")
+    assert "has no AutoModelForMaskedLM head" in info.value.problem and "--task image-classification" in info.value.next_step
+    with pytest.raises(ConvertError) as info:
+        convert.load(folders["bert"], task="translation")
+    assert info.value.problem == "unknown task 'translation'"
+
+
+def test_the_source_decodes_as_transformers_generate_does(folders):
+    """The reference decoding (cache fed back through the exported signature) gives generate()'s greedy tokens."""
+    import torch
+    import transformers
+
+    source = convert.load(folders["llama"])
+    prompts = np.array([[5, 9, 200, 3, 17]], dtype=np.int64)
+    from convert.validators.generation import decode
+
+    ours = decode(source.run, source.generation, prompts, 16).tokens
+    model = transformers.AutoModelForCausalLM.from_pretrained(folders["llama"]).eval()
+    with torch.no_grad():
+        theirs = model.generate(torch.from_numpy(prompts), max_new_tokens=16, do_sample=False, min_new_tokens=16)
+    assert ours.tolist() == theirs[:, 5:].numpy().tolist()
