@@ -8,6 +8,8 @@ EXTRAS := torch,tensorflow,jax,openvino,optimize,mlflow,ray,transformers,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 DEMO := out/demo
+OPTIMUM_VENV := .venv-optimum
+OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 
 .PHONY: install chromium demo test bench zoo clean
 
@@ -33,11 +35,19 @@ test: install chromium
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q
 
-bench: install
+bench: install $(OPTIMUM_STAMP)
 	$(PY) -m benchmarks.export_validate
 	$(PY) -m benchmarks.optimize
 	$(PY) -m benchmarks.scale
 	$(PY) -m benchmarks.batch
+	$(PY) -m benchmarks.transformers_export --optimum-python $(OPTIMUM_VENV)/bin/python
+
+# Optimum's ONNX exporter, for the Transformers comparison, in an environment of its own: optimum-onnx pins
+# transformers < 4.58, and this tool's environment has transformers 5.
+$(OPTIMUM_STAMP): constraints.txt
+	test -x $(OPTIMUM_VENV)/bin/python || $(PYTHON) -m venv $(OPTIMUM_VENV)
+	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt "optimum-onnx==0.1.0" onnxruntime
+	touch $@
 
 zoo: install
 	$(PY) -m benchmarks.zoo

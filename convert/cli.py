@@ -42,13 +42,15 @@ class _DefaultGroup(click.Group):
 @click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="convert")
 def main() -> None:
-    """Export a PyTorch, Keras or JAX model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, optimize it, and
+    """Export a PyTorch (or Hugging Face Transformers), Keras or JAX model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, optimize it, and
     validate every artifact numerically against the source model, on every device present; gate its promotion in CI.
 
     \b
       convert model.pt2 --to onnx,torchscript,torch_export --out out/
       convert mypkg.nets:build_model --weights weights.safetensors --input "x:float32[B,3,224,224]" --to onnx
       convert model.pt --trust-code --input "input_ids:int64[B,S]{0..30521}" --input "attention_mask:int64[B,S]{0..1}" --to onnx
+      convert ./my-bert/ --to onnx
+      convert ./my-llama/ --task text-generation-with-past --to onnx --optimize int8
       convert model.keras --to savedmodel,onnx,tflite
       convert saved_model_dir/ --trust-code --to onnx,tflite
       convert mypkg.model:apply_fn --framework jax --params params.msgpack --input "x:float32[B,28,28,1]" --to onnx,savedmodel,tflite

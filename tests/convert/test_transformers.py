@@ -53,6 +53,17 @@ def runs(folders, tmp_path_factory) -> dict[str, tuple]:
         return dict(pool.map(attempt, RUNS.items()))
 
 
+def test_the_readme_shows_the_commands_these_tests_run():
+    from tests.conftest import REPO
+
+    section = (REPO / "README.md").read_text().split("## Hugging Face Transformers models", 1)[1]
+    lines = section.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert lines[0] == "python -m fixtures.transformers_folders out/hf"
+    shown = [tuple(line.split()[1:]) for line in lines[1:]]
+    run = [(f"out/hf/{model}", *args) for name, (model, *args) in RUNS.items() if name != "t5 default" and name != "whisper"]
+    assert shown == run
+
+
 def _artifact(report: dict, key: str) -> dict:
     return next(a for a in report["artifacts"] if (a["optimization"] or a["format"]) == key)
 
@@ -249,3 +260,14 @@ def test_the_source_decodes_as_transformers_generate_does(folders):
     with torch.no_grad():
         theirs = model.generate(torch.from_numpy(prompts), max_new_tokens=16, do_sample=False, min_new_tokens=16)
     assert ours.tolist() == theirs[:, 5:].numpy().tolist()
+
+
+def test_the_cache_keys_a_folder_on_every_file_in_it(folders, tmp_path, monkeypatch):
+    monkeypatch.delenv("CONVERT_NO_CACHE", raising=False)
+    folder = _copy(folders["vit"], tmp_path / "model")
+    runs = [convert.convert(folder, to=["onnx"], out=tmp_path / f"out{i}", cache_dir=tmp_path / "cache") for i in range(2)]
+    assert all(result.passed for result in runs)
+    assert {"export:onnx", "validate:onnx onnxruntime cpu"} <= set(runs[1].report.cache.reused)
+    before = convert.load(folder).info.sha256
+    (folder / "preprocessor_config.json").write_text("{}")
+    assert convert.load(folder).info.sha256 != before
