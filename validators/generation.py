@@ -73,6 +73,13 @@ class GenerationMetrics(BaseModel):
     min_cosine: float = Field(description="the lowest cosine similarity of one step's logits, over steps and prompts")
     judged_by: str = Field(description="what decided: the tolerance (full precision) or the budget (fp16, int8)")
 
+    def describe(self) -> str:
+        diverged = "none" if self.first_divergent_step is None else str(self.first_divergent_step)
+        return (
+            f"{self.steps} greedy steps x {self.prompts} prompts: token agreement {self.token_agreement:.1%}, first divergent "
+            f"step {diverged}, max |logits error| {self.max_abs_logits:.2e}, min cosine {self.min_cosine:.6f}; judged by {self.judged_by}"
+        )
+
 
 def make_prompts(layout: CacheLayout, seed: int = 0, batch: int = GENERATION_BATCH, length: int = PROMPT_LENGTH) -> np.ndarray:
     return np.random.default_rng(seed + 7919).integers(0, layout.vocab_size, size=(batch, length), dtype=np.int64)

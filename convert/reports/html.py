@@ -357,7 +357,10 @@ def _checks_table(checks: list[Check]) -> str:
         )
         for position, output in enumerate(outputs):
             first = position == 0
-            if output is None:
+            if output is None and check.generation is not None:
+                cells = f'<td colspan="5">{_e(check.generation.describe())}</td>' + _td(check.reason)
+                status = check.status
+            elif output is None:
                 cells = '<td colspan="5" class="muted">no outputs compared</td>' + _td(check.reason)
                 status = check.status
             else:

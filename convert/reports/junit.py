@@ -119,6 +119,8 @@ def _check_details(check: Check) -> str:
     lines = [f"input shapes: {shapes}; samples: {check.samples}"]
     if check.status == "failed" and not any(output.status == "failed" for output in check.outputs):
         lines.append(f"reason: {check.reason}")  # it failed before or beside its outputs (loading, missing outputs)
+    if check.generation is not None:
+        lines.append(f"generation: {check.generation.describe()}")
     for output in check.outputs:
         lines.append(f"output {output.name!r}: {output.status}" + (f": {output.reason}" if output.reason else ""))
         lines.append(

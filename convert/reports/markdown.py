@@ -104,7 +104,7 @@ def _checks(report: Report) -> str:
         if not artifact.checks:
             rows.append(_unvalidated_row(label, stages.get(_build_stage(artifact))))
         for check in artifact.checks:
-            worst = _worst_output(check)
+            worst, generated = _worst_output(check), check.generation
             rows.append(
                 (
                     check.status,
@@ -114,9 +114,9 @@ def _checks(report: Report) -> str:
                         _cell(check.device),
                         _cell(check.shape),
                         STATUS[check.status],
-                        _cell(worst.name) if worst else "",
-                        _number(worst.max_abs_error, ".2e") if worst else "",
-                        _number(worst.cosine_similarity, ".6f") if worst else "",
+                        _cell(worst.name) if worst else "logits over generation" if generated else "",
+                        _number(worst.max_abs_error if worst else generated and generated.max_abs_logits, ".2e"),
+                        _number(worst.cosine_similarity if worst else generated and generated.min_cosine, ".6f"),
                         _cell(check.reason),
                     ],
                 )

@@ -114,6 +114,18 @@ def test_a_decoder_is_exported_with_its_cache_under_optimums_names_and_checked_o
     assert "token_agreement=100.0%" in run.stdout
 
 
+def test_the_renderings_show_generation(runs, tmp_path):
+    from convert.reports.model import Report
+    from convert.reports.render import render_files
+
+    _, report = runs["gpt2"]
+    render_files(Report.model_validate(report), html=tmp_path / "r.html", markdown=tmp_path / "r.md", junit=tmp_path / "r.xml")
+    html, markdown, junit = ((tmp_path / name).read_text() for name in ("r.html", "r.md", "r.xml"))
+    assert "| generation of 16 tokens from 2 prompts of 5 | ✅ passed | logits over generation |" in markdown
+    for text in (html, junit):
+        assert "16 greedy steps x 2 prompts: token agreement 100.0%, first divergent step none" in text
+
+
 def test_a_grouped_query_decoder_to_onnx_and_torch_export(runs):
     run, report = runs["llama"]
     assert run.returncode == 0, run.output
