@@ -309,7 +309,13 @@ class RunCache:
                 id(cases),
                 digest(
                     [
-                        (c.shape.sizes, c.feeds, c.references, c.source_error, c.generation and (c.generation.prompts, c.generation.logits))
+                        (
+                            c.shape.sizes,
+                            c.feeds,
+                            c.references,
+                            c.source_error,
+                            c.generation and (c.generation.prompts, c.generation.context, c.generation.logits),
+                        )
                         for c in cases
                     ]
                 ),

@@ -133,7 +133,7 @@ def _generation_check(runner, runtime: str, device: str, case: ValidationCase, p
     check = rm.Check(runtime=runtime, device=device, shape=case.shape.label, status="passed", kind="generation")
     started = time.perf_counter()
     try:
-        actual = decode(runner.infer, reference.layout, reference.prompts, reference.tokens.shape[1], reference.tokens)
+        actual = decode(runner.infer, reference.layout, reference.prompts, reference.tokens.shape[1], reference.tokens, reference.context)
     except Exception as exc:
         check.status, check.reason = (
             "failed",

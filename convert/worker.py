@@ -104,11 +104,12 @@ class Session:
                 return outputs, f"{type(exc).__name__}: {first_line(str(exc))}"
         return outputs, ""
 
-    def generate(self, prompts: np.ndarray, steps: int):
-        """The source's greedy decoding of ``steps`` new tokens from the prompts (its cache fed back)."""
+    def generate(self, seed: int, steps: int):
+        """The source's greedy decoding of ``steps`` new tokens from its seeded prompts (its cache fed back)."""
         from convert.validators.generation import decode
 
-        return decode(self.source.run, self.source.generation, prompts, steps)
+        prompts, context = self.source.generation_inputs(seed)
+        return decode(self.source.run, self.source.generation, prompts, steps, context=context)
 
     def set_outputs(self, names: tuple[str, ...]) -> None:
         self.source.with_outputs(names)

@@ -8,7 +8,9 @@ source's tokens exactly.
 
 Inputs and outputs are named as Optimum names them: ``input_ids``, ``attention_mask`` (over the cache and the new
 tokens), ``position_ids`` where the decoder takes them, ``past_key_values.N.key``/``.value`` in (``[batch, kv_heads,
-past, head_dim]``, empty on the first step) and ``logits``, ``present.N.key``/``.value`` out.
+past, head_dim]``, empty on the first step) and ``logits``, ``present.N.key``/``.value`` out. An encoder-decoder's
+decoder takes ``encoder_hidden_states`` (and ``encoder_attention_mask``) at every step instead of a mask over its
+cache, and names its cache ``past_key_values.N.decoder.key``; its prompts are its start token.
 
 A full-precision artifact passes when every step picks the source's token (or one the source itself scores within
 tolerance of its own choice: a tie) and every step's logits are within tolerance. A reduced-precision one passes when
@@ -44,9 +46,11 @@ class CacheLayout:
     dtype: str
     vocab_size: int
     position_ids: bool  # the decoder takes position_ids
+    attention_mask: bool = True  # the decoder takes a mask over its cache and new tokens (an encoder-decoder's does not)
+    infix: str = ""  # ".decoder" in an encoder-decoder's cache names (past_key_values.0.decoder.key)
 
     def past_names(self) -> list[str]:
-        return [f"past_key_values.{i}.{part}" for i in range(self.layers) for part in ("key", "value")]
+        return [f"past_key_values.{i}{self.infix}.{part}" for i in range(self.layers) for part in ("key", "value")]
 
 
 @dataclass
@@ -58,6 +62,7 @@ class GenerationTrace:
     prompts: np.ndarray
     tokens: np.ndarray
     logits: np.ndarray
+    context: dict[str, np.ndarray]  # inputs every step takes as they are (an encoder's outputs and mask)
 
 
 class GenerationMetrics(BaseModel):
@@ -85,16 +90,27 @@ def make_prompts(layout: CacheLayout, seed: int = 0, batch: int = GENERATION_BAT
     return np.random.default_rng(seed + 7919).integers(0, layout.vocab_size, size=(batch, length), dtype=np.int64)
 
 
-def decode(step: Step, layout: CacheLayout, prompts: np.ndarray, steps: int, forced: np.ndarray | None = None) -> GenerationTrace:
+def decode(
+    step: Step,
+    layout: CacheLayout,
+    prompts: np.ndarray,
+    steps: int,
+    forced: np.ndarray | None = None,
+    context: dict[str, np.ndarray] | None = None,
+) -> GenerationTrace:
     """Greedy decoding with the cache fed back; with ``forced`` [batch, steps], each step after the first is given the
-    forced token instead of its own choice (the choice is still recorded)."""
+    forced token instead of its own choice (the choice is still recorded). ``context`` goes into every step as it is
+    (an encoder-decoder's encoder outputs)."""
+    context = dict(context or {})
     batch, length = prompts.shape
     past = {name: np.zeros((batch, layout.kv_heads, 0, layout.head_dim), dtype=layout.dtype) for name in layout.past_names()}
     ids, cached = prompts, 0
     tokens, logits = [], []
     for index in range(steps):
         new = ids.shape[1]
-        feed = {"input_ids": ids, "attention_mask": np.ones((batch, cached + new), dtype=np.int64), **past}
+        feed = {"input_ids": ids, **context, **past}
+        if layout.attention_mask:
+            feed["attention_mask"] = np.ones((batch, cached + new), dtype=np.int64)
         if layout.position_ids:
             feed["position_ids"] = np.broadcast_to(np.arange(cached, cached + new, dtype=np.int64), (batch, new)).copy()
         outputs = step(feed)
@@ -109,7 +125,7 @@ def decode(step: Step, layout: CacheLayout, prompts: np.ndarray, steps: int, for
         cached += new
         following = forced[:, index] if forced is not None else chosen
         ids = following.astype(np.int64)[:, None]
-    return GenerationTrace(layout=layout, prompts=prompts, tokens=np.stack(tokens, axis=1), logits=np.stack(logits))
+    return GenerationTrace(layout=layout, prompts=prompts, tokens=np.stack(tokens, axis=1), logits=np.stack(logits), context=context)
 
 
 def compare_generation(

@@ -204,6 +204,10 @@ class TorchSource(SourceModel):
     def native(self) -> Any:
         return self.module
 
+    def generation_inputs(self, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        own = getattr(self.module, "generation_inputs", None)  # an encoder-decoder's: its encoder's outputs
+        return own(seed) if own is not None else super().generation_inputs(seed)
+
     @property
     def is_scripted(self) -> bool:
         return isinstance(self.module, require_torch().jit.ScriptModule)

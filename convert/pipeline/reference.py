@@ -100,13 +100,10 @@ def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, 
 
 def _generation_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase:
     """The source's greedy decoding from seeded prompts: every artifact of a decoder with a cache is checked over it."""
-    from convert.validators.generation import GENERATION_STEPS, make_prompts
+    from convert.validators.generation import GENERATION_STEPS
 
-    prompts = make_prompts(ctx.source.generation, ctx.request.seed)
-    batch, length = prompts.shape
-    case = ValidationCase(ShapeCase(f"generation of {GENERATION_STEPS} tokens from {batch} prompts of {length}", {}))
     try:
-        case.generation = ctx.worker.call(Session.generate, prompts, GENERATION_STEPS)
+        generation = ctx.worker.call(Session.generate, ctx.request.seed, GENERATION_STEPS)
     except StageCrashed as exc:
         raise ConvertError(
             f"{crashed(stage, exc)} (the source model decoding greedily)", "Run the model's generate() to see the crash."
@@ -116,7 +113,8 @@ def _generation_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase:
             f"the source model cannot decode greedily with its cache fed back: {type(exc).__name__}: {exc}",
             "Check that the model generates with model.generate(); or export it with --task text-generation (no cache).",
         ) from exc
-    return case
+    label = f"generation of {GENERATION_STEPS} tokens from {generation.prompts.shape[0]} prompts"
+    return ValidationCase(ShapeCase(label, {}), generation=generation)
 
 
 def _cached_references(lookup: Lookup) -> list[dict[str, np.ndarray]]:

@@ -38,6 +38,12 @@ class SourceModel(abc.ABC):
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Reference outputs by name, as NumPy arrays, computed on the CPU."""
 
+    def generation_inputs(self, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A decoder's generation check: the prompts it starts from, and the inputs every step takes as they are."""
+        from convert.validators.generation import make_prompts
+
+        return make_prompts(self.generation, seed), {}
+
     def with_outputs(self, names: tuple[str, ...]) -> SourceModel:
         """Record the output names, learned from the first reference run."""
         self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)

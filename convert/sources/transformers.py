@@ -52,6 +52,8 @@ TASKS = {
         Task("image-classification", "AutoModelForImageClassification"),
         Task("text-generation", "AutoModelForCausalLM"),
         Task("text-generation-with-past", "AutoModelForCausalLM", with_past=True),
+        Task("text2text-generation-with-past", "AutoModelForSeq2SeqLM", with_past=True),
+        Task("automatic-speech-recognition-with-past", "AutoModelForSpeechSeq2Seq", with_past=True),
     )
 }
 # config.architectures[0] ends with one of these → the task a folder is for (a decoder is exported with its cache by
@@ -65,15 +67,13 @@ ARCHITECTURE_TASKS = (
     ("LMHeadModel", "text-generation-with-past"),
     ("Model", "feature-extraction"),
 )
-# Optimum's tasks of encoder-decoder models, whose decoder with a cache (beside the encoder) is not exported yet
-SEQ2SEQ_TASKS = (
-    "text2text-generation",
-    "text2text-generation-with-past",
-    "automatic-speech-recognition",
-    "automatic-speech-recognition-with-past",
-)
+# Optimum's tasks of an encoder-decoder's decoder without its cache: exported with it (-with-past) instead
+SEQ2SEQ_TASKS = ("text2text-generation", "automatic-speech-recognition")
 TASK_HINT = "Tasks: " + ", ".join(TASKS) + "."
-SEQ2SEQ_HINT = "--task feature-extraction exports its encoder (for T5, Whisper, BART...), validated like every artifact."
+SEQ2SEQ_HINT = (
+    "Export the decoder with its cache (--task text2text-generation-with-past, or automatic-speech-recognition-with-past), "
+    "and the encoder with --task feature-extraction."
+)
 
 
 def infer_task(config: dict | Any) -> tuple[str, str]:
@@ -97,8 +97,8 @@ def infer_task(config: dict | Any) -> tuple[str, str]:
 def check_task(name: str, why: str = "") -> Task:
     if name in SEQ2SEQ_TASKS:
         raise ConvertError(
-            f"the task {name} ({why or 'given'}) exports an encoder-decoder model's decoder with its cache, which this "
-            "version does not do yet",
+            f"the task {name} ({why or 'given'}) exports an encoder-decoder model's decoder without its cache, which this "
+            "version does not do",
             SEQ2SEQ_HINT,
         )
     if name not in TASKS:
@@ -197,8 +197,12 @@ def load_transformers_source(request: SourceRequest):
         model = model.get_encoder()  # an encoder-decoder's features are its encoder's
         info.description += "; its encoder"
     parameters = list(inspect.signature(model.forward).parameters)
-    specs, ranges = _model_inputs(config, parameters, request)
-    if task.with_past:
+    if task.with_past and getattr(config, "is_encoder_decoder", False):
+        layout, specs, ranges = seq2seq_layout(model)
+        module, convention = Seq2SeqDecoderWithPast(model, layout, specs), CallConvention()
+        info.description += "; its decoder with its cache (its encoder: --task feature-extraction)"
+    elif task.with_past:
+        specs, ranges = _model_inputs(config, parameters, request)
         if "past_key_values" not in parameters:
             raise ConvertError(
                 f"{type(model).__name__} takes no cache (past_key_values), so it cannot be exported for {task.name}",
@@ -208,6 +212,7 @@ def load_transformers_source(request: SourceRequest):
         specs, ranges = _with_past_specs(specs, layout, ranges)
         module, convention = decoder_with_past(model, layout), CallConvention()
     else:
+        specs, ranges = _model_inputs(config, parameters, request)
         if hasattr(config, "use_cache"):
             config.use_cache = False  # outputs are the task's fields, with no cache object among them
         module, convention = model, CallConvention(keywords=tuple(s.name for s in specs))
@@ -320,7 +325,9 @@ def cache_layout(model, position_ids: bool) -> CacheLayout:
 
 
 def _cache_layers(cache) -> list[tuple[Any, Any]]:
-    """(keys, values) per layer of a transformers cache (``.layers`` since transformers 4.56, the legacy tuple before)."""
+    """(keys, values) per layer of a transformers cache (``.layers`` since transformers 4.56, the legacy tuple before);
+    an encoder-decoder's self-attention cache (its cross-attention is computed from the encoder's outputs)."""
+    cache = getattr(cache, "self_attention_cache", cache)
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
     return [(k, v) for k, v in cache]
@@ -367,3 +374,98 @@ def decoder_with_past(model, layout: CacheLayout):
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters]
     )
     return DecoderWithPast().eval()
+
+
+def seq2seq_layout(model) -> tuple[CacheLayout, tuple[InputSpec, ...], dict[str, tuple[int, int | None]]]:
+    """An encoder-decoder's decoder with its self-attention cache: the layout read from one step on a one-token start,
+    and its inputs: ``input_ids``, ``encoder_attention_mask`` (where the encoder takes a mask), ``encoder_hidden_states``
+    (at the audio encoder's fixed length ``max_source_positions``, else of any length ``E``), the cache."""
+    torch = require_torch()
+    config = model.config
+    text = _text_config(config)
+    audio = "input_features" in inspect.signature(model.get_encoder().forward).parameters
+    frames = config.max_source_positions if audio else None
+    with torch.no_grad():
+        out = model(
+            decoder_input_ids=torch.zeros((1, 1), dtype=torch.int64),
+            encoder_outputs=(torch.zeros((1, frames or 2, config.d_model)),),
+            use_cache=True,
+        )
+    layers = _cache_layers(out.past_key_values)
+    key = layers[0][0]
+    layout = CacheLayout(
+        layers=len(layers),
+        kv_heads=int(key.shape[1]),
+        head_dim=int(key.shape[3]),
+        dtype=str(key.dtype).removeprefix("torch."),
+        vocab_size=int(out.logits.shape[-1]),
+        position_ids=False,
+        attention_mask=False,
+        infix=".decoder",
+    )
+    specs = [InputSpec("input_ids", "int64", ("B", "S"), 0, text.vocab_size - 1)]
+    if not audio:
+        specs.append(InputSpec("encoder_attention_mask", "int64", ("B", "E")))
+    specs.append(InputSpec("encoder_hidden_states", layout.dtype, ("B", frames or "E", config.d_model)))
+    specs += [InputSpec(name, layout.dtype, ("B", layout.kv_heads, "P", layout.head_dim)) for name in layout.past_names()]
+    ranges: dict[str, tuple[int, int | None]] = {"P": (0, None)}
+    if getattr(config, "max_target_positions", None):
+        ranges["S"] = (1, config.max_target_positions)
+    return layout, tuple(specs), ranges
+
+
+def Seq2SeqDecoderWithPast(model, layout: CacheLayout, specs: tuple[InputSpec, ...]):  # noqa: N802 (it builds the module)
+    """An encoder-decoder's decoder over flat tensors: ``input_ids, [encoder_attention_mask,] encoder_hidden_states,
+    past_key_values.N.decoder.key/value...`` in, ``logits, present.N.decoder.key/value...`` out. The cross-attention is
+    computed from the encoder's outputs at every step (its cache is not an input). Its forward declares one parameter
+    per input, so torch.export sees them by name."""
+    torch = require_torch()
+    import numpy as np
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    names = [s.name for s in specs]
+    audio = "encoder_attention_mask" not in names
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *values):
+            inputs = dict(zip(names, values))
+            own = DynamicCache(config=self.model.config)
+            for i in range(layout.layers):
+                own.update(inputs[f"past_key_values.{i}.decoder.key"], inputs[f"past_key_values.{i}.decoder.value"], i)
+            out = self.model(
+                decoder_input_ids=inputs["input_ids"],
+                encoder_outputs=(inputs["encoder_hidden_states"],),
+                attention_mask=inputs.get("encoder_attention_mask"),
+                past_key_values=EncoderDecoderCache(own, DynamicCache(config=self.model.config)),
+                use_cache=True,
+            )
+            outputs = {"logits": out.logits}
+            for i, (keys, values_) in enumerate(_cache_layers(out.past_key_values)):
+                outputs[f"present.{i}.decoder.key"], outputs[f"present.{i}.decoder.value"] = keys, values_
+            return outputs
+
+        def generation_inputs(self, seed: int):
+            """The start token for 2 prompts, and the encoder's outputs for 2 seeded encoder inputs (5 tokens, or audio
+            features at the encoder's length)."""
+            config = self.model.config
+            encoder = self.model.get_encoder()
+            rng = np.random.default_rng(seed + 7919)
+            context = {}
+            with torch.no_grad():
+                if audio:
+                    features = rng.standard_normal((2, config.num_mel_bins, 2 * config.max_source_positions)).astype(np.float32)
+                    states = encoder(input_features=torch.from_numpy(features)).last_hidden_state
+                else:
+                    context["encoder_attention_mask"] = np.ones((2, 5), dtype=np.int64)
+                    ids = torch.from_numpy(rng.integers(0, layout.vocab_size, size=(2, 5)))
+                    states = encoder(input_ids=ids, attention_mask=torch.from_numpy(context["encoder_attention_mask"])).last_hidden_state
+            context["encoder_hidden_states"] = states.numpy()
+            return np.full((2, 1), config.decoder_start_token_id or 0, dtype=np.int64), context
+
+    parameters = [inspect.Parameter(n.replace(".", "_"), inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    Decoder.forward.__signature__ = inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
+    return Decoder().eval()

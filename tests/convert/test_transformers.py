@@ -34,7 +34,8 @@ RUNS = {
     "llama": ("llama", "--task", "text-generation-with-past", "--to", "onnx,torch_export"),
     "t5": ("t5", "--task", "feature-extraction", "--to", "onnx"),
     "whisper": ("whisper", "--task", "feature-extraction", "--to", "onnx"),
-    "t5 default": ("t5", "--to", "onnx"),
+    "t5 decoder": ("t5", "--to", "onnx"),  # task inferred: text2text-generation-with-past
+    "whisper decoder": ("whisper", "--task", "automatic-speech-recognition-with-past", "--to", "onnx"),
 }
 
 
@@ -60,7 +61,7 @@ def test_the_readme_shows_the_commands_these_tests_run():
     lines = section.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert lines[0] == "python -m fixtures.transformers_folders out/hf"
     shown = [tuple(line.split()[1:]) for line in lines[1:]]
-    run = [(f"out/hf/{model}", *args) for name, (model, *args) in RUNS.items() if name != "t5 default" and name != "whisper"]
+    run = [(f"out/hf/{model}", *args) for name, (model, *args) in RUNS.items() if not name.startswith("whisper")]
     assert shown == run
 
 
@@ -121,7 +122,7 @@ def test_the_renderings_show_generation(runs, tmp_path):
     _, report = runs["gpt2"]
     render_files(Report.model_validate(report), html=tmp_path / "r.html", markdown=tmp_path / "r.md", junit=tmp_path / "r.xml")
     html, markdown, junit = ((tmp_path / name).read_text() for name in ("r.html", "r.md", "r.xml"))
-    assert "| generation of 16 tokens from 2 prompts of 5 | ✅ passed | logits over generation |" in markdown
+    assert "| generation of 16 tokens from 2 prompts | ✅ passed | logits over generation |" in markdown
     for text in (html, junit):
         assert "16 greedy steps x 2 prompts: token agreement 100.0%, first divergent step none" in text
 
@@ -152,11 +153,36 @@ def test_an_encoder_decoders_features_are_its_encoders(runs):
         assert _artifact(report, "onnx")["passed"]
 
 
-def test_an_encoder_decoders_generation_task_is_a_clear_error(runs):
-    run, report = runs["t5 default"]
-    assert run.returncode == 2 and report is None
-    assert "text2text-generation-with-past (inferred from config.architectures (T5ForConditionalGeneration" in run.stderr
-    assert "--task feature-extraction exports its encoder" in run.stderr and "Traceback" not in run.output
+def test_an_encoder_decoders_decoder_takes_the_encoders_outputs_and_its_own_cache(runs):
+    t5_run, t5 = runs["t5 decoder"]
+    assert t5_run.returncode == 0, t5_run.output
+    assert (
+        "text2text-generation-with-past: inferred from config.architectures (T5ForConditionalGeneration, an encoder-decoder)"
+        in (t5["source"]["description"])
+    )
+    past = [f"past_key_values.{i}.decoder.{part}:float32[B,4,P,8]" for i in range(2) for part in ("key", "value")]
+    assert t5["source"]["inputs"] == [
+        "input_ids:int64[B,S]{0..999}",
+        "encoder_attention_mask:int64[B,E]",
+        "encoder_hidden_states:float32[B,E,32]",
+        *past,
+    ]
+    assert t5["source"]["outputs"] == ["logits", *(name.split(":")[0].replace("past_key_values", "present") for name in past)]
+    whisper_run, whisper = runs["whisper decoder"]
+    assert whisper_run.returncode == 0, whisper_run.output
+    assert whisper["source"]["inputs"][:2] == ["input_ids:int64[B,S]{0..999}", "encoder_hidden_states:float32[B,32,32]"]
+    for report in (t5, whisper):
+        record = _artifact(report, "onnx")
+        assert record["passed"] and any("P=0" in c["shape"] for c in _shape_checks(record) if c["status"] == "passed")
+        generation = _generation(record)
+        assert generation["status"] == "passed" and generation["generation"]["token_agreement"] == 1.0
+
+
+def test_an_encoder_decoders_task_without_its_cache_is_a_clear_error(folders):
+    with pytest.raises(ConvertError) as info:
+        convert.load(folders["t5"], task="text2text-generation")
+    assert "exports an encoder-decoder model's decoder without its cache" in info.value.problem
+    assert "--task text2text-generation-with-past" in info.value.next_step
 
 
 def test_a_broken_cache_wiring_fails_generation_at_the_first_step_that_reads_the_cache(runs, folders, tmp_path):
