@@ -339,7 +339,10 @@ def _specs_from_exported(exported) -> tuple[tuple[InputSpec, ...], dict[str, tup
                 bounds = range_by_symbol.get(text)
                 if bounds is not None:
                     upper = None if str(bounds.upper) in ("int_oo", "oo") else int(bounds.upper)
-                    ranges[symbol] = (int(bounds.lower), upper)
+                    ranges[symbol] = (
+                        max(int(bounds.lower), 1),
+                        upper,
+                    )  # 0 is torch.export's default, not a promise that the dim may be empty
         specs.append(InputSpec(name, _TORCH_DTYPES[str(value.dtype)], tuple(dims)))
     arrays = None
     example = getattr(exported, "example_inputs", None)
