@@ -201,7 +201,7 @@ def test_the_same_model_against_its_own_report_shows_the_deltas(tmp_path, promot
     [
         (
             "model: {path: m.pt2, weigths: w.safetensors}\nrequire: {targets: [onnx]}\n",
-            "line 1: model.weigths: unknown key (allowed: path, framework, weights",
+            "line 1: model.weigths: unknown key (allowed: path, framework, task, weights",
         ),
         (
             "model: {path: m.pt2}\nrequire:\n  targets: [onnx]\nvalidation:\n  samples: three\n",
