@@ -16,6 +16,10 @@ optimum ~=2.0.0 or ~=2.1.0.)
 Usage (with that venv's python):
 
     python benchmarks/optimum_side.py --folders DIR --out results.json
+    python benchmarks/optimum_side.py --load-decoder FOLDER MODEL.onnx --out result.json
+
+The second form loads a decoder with its cache made by another exporter with Optimum's ORTModelForCausalLM and
+compares its greedy generation with the transformers model's (``load_decoder``).
 
 DIR holds one subfolder per model, each written by ``save_pretrained`` and
 holding a ``task.txt`` file with the Optimum task name, e.g. ``fill-mask``,
@@ -428,13 +432,51 @@ def run_one(name, folder, task, onnx_root):
     return entry
 
 
+def load_decoder(folder, onnx_path):
+    """Whether Optimum's ORTModelForCausalLM loads a decoder ONNX file made elsewhere (beside the folder's config), and
+    whether its greedy generation (16 new tokens from 2 fixed prompts) gives the transformers model's tokens."""
+    import tempfile
+
+    import torch
+    import transformers
+    from optimum.onnxruntime import ORTModelForCausalLM
+
+    entry = {"loads": False, "identical_tokens": None, "error": ""}
+    with tempfile.TemporaryDirectory() as staged:
+        for name in os.listdir(folder):
+            if name.endswith(".json") or name.endswith(".safetensors"):
+                shutil.copy(os.path.join(folder, name), staged)
+        shutil.copy(onnx_path, os.path.join(staged, "model.onnx"))
+        try:
+            model = ORTModelForCausalLM.from_pretrained(staged, use_cache=True, use_io_binding=False)
+        except Exception as exc:
+            entry["error"] = first_line(exc)
+            return entry
+        entry["loads"] = True
+        reference = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+        prompts = torch.tensor([[5, 9, 200, 3, 17], [7, 7, 1, 2, 3]])
+        settings = {"max_new_tokens": 16, "min_new_tokens": 16, "do_sample": False, "attention_mask": torch.ones_like(prompts)}
+        with torch.no_grad():
+            theirs = model.generate(prompts, **settings)
+            expected = reference.generate(prompts, **settings)
+        entry["identical_tokens"] = bool(torch.equal(theirs, expected))
+    return entry
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--folders", required=True, help="folder with one model subfolder each (holding task.txt)")
+    parser.add_argument("--load-decoder", nargs=2, metavar=("FOLDER", "ONNX"), help="only load a decoder made elsewhere (see load_decoder)")
+    parser.add_argument("--folders", help="folder with one model subfolder each (holding task.txt)")
     parser.add_argument("--out", required=True, help="results JSON file")
     parser.add_argument("--onnx-dir", default=None, help="where the ONNX exports go (default: <out without .json>_onnx/)")
     parser.add_argument("--only", nargs="*", default=None, help="export only these model names")
     args = parser.parse_args(argv)
+    if args.load_decoder:
+        with open(args.out, "w") as f:
+            json.dump(load_decoder(*args.load_decoder), f, indent=2)
+        return 0
+    if not args.folders:
+        parser.error("--folders is required")
 
     onnx_root = args.onnx_dir or (os.path.splitext(args.out)[0] + "_onnx")
     os.makedirs(onnx_root, exist_ok=True)

@@ -118,6 +118,25 @@ def _optimum(python: Path | None, folder: Path, name: str, task: str, work: Path
     }
 
 
+def _in_optimum(python: Path | None, folder: Path, path: str | None, work: Path) -> str:
+    """Whether Optimum's ORTModelForCausalLM loads this tool's decoder and generates the transformers model's tokens."""
+    if python is None or path is None:
+        return "-"
+    out = work / "optimum" / f"{folder.name}_loads_ours.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [str(python), str(REPO / "benchmarks" / "optimum_side.py"), "--load-decoder", str(folder), path, "--out", str(out)],
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    if not out.exists():
+        return "the check did not run"
+    found = json.loads(out.read_text())
+    if not found["loads"]:
+        return f"not loaded: {found['error']}"
+    return "loads; generate() gives transformers' tokens" if found["identical_tokens"] else "loads; generate() differs from transformers"
+
+
 def _same_inputs(task: str, folder: Path, paths: dict[str, str | None]) -> dict[str, str]:
     """Each file's largest error against this environment's transformers model at the same inputs."""
     from convert.validators.generation import CacheLayout, decode
@@ -189,6 +208,7 @@ def main(argv: list[str] | None = None) -> None:
 
     python = args.optimum_python if args.optimum_python.exists() else None
     rows = []
+    loaded: dict[str, str] = {}  # decoder → how Optimum's ORTModelForCausalLM takes this tool's file
     with tempfile.TemporaryDirectory(prefix="bench-transformers-") as tmp:
         work = Path(tmp)
         for name, (task, optimum_task) in TASKS.items():
@@ -196,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
             ours = _ours(folder, task, work / "ours" / name)
             theirs = _optimum(python, folder, name, optimum_task, work)
             errors = _same_inputs(task, folder, {"ours": ours.get("path"), "optimum": theirs.get("path")})
+            if task == "text-generation-with-past":
+                loaded[name] = _in_optimum(python, folder, ours.get("path"), work)
             rows.append((name, task, optimum_task, ours, theirs, errors))
             if name in DECODERS:
                 decoder = _ours(folder, DECODERS[name], work / "ours" / f"{name}_decoder")
@@ -234,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
             f"| {name} | {task} / {optimum_task} | {status} | {ours.get('checks', '-')} | {ours['seconds']:.1f} | {their_status} | "
             f"{their_seconds} | {theirs.get('files', '-')} | {errors['ours']} | {errors['optimum']} |"
         )
+    if loaded:
+        lines += ["", "This tool's decoders in Optimum's `ORTModelForCausalLM` (from_pretrained on the folder's config and the file):", ""]
+        lines += [f"- {name}: {how}" for name, how in loaded.items()]
     if python is None:
         lines += ["", f"Optimum was not run: {DEFAULT_OPTIMUM_PYTHON} does not exist (`make bench` makes it)."]
     lines += [

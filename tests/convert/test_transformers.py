@@ -309,3 +309,22 @@ def test_the_cache_keys_a_folder_on_every_file_in_it(folders, tmp_path, monkeypa
     before = convert.load(folder).info.sha256
     (folder / "preprocessor_config.json").write_text("{}")
     assert convert.load(folder).info.sha256 != before
+
+
+def test_sharded_weights_load_and_an_input_spec_overrides_the_configs(tmp_path):
+    """save_pretrained's shards with their index, as large models are written; --input replaces one spec by name."""
+    import torch
+
+    from fixtures.transformers_folders import SEED, bert
+
+    torch.manual_seed(SEED)
+    bert().save_pretrained(tmp_path / "sharded", max_shard_size="100KB")
+    assert len(list((tmp_path / "sharded").glob("*.safetensors"))) > 1 and (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+    source = convert.load(tmp_path / "sharded", inputs=["input_ids:int64[B,S]{0..9}"])
+    assert [str(s) for s in source.signature.inputs] == [
+        "input_ids:int64[B,S]{0..9}",
+        "attention_mask:int64[B,S]",
+        "token_type_ids:int64[B,S]{0..1}",
+    ]
+    feed = {"input_ids": np.array([[1, 2, 3]]), "attention_mask": np.ones((1, 3), np.int64), "token_type_ids": np.zeros((1, 3), np.int64)}
+    assert source.run(feed)["logits"].shape == (1, 3, 1000)
