@@ -199,7 +199,7 @@ def load_transformers_source(request: SourceRequest):
     parameters = list(inspect.signature(model.forward).parameters)
     if task.with_past and getattr(config, "is_encoder_decoder", False):
         layout, specs, ranges = seq2seq_layout(model)
-        module, convention = Seq2SeqDecoderWithPast(model, layout, specs), CallConvention()
+        module, convention = seq2seq_decoder_with_past(model, layout, specs), CallConvention()
         info.description += "; its decoder with its cache (its encoder: --task feature-extraction)"
     elif task.with_past:
         specs, ranges = _model_inputs(config, parameters, request)
@@ -414,7 +414,7 @@ def seq2seq_layout(model) -> tuple[CacheLayout, tuple[InputSpec, ...], dict[str,
     return layout, tuple(specs), ranges
 
 
-def Seq2SeqDecoderWithPast(model, layout: CacheLayout, specs: tuple[InputSpec, ...]):  # noqa: N802 (it builds the module)
+def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec, ...]):
     """An encoder-decoder's decoder over flat tensors: ``input_ids, [encoder_attention_mask,] encoder_hidden_states,
     past_key_values.N.decoder.key/value...`` in, ``logits, present.N.decoder.key/value...`` out. The cross-attention is
     computed from the encoder's outputs at every step (its cache is not an input). Its forward declares one parameter
