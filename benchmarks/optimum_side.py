@@ -276,6 +276,18 @@ def session_for(path):
     return ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+def audio_or_text(cfg, inputs, rng, low, vocab):
+    """Audio features at the encoder's length where the model takes them, else token ids and their mask (batch 1)."""
+    if "input_features" in inputs:
+        mel = int(getattr(cfg, "num_mel_bins", 80))
+        frames = 2 * int(getattr(cfg, "max_source_positions", 1500))
+        return {"input_features": rng.standard_normal((1, mel, frames)).astype(np.float32)}
+    return {
+        "input_ids": rng.integers(low, vocab, (1, TEXT_LEN), dtype=np.int64),
+        "attention_mask": np.ones((1, TEXT_LEN), dtype=np.int64),
+    }
+
+
 def own_check(folder, task, onnx_dir):
     """Return (max_abs_error, compared) for one exported model."""
     import torch
@@ -292,14 +304,7 @@ def own_check(folder, task, onnx_dir):
     if "encoder_model.onnx" in files:
         enc = session_for(os.path.join(onnx_dir, "encoder_model.onnx"))
         enc_inputs = {i.name for i in enc.get_inputs()}
-        named = {}
-        if "input_features" in enc_inputs:
-            mel = int(getattr(cfg, "num_mel_bins", 80))
-            frames = 2 * int(getattr(cfg, "max_source_positions", 1500))
-            named["input_features"] = rng.standard_normal((1, mel, frames)).astype(np.float32)
-        else:
-            named["input_ids"] = rng.integers(low, vocab, (1, TEXT_LEN), dtype=np.int64)
-            named["attention_mask"] = np.ones((1, TEXT_LEN), dtype=np.int64)
+        named = audio_or_text(cfg, enc_inputs, rng, low, vocab)
         torch_enc_kwargs = {k: torch.from_numpy(v) for k, v in named.items() if k in enc_inputs}
         with torch.no_grad():
             enc_hidden = model.get_encoder()(**torch_enc_kwargs).last_hidden_state
@@ -342,13 +347,9 @@ def own_check(folder, task, onnx_dir):
             h, w = (size, size) if isinstance(size, int) else tuple(size)
             channels = int(getattr(cfg, "num_channels", 3))
             named["pixel_values"] = rng.standard_normal((1, channels, h, w)).astype(np.float32)
-        elif "input_features" in inputs:
-            mel = int(getattr(cfg, "num_mel_bins", 80))
-            frames = 2 * int(getattr(cfg, "max_source_positions", 1500))
-            named["input_features"] = rng.standard_normal((1, mel, frames)).astype(np.float32)
         else:
-            named["input_ids"] = rng.integers(low, vocab, (1, TEXT_LEN), dtype=np.int64)
-            named["attention_mask"] = np.ones((1, TEXT_LEN), dtype=np.int64)
+            named = audio_or_text(cfg, inputs, rng, low, vocab)
+        if "input_ids" in named:
             named["token_type_ids"] = np.zeros((1, TEXT_LEN), dtype=np.int64)
             named["position_ids"] = np.arange(TEXT_LEN, dtype=np.int64)[None, :]
         torch_kwargs = {k: torch.from_numpy(v) for k, v in named.items() if k in inputs}

@@ -312,6 +312,11 @@ def cache_layout(model, position_ids: bool) -> CacheLayout:
     torch = require_torch()
     with torch.no_grad():
         out = model(input_ids=torch.zeros((1, 1), dtype=torch.int64), use_cache=True)
+    return _layout_of(out, position_ids=position_ids)
+
+
+def _layout_of(out, **facts) -> CacheLayout:
+    """The layout of the cache a decoder step returned, with the facts its inputs add."""
     layers = _cache_layers(out.past_key_values)
     key = layers[0][0]
     return CacheLayout(
@@ -320,8 +325,38 @@ def cache_layout(model, position_ids: bool) -> CacheLayout:
         head_dim=int(key.shape[3]),
         dtype=str(key.dtype).removeprefix("torch."),
         vocab_size=int(out.logits.shape[-1]),
-        position_ids=position_ids,
+        **facts,
     )
+
+
+def _cache_from(inputs: dict, layout: CacheLayout, config):
+    """A DynamicCache holding the past keys and values of a flat feed, layer by layer (its layers as the config makes
+    them: sliding-window ones where the model has them)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    names = layout.past_names()
+    for i in range(layout.layers):
+        cache.update(inputs[names[2 * i]], inputs[names[2 * i + 1]], i)
+    return cache
+
+
+def _outputs(out, layout: CacheLayout) -> dict:
+    """``logits`` and the cache a step returned, named ``present`` as its inputs are named ``past_key_values``."""
+    outputs = {"logits": out.logits}
+    names = [name.replace("past_key_values", "present", 1) for name in layout.past_names()]
+    for i, (keys, values) in enumerate(_cache_layers(out.past_key_values)):
+        outputs[names[2 * i]], outputs[names[2 * i + 1]] = keys, values
+    return outputs
+
+
+def _by_name(module_class, names: list[str]):
+    """Declare one forward parameter per input (dots made underscores), so torch.export binds its inputs by name."""
+    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    module_class.forward.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", parameter), *(inspect.Parameter(n.replace(".", "_"), parameter) for n in names)]
+    )
+    return module_class().eval()
 
 
 def _cache_layers(cache) -> list[tuple[Any, Any]]:
@@ -348,8 +383,6 @@ def decoder_with_past(model, layout: CacheLayout):
     [position_ids,] past_key_values.N.key, past_key_values.N.value...`` in; ``logits, present.N.key,
     present.N.value...`` out. Its forward declares one parameter per input, so torch.export sees them by name."""
     torch = require_torch()
-    from transformers import DynamicCache
-
     names = ["input_ids", "attention_mask", *(["position_ids"] if layout.position_ids else []), *layout.past_names()]
 
     class DecoderWithPast(torch.nn.Module):
@@ -359,21 +392,10 @@ def decoder_with_past(model, layout: CacheLayout):
 
         def forward(self, *values):
             inputs = dict(zip(names, values))
-            cache = DynamicCache(config=self.model.config)
-            for i in range(layout.layers):
-                cache.update(inputs[f"past_key_values.{i}.key"], inputs[f"past_key_values.{i}.value"], i)
             step = {name: inputs[name] for name in ("input_ids", "attention_mask", "position_ids") if name in inputs}
-            out = self.model(**step, past_key_values=cache, use_cache=True)
-            outputs = {"logits": out.logits}
-            for i, (keys, values_) in enumerate(_cache_layers(out.past_key_values)):
-                outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = keys, values_
-            return outputs
+            return _outputs(self.model(**step, past_key_values=_cache_from(inputs, layout, self.model.config), use_cache=True), layout)
 
-    parameters = [inspect.Parameter(n.replace(".", "_"), inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    DecoderWithPast.forward.__signature__ = inspect.Signature(
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters]
-    )
-    return DecoderWithPast().eval()
+    return _by_name(DecoderWithPast, names)
 
 
 def seq2seq_layout(model) -> tuple[CacheLayout, tuple[InputSpec, ...], dict[str, tuple[int, int | None]]]:
@@ -391,18 +413,7 @@ def seq2seq_layout(model) -> tuple[CacheLayout, tuple[InputSpec, ...], dict[str,
             encoder_outputs=(torch.zeros((1, frames or 2, config.d_model)),),
             use_cache=True,
         )
-    layers = _cache_layers(out.past_key_values)
-    key = layers[0][0]
-    layout = CacheLayout(
-        layers=len(layers),
-        kv_heads=int(key.shape[1]),
-        head_dim=int(key.shape[3]),
-        dtype=str(key.dtype).removeprefix("torch."),
-        vocab_size=int(out.logits.shape[-1]),
-        position_ids=False,
-        attention_mask=False,
-        infix=".decoder",
-    )
+    layout = _layout_of(out, position_ids=False, attention_mask=False, infix=".decoder")
     specs = [InputSpec("input_ids", "int64", ("B", "S"), 0, text.vocab_size - 1)]
     if not audio:
         specs.append(InputSpec("encoder_attention_mask", "int64", ("B", "E")))
@@ -433,20 +444,14 @@ def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec
 
         def forward(self, *values):
             inputs = dict(zip(names, values))
-            own = DynamicCache(config=self.model.config)
-            for i in range(layout.layers):
-                own.update(inputs[f"past_key_values.{i}.decoder.key"], inputs[f"past_key_values.{i}.decoder.value"], i)
             out = self.model(
                 decoder_input_ids=inputs["input_ids"],
                 encoder_outputs=(inputs["encoder_hidden_states"],),
                 attention_mask=inputs.get("encoder_attention_mask"),
-                past_key_values=EncoderDecoderCache(own, DynamicCache(config=self.model.config)),
+                past_key_values=EncoderDecoderCache(_cache_from(inputs, layout, self.model.config), DynamicCache(config=self.model.config)),
                 use_cache=True,
             )
-            outputs = {"logits": out.logits}
-            for i, (keys, values_) in enumerate(_cache_layers(out.past_key_values)):
-                outputs[f"present.{i}.decoder.key"], outputs[f"present.{i}.decoder.value"] = keys, values_
-            return outputs
+            return _outputs(out, layout)
 
         def generation_inputs(self, seed: int):
             """The start token for 2 prompts, and the encoder's outputs for 2 seeded encoder inputs (5 tokens, or audio
@@ -466,6 +471,4 @@ def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec
             context["encoder_hidden_states"] = states.numpy()
             return np.full((2, 1), config.decoder_start_token_id or 0, dtype=np.int64), context
 
-    parameters = [inspect.Parameter(n.replace(".", "_"), inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    Decoder.forward.__signature__ = inspect.Signature([inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *parameters])
-    return Decoder().eval()
+    return _by_name(Decoder, names)
