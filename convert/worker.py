@@ -75,6 +75,7 @@ class Session:
 
     def __init__(self) -> None:
         self.source = None
+        self._traced: dict = {}  # the source's traced program, by the export shape it was traced at
 
     def load(self, request) -> SourceSummary:
         from convert.sources.resolve import resolve_source
@@ -130,6 +131,22 @@ class Session:
         from convert.validation import checks_on
 
         return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
+
+    def localize(self, artifact, job, feed: dict[str, np.ndarray], tolerance, repro_folder) -> rm.Divergence:
+        """Where the artifact first diverges from the source on one feed (convert/localize.py)."""
+        from convert.localize import locate
+
+        key = tuple((name, value.shape) for name, value in job.feed.items())
+        traced = self._traced.get(key)
+        if traced is None:
+            traced = self.source.traced(replace(job, source=self.source))
+            if traced is None:
+                return rm.Divergence(
+                    status="skipped",
+                    reason=f"a {self.source.info.framework} source gives no intermediate values under the names its exporter keeps",
+                )
+            self._traced = {key: traced}
+        return locate(traced, artifact, feed, tolerance, repro_folder)
 
     def name_onnx_output_dims(self, path, dims) -> None:
         from convert.validation import name_onnx_output_dims

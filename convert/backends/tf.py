@@ -82,3 +82,61 @@ def signature_details(interpreter) -> tuple[dict[str, dict], dict[str, dict]]:
         {name: by_index[index] for name, index in signature["inputs"].items()},
         {name: by_index[index] for name, index in signature["outputs"].items()},
     )
+
+
+class TracedGraph:
+    """The frozen TensorFlow graph tf2onnx converts from this source's serving function, run with any of its tensors
+    fetched: tf2onnx names an ONNX value after the TensorFlow tensor it came from (``scope/op:0``)."""
+
+    method = "the frozen TensorFlow graph tf2onnx converted, its tensors fetched by name"
+
+    def __init__(self, job):
+        import tf2onnx.tf_loader
+
+        from convert.exporters.tf_common import input_signature, serving_function
+
+        tf = tensorflow()
+        function = tf.function(serving_function(job), input_signature=input_signature(job)).get_concrete_function()
+        inputs = [t.name for t in function.inputs if t.dtype != tf.dtypes.resource]
+        outputs = [t.name for t in function.outputs]
+        graph_def = tf2onnx.tf_loader.from_function(function, inputs, outputs)
+        self.wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
+        self.inputs = {spec.name: self.wrapped.graph.get_tensor_by_name(name) for spec, name in zip(job.source.signature.inputs, inputs)}
+        layer_names = [layer.name for layer in getattr(job.source.native, "layers", [])] if job.source.is_keras else []
+        self.layers = {
+            tensor.name: _keras_layer(op.name, layer_names)
+            for op in self.wrapped.graph.get_operations()
+            if op.type not in ("Placeholder", "Const", "NoOp")
+            for tensor in op.outputs
+            if tensor.dtype.is_floating
+        }
+
+    def values(self, feed: dict[str, np.ndarray], names: list[str], budget_bytes: int) -> dict[str, np.ndarray]:
+        """The named tensors for one feed, in the order asked, until they take ``budget_bytes`` (at least one)."""
+        tf = tensorflow()
+        found: dict[str, np.ndarray] = {}
+        taken = 0
+        for start in range(0, len(names), 16):  # fetched a few at a time: each run keeps only what it fetches
+            batch = names[start : start + 16]
+            run = self.wrapped.prune(list(self.inputs.values()), [self.wrapped.graph.get_tensor_by_name(n) for n in batch])
+            with tf.device("/CPU:0"):
+                fetched = run(*(tf.constant(feed[name]) for name in self.inputs))
+            for name, value in zip(batch, fetched):
+                array = to_numpy(value)
+                if found and taken + array.nbytes > budget_bytes:
+                    return found
+                found[name], taken = array, taken + array.nbytes
+        return found
+
+
+def _keras_layer(op_name: str, layer_names: list[str]) -> str:
+    """The Keras layer a TensorFlow op ran in, from its name scope (``model_1/dense_2_1/MatMul``). TensorFlow makes a
+    scope unique by appending ``_N``, which a layer's own name may also end with: every layer it may be is named."""
+    parts = op_name.split("/")
+    if len(parts) < 3:
+        return ""
+    scope = parts[1]
+    candidates = [name for name in layer_names if scope == name or (scope.startswith(f"{name}_") and scope[len(name) + 1 :].isdigit())]
+    if not candidates:
+        return scope
+    return " or ".join(sorted(candidates, key=len, reverse=True))

@@ -208,6 +208,9 @@ class TorchSource(SourceModel):
         own = getattr(self.module, "generation_inputs", None)  # an encoder-decoder's: its encoder's outputs
         return own(seed) if own is not None else super().generation_inputs(seed)
 
+    def traced(self, job) -> TracedProgram:
+        return TracedProgram(job)
+
     @property
     def is_scripted(self) -> bool:
         return isinstance(self.module, require_torch().jit.ScriptModule)
@@ -227,3 +230,67 @@ class TorchSource(SourceModel):
             yield True
         finally:
             torch.set_num_threads(before)
+
+
+class TracedProgram:
+    """The program torch.onnx exports from this source (torch.export, then torch.onnx's decompositions), run node by
+    node: its call nodes' names are the names of the values of an ONNX graph torch.onnx's dynamo exporter wrote."""
+
+    method = "torch.onnx's exported program, run node by node (ONNX values named after its nodes)"
+
+    def __init__(self, job):
+        torch = require_torch()
+        from convert.exporters.torch_common import dynamic_shapes, example_arguments, exportable_module
+
+        args, kwargs = example_arguments(job)
+        onnx_program = torch.onnx.export(
+            exportable_module(job), args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes(job), optimize=False, verbose=False
+        )
+        self.program = onnx_program.exported_program
+        self.source = job.source
+        self.layers = {
+            node.name: _module_path(node) for node in self.program.graph.nodes if node.op == "call_function" and _is_tensor(node)
+        }
+
+    def values(self, feed: dict[str, np.ndarray], names: list[str], budget_bytes: int) -> dict[str, np.ndarray]:
+        """The values of the named nodes for one feed, in the order asked, until they take ``budget_bytes`` (at least one)."""
+        torch = require_torch()
+        wanted = {name: index for index, name in enumerate(names)}
+        found: dict[str, np.ndarray] = {}
+        taken = [0]
+
+        class Enough(Exception):
+            pass
+
+        class Recorder(torch.fx.Interpreter):
+            def run_node(self, node):
+                result = super().run_node(node)
+                if node.name in wanted and isinstance(result, torch.Tensor):
+                    array = to_numpy(result)
+                    if found and taken[0] + array.nbytes > budget_bytes:
+                        raise Enough
+                    found[node.name], taken[0] = array, taken[0] + array.nbytes
+                return result
+
+        args, kwargs = self.source.convention.arguments(to_tensors(self.source.signature.inputs, feed))
+        flat = self.program._get_flat_args_with_check(args, kwargs)  # as torch.onnx's own verification does
+        with torch.inference_mode():
+            try:
+                Recorder(self.program.module()).run(*flat)
+            except Enough:
+                pass
+        return {name: found[name] for name in sorted(found, key=wanted.__getitem__)}
+
+
+def _module_path(node) -> str:
+    """The innermost module a node of an exported program runs in, as ``path (Class)``."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path, kind = list(stack.values())[-1]
+    kind = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    return f"{path or '(model)'} ({kind.rsplit('.', 1)[-1]})"
+
+
+def _is_tensor(node) -> bool:
+    return hasattr(node.meta.get("val"), "shape")

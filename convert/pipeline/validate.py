@@ -17,9 +17,13 @@ from convert.worker import Session, StageCrashed
 
 
 def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
-    """Validate a staged artifact, then move it into place and record where it went."""
+    """Validate a staged artifact, then move it into place and record where it went; where a failing one diverged."""
+    from convert.pipeline.localize import localize
+
     validate(ctx, key, artifact, record)
     publish(ctx, key, artifact, record)
+    if not record.passed:
+        localize(ctx, key, ctx.artifacts[key], record)
 
 
 def validate(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:

@@ -57,7 +57,7 @@ def _validation_suite(report: Report) -> ET.Element:
         build_name = f"{'auto' if artifact.candidate else 'optimize'}:{key}" if artifact.optimization else f"export:{key}"
         shown.update((build_name, f"validate:{key}"))
         if artifact.checks:
-            cases += [_check_case(f"convert.{key}", check, not_chosen) for check in artifact.checks]
+            cases += [_check_case(f"convert.{key}", check, not_chosen, _divergence_of(artifact, check)) for check in artifact.checks]
         else:
             cases.append(_unvalidated_case(f"convert.{key}", artifact, stages.get(build_name), stages.get(f"validate:{key}"), not_chosen))
     for stage in report.stages:
@@ -81,11 +81,19 @@ def _validation_suite(report: Report) -> ET.Element:
     return _suite("validation", cases, properties, report.created_at)
 
 
-def _check_case(classname: str, check: Check, not_chosen: bool) -> ET.Element:
+def _divergence_of(artifact: ArtifactRecord, check: Check) -> str:
+    """Where the artifact diverged, on the check it was traced for."""
+    found = artifact.divergence
+    if found is None or (found.runtime, found.device, found.shape) != (check.runtime, check.device, check.shape):
+        return ""
+    return f"where it diverged: {found.describe()}"
+
+
+def _check_case(classname: str, check: Check, not_chosen: bool, divergence: str = "") -> ET.Element:
     case = _testcase(classname, f"{check.runtime} on {check.device} at {check.shape}" + NOT_CHOSEN * not_chosen, check.seconds)
     if check.status == "skipped":
         return _outcome(case, "skipped", check.reason or "skipped")
-    details = _check_details(check)
+    details = "\n".join(filter(None, (_check_details(check), divergence)))
     if check.status == "failed":
         return _failed(case, not_chosen, check.reason or "failed", "ValidationFailed", details)
     ET.SubElement(case, "system-out").text = _xml(details)

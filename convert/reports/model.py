@@ -97,6 +97,62 @@ class AutoSelection(BaseModel):
     candidates: list[AutoCandidate] = []
 
 
+class ProbePoint(BaseModel):
+    """One intermediate value of the artifact compared with the source's, in graph order."""
+
+    value: str = Field(description="the tensor's name in the artifact's graph")
+    node: str
+    op_type: str
+    layer: str = Field("", description="the source-side name: module path, Keras layer, or source line")
+    status: Literal["passed", "failed"]
+    max_abs_error: float | None = None
+    cosine_similarity: float | None = None
+
+
+class Divergence(BaseModel):
+    """Where a failing artifact first goes wrong: the first intermediate value (in graph order) out of tolerance while
+    every compared value before it is within."""
+
+    status: Literal["found", "not-found", "skipped"]
+    reason: str = Field("", description="why nothing was named (not-found, skipped)")
+    method: str = Field("", description="how the artifact's values were matched with the source's")
+    runtime: str = ""
+    device: str = ""
+    shape: str = Field("", description="the shape case whose first sample was traced")
+    value: str = ""
+    node: str = ""
+    op_type: str = ""
+    layer: str = ""
+    parameters: list[str] = Field([], description="the source's weights the divergent nodes read (initializer names)")
+    region: list[str] = Field(
+        [], description="the nodes between the last values within tolerance and the first out of it; the fault is among them"
+    )
+    inputs_within: list[str] = Field([], description="the compared values feeding the region, all within tolerance")
+    metrics: OutputMetrics | None = None
+    probes: list[ProbePoint] = Field([], description="every value compared, in graph order, up to the divergence's chunk")
+    compared: int = 0
+    matched: int = Field(0, description="intermediate values the source could name")
+    chunks: int = Field(0, description="runs of source and artifact, each with a bounded number of values marked as outputs")
+    reproducer: str = Field("", description="folder with the divergent subgraph, its inputs, the expected output and a script")
+    reproduce: str = Field("", description="the command that shows the mismatch on the subgraph alone")
+    seconds: float = 0.0
+    peak_rss_bytes: int = Field(0, description="the worker's peak resident memory after localisation")
+
+    def describe(self) -> str:
+        """One sentence: where it diverged, or why that is not known."""
+        if self.status != "found":
+            return f"where it diverged is not known: {self.reason}"
+        metrics = self.metrics
+        error = f"max abs error {metrics.max_abs_error:.3g}" if metrics and metrics.max_abs_error is not None else "out of tolerance"
+        cosine = f", cosine {metrics.cosine_similarity:.6f}" if metrics and metrics.cosine_similarity is not None else ""
+        inputs = f" while its inputs {', '.join(self.inputs_within)} were within" if self.inputs_within else ""
+        region = f" (region of {len(self.region)} nodes: {', '.join(self.region)})" if len(self.region) > 1 else ""
+        layer = f" in layer {self.layer}" if self.layer else ""
+        return f"first diverged at node {self.node} ({self.op_type}){layer}: value '{self.value}' {error}{cosine}{inputs}{region}" + (
+            f"; reproducer: {self.reproduce}" if self.reproduce else ""
+        )
+
+
 class ArtifactRecord(BaseModel):
     format: str
     optimization: str = Field("", description="the --optimize pass that made it from the artifact at derived_from")
@@ -127,6 +183,7 @@ class ArtifactRecord(BaseModel):
     checks: list[Check] = []
     benchmarks: list[Benchmark] = []
     reproduce: str = Field("", description="the command that reproduces this artifact")
+    divergence: Divergence | None = Field(None, description="where a failing artifact first goes wrong (ONNX artifacts)")
 
     @property
     def key(self) -> str:
@@ -195,7 +252,9 @@ class Environment(BaseModel):
 class GateReason(BaseModel):
     """One reason a model was rejected."""
 
-    code: Literal["missing_artifact", "failed_check", "skipped_check", "missing_device", "nan_inf", "budget", "regression", "run_failed"]
+    code: Literal[
+        "missing_artifact", "failed_check", "skipped_check", "missing_device", "nan_inf", "budget", "regression", "run_failed", "diverged"
+    ]
     artifact: str = Field("", description="the artifact key: a target format (onnx) or an optimization (int8, openvino:fp16)")
     message: str
 

@@ -1,0 +1,267 @@
+"""Where a failing ONNX artifact first goes wrong.
+
+The source's traced program (``SourceModel.traced``) gives the values of its intermediate tensors under the names the
+exporter gave the graph's values. Those the artifact's graph still has are compared in graph order: a chunk of them is
+marked as extra outputs of a temporary copy of the graph (never all at once: a chunk holds at most CHUNK_BYTES of
+values, so memory stays near what validation takes), run on ONNX Runtime's CPU provider beside the source, and the first
+value out of tolerance is where it diverged; the nodes between it and the last values within tolerance are the region
+the fault is in. A reproducer (that region as an ONNX model, the source's inputs to it, the expected output and a
+script) is written beside the report.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from convert.artifacts import Artifact
+from convert.reports import model as rm
+from convert.validators.compare import compare_output
+from convert.validators.tolerances import Tolerance
+
+CHUNK_BYTES = 256 * 2**20
+REPRODUCER_SCRIPT = "reproduce.py"
+
+
+@dataclass
+class Probe:
+    value: str
+    node: str
+    op_type: str
+    layer: str
+
+
+def locate(traced, artifact: Artifact, feed: dict[str, np.ndarray], tolerance: Tolerance, repro_folder: Path) -> rm.Divergence:
+    """Compare the artifact's intermediate values with the traced source's for one feed, in graph order, chunk by
+    chunk, stopping at the chunk where one first falls out of tolerance."""
+    import onnx
+
+    started = time.perf_counter()
+    divergence = rm.Divergence(status="not-found", method=traced.method)
+    model = onnx.load(str(artifact.path), load_external_data=False)
+    probes = _probes(model.graph, traced.layers)
+    divergence.matched = len(probes)
+    if not probes:
+        divergence.status, divergence.reason = "skipped", "no value of the artifact's graph has a name the source's program has"
+        return _finish(divergence, started)
+    within: dict[str, np.ndarray] = {}  # source values of compared values within tolerance
+    pending = list(probes)
+    while pending and divergence.status != "found":
+        expected = traced.values(feed, [p.value for p in pending], CHUNK_BYTES)
+        chunk = [p for p in pending if p.value in expected]
+        if not chunk:
+            break
+        pending = [p for p in pending if p.value not in expected]
+        actual = artifact_values(artifact.path, model, [p.value for p in chunk], feed)
+        divergence.chunks += 1
+        for probe in chunk:
+            if expected[probe.value].shape != actual[probe.value].shape:
+                continue  # the same name for a value of another shape is not the same value
+            result = compare_output(probe.value, expected[probe.value], actual[probe.value], tolerance)
+            divergence.compared += 1
+            divergence.probes.append(
+                rm.ProbePoint(
+                    value=probe.value,
+                    node=probe.node,
+                    op_type=probe.op_type,
+                    layer=probe.layer,
+                    status=result.status,
+                    max_abs_error=result.max_abs_error,
+                    cosine_similarity=result.cosine_similarity,
+                )
+            )
+            if result.status == "passed":
+                within[probe.value] = expected[probe.value]
+                continue
+            if divergence.status != "found":
+                _name(divergence, model.graph, probe, result, within)
+                _write_reproducer(divergence, model, artifact.path.parent, feed, within, expected[probe.value], tolerance, repro_folder)
+    if divergence.status != "found":
+        divergence.reason = (
+            f"all {divergence.compared} intermediate values the source could name are within tolerance: the difference is "
+            "made after them, or in values the exporter renamed"
+        )
+    return _finish(divergence, started)
+
+
+def _finish(divergence: rm.Divergence, started: float) -> rm.Divergence:
+    divergence.seconds = round(time.perf_counter() - started, 3)
+    divergence.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return divergence
+
+
+def _probes(graph, layers: dict[str, str]) -> list[Probe]:
+    """The graph's node outputs the source can name, in graph order (ONNX graphs are topologically sorted)."""
+    probes = []
+    for node in graph.node:
+        for value in node.output:
+            if value in layers:
+                probes.append(Probe(value, node.name, node.op_type, layers[value] or _scope_layer(node)))
+    return probes
+
+
+def _scope_layer(node) -> str:
+    """The module path torch.onnx writes on each node, where the source's own record has none."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            scopes = [s.strip(" '\"") for s in prop.value.strip("[]").split(",")]
+            return scopes[-2] if len(scopes) > 1 else ""
+    return ""
+
+
+def artifact_values(path: Path, model, names: list[str], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The named values of the graph for one feed: a copy of the graph (beside the original, so that its external
+    data resolves) with those values as its only outputs, run on ONNX Runtime's CPU provider."""
+    import onnx
+    import onnxruntime as ort
+
+    probe = type(model)()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names)
+    copy = path.with_name(f".{path.stem}.probe.onnx")
+    try:
+        onnx.save(probe, str(copy))
+        del probe
+        session = ort.InferenceSession(str(copy), providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in session.get_inputs()}
+        values = session.run(names, {k: v for k, v in feed.items() if k in wanted})
+    finally:
+        copy.unlink(missing_ok=True)
+    return dict(zip(names, values))
+
+
+def _name(divergence: rm.Divergence, graph, probe: Probe, result, within: dict[str, np.ndarray]) -> None:
+    """Record the divergent value, its node, and the region back to the values within tolerance."""
+    nodes, frontier = region(graph, probe.value, set(within))
+    initializers = {t.name for t in graph.initializer}
+    divergence.status = "found"
+    divergence.value, divergence.node, divergence.op_type, divergence.layer = probe.value, probe.node, probe.op_type, probe.layer
+    divergence.region = [n.name for n in nodes]
+    divergence.parameters = sorted({i for n in nodes for i in n.input if i in initializers})
+    divergence.inputs_within = [name for name in frontier if name in within]
+    divergence.metrics = result.metrics()
+
+
+def region(graph, value: str, stops: set[str]) -> tuple[list, list[str]]:
+    """The nodes that compute ``value`` back to the ``stops``, the graph's inputs and its initializers (in graph order),
+    and the values that feed them from outside (the stops and graph inputs they read)."""
+    producer = {out: node for node in graph.node for out in node.output}
+    initializers = {t.name for t in graph.initializer}
+    seen: dict[int, object] = {}
+    frontier: list[str] = []
+    queue = deque([value])
+    visited = {value}
+    while queue:
+        name = queue.popleft()
+        node = producer.get(name)
+        if node is None or (name in stops and name != value):
+            if name not in initializers and name and name not in frontier:
+                frontier.append(name)
+            continue
+        seen[id(node)] = node
+        for upstream in node.input:
+            if upstream and upstream not in visited:
+                visited.add(upstream)
+                queue.append(upstream)
+    ordered = [node for node in graph.node if id(node) in seen]
+    return ordered, frontier
+
+
+def _write_reproducer(
+    divergence: rm.Divergence,
+    model,
+    base_dir: Path,
+    feed: dict[str, np.ndarray],
+    within: dict[str, np.ndarray],
+    expected: np.ndarray,
+    tolerance: Tolerance,
+    folder: Path,
+) -> None:
+    """The region as a standalone ONNX model, the source's values of its inputs, the source's value of its output and
+    a script that runs it on ONNX Runtime and exits 1 when the output is out of tolerance."""
+    import onnx
+    from onnx import external_data_helper
+
+    graph = model.graph
+    nodes = [n for n in graph.node if n.name in set(divergence.region)]
+    inputs = {name: (within[name] if name in within else feed[name]) for name in _region_inputs(graph, divergence)}
+    used = {i for n in nodes for i in n.input}
+    initializers = []
+    for tensor in graph.initializer:
+        if tensor.name in used:
+            copy = onnx.TensorProto()
+            copy.CopyFrom(tensor)
+            if external_data_helper.uses_external_data(copy):
+                external_data_helper.load_external_data_for_tensor(copy, str(base_dir))
+                copy.data_location = onnx.TensorProto.DEFAULT
+                del copy.external_data[:]
+            initializers.append(copy)
+    subgraph = onnx.helper.make_graph(
+        nodes,
+        f"{graph.name or 'graph'}_divergence",
+        [
+            onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(array.dtype), list(array.shape))
+            for name, array in inputs.items()
+        ],
+        [onnx.helper.make_empty_tensor_value_info(divergence.value)],
+        initializers,
+    )
+    sub = onnx.helper.make_model(subgraph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    staging = folder.with_name(f".{folder.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    onnx.save(sub, str(staging / "subgraph.onnx"))
+    np.savez(staging / "inputs.npz", **inputs)
+    np.savez(staging / "expected.npz", output=expected)
+    (staging / REPRODUCER_SCRIPT).write_text(_script(divergence, tolerance))
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    divergence.reproducer = str(folder)
+    divergence.reproduce = f"python {folder / REPRODUCER_SCRIPT}"
+
+
+def _region_inputs(graph, divergence: rm.Divergence) -> list[str]:
+    made = {o for n in graph.node if n.name in set(divergence.region) for o in n.output}
+    initializers = {t.name for t in graph.initializer}
+    names: list[str] = []
+    for node in graph.node:
+        if node.name in set(divergence.region):
+            for name in node.input:
+                if name and name not in made and name not in initializers and name not in names:
+                    names.append(name)
+    return names
+
+
+def _script(divergence: rm.Divergence, tolerance: Tolerance) -> str:
+    return f'''"""The node {divergence.node} ({divergence.op_type}) of an exported model, with the nodes between it and the
+last values that matched the source model. Its inputs are the source's values; expected.npz holds the source's value
+of its output, {divergence.value!r} (layer: {divergence.layer or "unknown"}). Needs numpy and onnxruntime only.
+
+Exits 1 when the output is out of tolerance (|actual - expected| <= atol + rtol * |expected|), 0 when it is within."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+
+ATOL, RTOL = {tolerance.atol!r}, {tolerance.rtol!r}
+
+here = Path(__file__).parent
+session = onnxruntime.InferenceSession(str(here / "subgraph.onnx"), providers=["CPUExecutionProvider"])
+inputs = dict(np.load(here / "inputs.npz"))
+expected = np.load(here / "expected.npz")["output"]
+(actual,) = session.run(None, inputs)
+error = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+print(f"{divergence.value}: max abs error {{error.max():.6g}}, max expected {{np.abs(expected).max():.6g}}")
+within = actual.shape == expected.shape and bool(np.all(error <= ATOL + RTOL * np.abs(expected)))
+print("within tolerance" if within else f"out of tolerance (atol={{ATOL}}, rtol={{RTOL}})")
+sys.exit(0 if within else 1)
+'''

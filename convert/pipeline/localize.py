@@ -1,0 +1,39 @@
+"""The localisation stage: for an artifact that failed a check on its outputs, where it first diverged from the source
+(convert/localize.py runs in the worker); the report, the renderings and the gate's reasons show it."""
+
+from __future__ import annotations
+
+from convert.artifacts import Artifact
+from convert.exporters.base import ExportJob
+from convert.pipeline.context import RunContext, crashed
+from convert.reports import model as rm
+from convert.worker import Session, StageCrashed
+
+REPRODUCER_SUFFIX = ".divergence"
+
+
+def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
+    """Trace the first failing check's first sample through the artifact's graph; the result goes on the record."""
+    check = next((c for c in record.checks if c.status == "failed" and c.kind == "shape" and c.outputs), None)
+    case = next((c for c in ctx.cases if check is not None and c.shape.describe() == check.shape and c.feeds), None)
+    if case is None:
+        return
+    if artifact.format != "onnx":
+        record.divergence = rm.Divergence(status="skipped", reason=f"localisation reads ONNX graphs, not {artifact.format} artifacts")
+        return
+    failing = next(o.name for o in check.outputs if o.status == "failed") if any(o.status == "failed" for o in check.outputs) else ""
+    tolerance = ctx.policy.for_output(failing, artifact.precision)
+    job = ExportJob(
+        source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=ctx.source.dim_ranges
+    )
+    folder = artifact.path.with_name(f"{artifact.path.name}{REPRODUCER_SUFFIX}")
+    with ctx.stages.run(f"localize:{key}") as stage:
+        try:
+            divergence = ctx.worker.call(Session.localize, artifact, job, case.feeds[0], tolerance, folder)
+        except StageCrashed as exc:
+            divergence = rm.Divergence(status="skipped", reason=crashed(stage, exc))
+            stage.status = "ok"  # a diagnosis that could not finish fails nothing the checks have not failed
+        except Exception as exc:
+            divergence = rm.Divergence(status="skipped", reason=f"localisation failed: {type(exc).__name__}: {exc}")
+    divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
+    record.divergence = divergence
