@@ -45,7 +45,7 @@ def locate(traced, artifact: Artifact, feed: dict[str, np.ndarray], tolerance: T
     started = time.perf_counter()
     divergence = rm.Divergence(status="not-found", method=traced.method)
     model = onnx.load(str(artifact.path), load_external_data=False)
-    probes = _probes(model.graph, traced.layers)
+    probes = _probes(model.graph, traced.names(model.graph))
     divergence.matched = len(probes)
     if not probes:
         divergence.status, divergence.reason = "skipped", "no value of the artifact's graph has a name the source's program has"
@@ -61,6 +61,7 @@ def locate(traced, artifact: Artifact, feed: dict[str, np.ndarray], tolerance: T
         actual = artifact_values(artifact.path, model, [p.value for p in chunk], feed)
         divergence.chunks += 1
         for probe in chunk:
+            expected[probe.value] = _in_layout(expected[probe.value], actual[probe.value].shape)
             if expected[probe.value].shape != actual[probe.value].shape:
                 continue  # the same name for a value of another shape is not the same value
             result = compare_output(probe.value, expected[probe.value], actual[probe.value], tolerance)
@@ -96,6 +97,14 @@ def _finish(divergence: rm.Divergence, started: float) -> rm.Divergence:
     return divergence
 
 
+def _in_layout(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A channels-last source value in the channels-first layout an exporter chose for it (jax2onnx's convolutions)."""
+    if value.shape == tuple(shape) or value.ndim < 3:
+        return value
+    first = np.moveaxis(value, -1, 1)
+    return first if first.shape == tuple(shape) else value
+
+
 def _probes(graph, layers: dict[str, str]) -> list[Probe]:
     """The graph's node outputs the source can name, in graph order (ONNX graphs are topologically sorted)."""
     probes = []
@@ -129,7 +138,9 @@ def artifact_values(path: Path, model, names: list[str], feed: dict[str, np.ndar
     try:
         onnx.save(probe, str(copy))
         del probe
-        session = ort.InferenceSession(str(copy), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # the copy's unused initializers are expected: no warnings about them
+        session = ort.InferenceSession(str(copy), options, providers=["CPUExecutionProvider"])
         wanted = {i.name for i in session.get_inputs()}
         values = session.run(names, {k: v for k, v in feed.items() if k in wanted})
     finally:

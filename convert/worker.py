@@ -75,7 +75,7 @@ class Session:
 
     def __init__(self) -> None:
         self.source = None
-        self._traced: dict = {}  # the source's traced program, by the export shape it was traced at
+        self._traced: dict = {}  # the source's program as an exporter traced it, by exporter, strategy and export shape
 
     def load(self, request) -> SourceSummary:
         from convert.sources.resolve import resolve_source
@@ -132,21 +132,19 @@ class Session:
 
         return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
 
-    def localize(self, artifact, job, feed: dict[str, np.ndarray], tolerance, repro_folder) -> rm.Divergence:
-        """Where the artifact first diverges from the source on one feed (convert/localize.py)."""
+    def localize(self, artifact, exporter: str, strategy: str, job, feed: dict[str, np.ndarray], tolerance, folder) -> rm.Divergence:
+        """Where the artifact first diverges from the source on one feed (convert/localize.py); ``exporter`` and
+        ``strategy`` made the ONNX file it comes from."""
         from convert.localize import locate
+        from convert.registry import REGISTRY
 
-        key = tuple((name, value.shape) for name, value in job.feed.items())
-        traced = self._traced.get(key)
+        key = (exporter, strategy, tuple((name, value.shape) for name, value in job.feed.items()))
+        if key not in self._traced:
+            self._traced = {key: REGISTRY.get("exporter", exporter).load()().traced(replace(job, source=self.source), strategy)}
+        traced = self._traced[key]
         if traced is None:
-            traced = self.source.traced(replace(job, source=self.source))
-            if traced is None:
-                return rm.Divergence(
-                    status="skipped",
-                    reason=f"a {self.source.info.framework} source gives no intermediate values under the names its exporter keeps",
-                )
-            self._traced = {key: traced}
-        return locate(traced, artifact, feed, tolerance, repro_folder)
+            return rm.Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
+        return locate(traced, artifact, feed, tolerance, folder)
 
     def name_onnx_output_dims(self, path, dims) -> None:
         from convert.validation import name_onnx_output_dims

@@ -111,6 +111,10 @@ class TracedGraph:
             if tensor.dtype.is_floating
         }
 
+    def names(self, graph) -> dict[str, str]:
+        """The graph's values this program has, with their layers."""
+        return {value: self.layers[value] for node in graph.node for value in node.output if value in self.layers}
+
     def values(self, feed: dict[str, np.ndarray], names: list[str], budget_bytes: int) -> dict[str, np.ndarray]:
         """The named tensors for one feed, in the order asked, until they take ``budget_bytes`` (at least one)."""
         tf = tensorflow()

@@ -208,9 +208,6 @@ class TorchSource(SourceModel):
         own = getattr(self.module, "generation_inputs", None)  # an encoder-decoder's: its encoder's outputs
         return own(seed) if own is not None else super().generation_inputs(seed)
 
-    def traced(self, job) -> TracedProgram:
-        return TracedProgram(job)
-
     @property
     def is_scripted(self) -> bool:
         return isinstance(self.module, require_torch().jit.ScriptModule)
@@ -238,19 +235,16 @@ class TracedProgram:
 
     method = "torch.onnx's exported program, run node by node (ONNX values named after its nodes)"
 
-    def __init__(self, job):
-        torch = require_torch()
-        from convert.exporters.torch_common import dynamic_shapes, example_arguments, exportable_module
-
-        args, kwargs = example_arguments(job)
-        onnx_program = torch.onnx.export(
-            exportable_module(job), args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes(job), optimize=False, verbose=False
-        )
-        self.program = onnx_program.exported_program
-        self.source = job.source
+    def __init__(self, source: TorchSource, program):
+        self.program = program  # an ExportedProgram as torch.onnx decomposed it
+        self.source = source
         self.layers = {
             node.name: _module_path(node) for node in self.program.graph.nodes if node.op == "call_function" and _is_tensor(node)
         }
+
+    def names(self, graph) -> dict[str, str]:
+        """The graph's values this program has, with their layers."""
+        return {value: self.layers[value] for node in graph.node for value in node.output if value in self.layers}
 
     def values(self, feed: dict[str, np.ndarray], names: list[str], budget_bytes: int) -> dict[str, np.ndarray]:
         """The values of the named nodes for one feed, in the order asked, until they take ``budget_bytes`` (at least one)."""

@@ -94,6 +94,13 @@ class Exporter(abc.ABC):
     def strategies(self, job: ExportJob) -> list[tuple[str, Callable[[Path], Artifact]]]:
         """(strategy name, function that writes the artifact at the given path) in the order to try."""
 
+    def traced(self, job: ExportJob, strategy: str):
+        """The program the named strategy converted, able to give the values of its intermediate tensors under the
+        names the artifact's graph keeps (``method``; ``names(graph)``: the graph's values it has, with their source-side
+        layers; ``values(feed, names, budget_bytes)``: see convert/localize.py); None where its artifacts keep no such
+        names."""
+        return None
+
     def export(self, job: ExportJob) -> ExportOutcome:
         attempts: list[Attempt] = []
         for strategy, run in self.strategies(job):

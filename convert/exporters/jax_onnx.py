@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -58,7 +59,7 @@ class JaxToOnnx(Exporter):
         source = job.source
         symbolic = source.symbolic_dims()
         inputs = [jax.ShapeDtypeStruct(tuple(symbolic.get(d, d) for d in s.dims), s.dtype) for s in source.signature.inputs]
-        with linen_pooling_by_position():
+        with linen_pooling_by_position(), _call_sites_recorded():
             model = jax2onnx.to_onnx(
                 source.bound(),
                 inputs,
@@ -69,6 +70,12 @@ class JaxToOnnx(Exporter):
             )
         save_onnx(model, path)
         return onnx_artifact(path, job.opset)
+
+    def traced(self, job: ExportJob, strategy: str):
+        """jax2onnx writes the calling source line on every node; the TFLite route keeps nothing of the source."""
+        from convert.backends.jax import TracedJaxpr
+
+        return TracedJaxpr(job.source) if strategy == self.strategies(job)[0][0] else None
 
     def _via_tflite(self, job: ExportJob, path: Path, fixed: bool) -> Artifact:
         import onnx
@@ -95,6 +102,23 @@ class JaxToOnnx(Exporter):
             artifact.inputs = tflite_job.source.signature.inputs
             artifact.fixed_shape_reason = "exported at the export shape: the dynamic jax2tf → TFLite → tf2onnx model failed there"
         return artifact
+
+
+@contextlib.contextmanager
+def _call_sites_recorded() -> Iterator[None]:
+    """jax2onnx writes each node's calling source line (``pkg.jax2onnx.callsite``) when its environment flag is set:
+    where an artifact diverges is then told by source line."""
+    from convert.backends.jax import STACKTRACE_ENV
+
+    before = os.environ.get(STACKTRACE_ENV)
+    os.environ[STACKTRACE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[STACKTRACE_ENV]
+        else:
+            os.environ[STACKTRACE_ENV] = before
 
 
 def _smoke_run(path: Path, job: ExportJob) -> None:

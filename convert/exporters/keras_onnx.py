@@ -64,6 +64,12 @@ class KerasToOnnx(Exporter):
             strategies.append(("keras.Model.export(format='onnx')", lambda path: self._keras(job, path)))
         return strategies
 
+    def traced(self, job: ExportJob, strategy: str):
+        """tf2onnx names the graph's values after the frozen TensorFlow graph's tensors; Keras's own export does not."""
+        from convert.backends.tf import TracedGraph
+
+        return TracedGraph(job) if strategy == self.strategies(job)[0][0] else None
+
     def _tf2onnx(self, job: ExportJob, path: Path) -> Artifact:
         import tf2onnx
 

@@ -29,6 +29,23 @@ class TorchToOnnx(Exporter):
             ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path)),
         ]
 
+    def traced(self, job: ExportJob, strategy: str):
+        """The program torch.onnx translated (its nodes name the graph's values), made again the strategy's way."""
+        import torch
+
+        from convert.backends.torch import TracedProgram
+
+        index = [name for name, _ in self.strategies(job)].index(strategy)
+        if index == 0:
+            args, kwargs = example_arguments(job)
+            module, dynamic = exportable_module(job), dynamic_shapes(job)
+            made = torch.onnx.export(module, args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic, optimize=False, verbose=False)
+        elif index == 1:
+            made = torch.onnx.export(export_program(job)[0].run_decompositions(), dynamo=True, optimize=False, verbose=False)
+        else:  # the TorchScript-based exporter names values after nothing the source has
+            return None
+        return TracedProgram(job.source, made.exported_program)
+
     def _names(self, job: ExportJob) -> dict:
         return {"input_names": [s.name for s in job.source.signature.inputs], "output_names": list(job.source.signature.outputs)}
 

@@ -27,9 +27,12 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
         source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=ctx.source.dim_ranges
     )
     folder = artifact.path.with_name(f"{artifact.path.name}{REPRODUCER_SUFFIX}")
+    exported = _exported(ctx.report, record)
     with ctx.stages.run(f"localize:{key}") as stage:
         try:
-            divergence = ctx.worker.call(Session.localize, artifact, job, case.feeds[0], tolerance, folder)
+            divergence = ctx.worker.call(
+                Session.localize, artifact, exported.exporter, exported.strategy, job, case.feeds[0], tolerance, folder
+            )
         except StageCrashed as exc:
             divergence = rm.Divergence(status="skipped", reason=crashed(stage, exc))
             stage.status = "ok"  # a diagnosis that could not finish fails nothing the checks have not failed
@@ -37,3 +40,11 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
             divergence = rm.Divergence(status="skipped", reason=f"localisation failed: {type(exc).__name__}: {exc}")
     divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
     record.divergence = divergence
+
+
+def _exported(report: rm.Report, record: rm.ArtifactRecord) -> rm.ArtifactRecord:
+    """The exported artifact an optimized one was derived from (through every pass), or the record itself."""
+    by_path = {r.path: r for r in report.artifacts if r.path}
+    while record.derived_from and record.derived_from in by_path:
+        record = by_path[record.derived_from]
+    return record

@@ -44,12 +44,6 @@ class SourceModel(abc.ABC):
 
         return make_prompts(self.generation, seed), {}
 
-    def traced(self, job) -> Any:
-        """The program its exporters convert, able to give the values of its intermediate tensors by the names an
-        exported graph keeps (``method``, ``layers``: name → source-side layer, ``values(feed, names, budget_bytes)``);
-        None where this source cannot name them. ``job`` is an export job at the export shape."""
-        return None
-
     def with_outputs(self, names: tuple[str, ...]) -> SourceModel:
         """Record the output names, learned from the first reference run."""
         self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)

@@ -95,11 +95,6 @@ class KerasSource(SourceModel):
     def is_keras(self) -> bool:
         return self.signature_fn is None
 
-    def traced(self, job) -> Any:
-        from convert.backends.tf import TracedGraph
-
-        return TracedGraph(job)
-
     def call(self, tensors: dict[str, Any]) -> dict[str, Any]:
         """Outputs by name for named input tensors; traceable inside a tf.function."""
         if self.signature_fn is not None:

@@ -1,0 +1,136 @@
+"""Where a failing artifact first diverges: a fault injected into one node of a real export (an op replaced, a wrong
+constant, swapped operands) is named, with its source layer, and its reproducer shows the mismatch on its own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import convert
+from convert import localize
+from convert.reports.junit import render_junit
+
+pytestmark = pytest.mark.slow
+
+
+def _inject(monkeypatch, exporter_class, method: str, fault) -> dict:
+    """Wrap one export strategy so that its ONNX file gets ``fault(model) -> injected node name`` before validation."""
+    injected: dict = {}
+    real = getattr(exporter_class, method)
+
+    def faulty(self, job, path):
+        artifact = real(self, job, path)
+        model = onnx.load(str(path))
+        injected["node"] = fault(model)
+        onnx.save(model, str(path))
+        return artifact
+
+    monkeypatch.setattr(exporter_class, method, faulty)
+    return injected
+
+
+def _node(model, predicate):
+    return next(node for node in model.graph.node if predicate(node))
+
+
+def _run(tmp_path: Path, model, **options):
+    result = convert.convert(model, to=["onnx"], out=tmp_path / "out", isolate=False, cache=False, **options)
+    (record,) = result.report.artifacts
+    assert result.exit_code == 1 and not record.passed
+    return result, record
+
+
+def test_an_op_replaced_in_a_torch_export_is_named_with_its_module_and_reproduced(tmp_path, monkeypatch):
+    from convert.exporters.onnx import TorchToOnnx
+
+    def relu_becomes_sigmoid(model):
+        node = _node(model, lambda n: n.op_type == "Relu")
+        node.op_type = "Sigmoid"
+        return node.name
+
+    injected = _inject(monkeypatch, TorchToOnnx, "_dynamo", relu_becomes_sigmoid)
+    result, record = _run(tmp_path, "fixtures.torch_models:build_cnn", inputs=["x:float32[B,3,32,32]"])
+    found = record.divergence
+    assert found.status == "found", found.reason
+    assert (found.node, found.op_type, found.region) == (injected["node"], "Sigmoid", [injected["node"]])
+    assert found.layer == "features.2 (ReLU)"
+    assert found.inputs_within == ["getitem"]  # the convolution (with its BatchNorm folded in) before it matched
+    assert [p.status for p in found.probes][:2] == ["passed", "failed"]
+    assert found.metrics.status == "failed" and found.metrics.max_abs_error > 0.1
+    assert f"first diverged at node {injected['node']} (Sigmoid) in layer features.2 (ReLU)" in render_junit(result.report)
+
+    script = Path(found.reproducer) / localize.REPRODUCER_SCRIPT
+    shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 1 and "out of tolerance" in shown.stdout
+    # the same subgraph with the op the source has is within tolerance: the reproducer isolates the fault
+    subgraph = onnx.load(str(script.parent / "subgraph.onnx"))
+    subgraph.graph.node[0].op_type = "Relu"
+    onnx.save(subgraph, str(script.parent / "subgraph.onnx"))
+    fixed = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert fixed.returncode == 0 and "within tolerance" in fixed.stdout
+
+
+def test_a_wrong_constant_in_a_transformer_is_found_in_bounded_chunks(tmp_path, monkeypatch):
+    from convert.exporters.onnx import TorchToOnnx
+
+    def scaled_weight(model):
+        node = _node(model, lambda n: n.op_type in ("MatMul", "Gemm") and "layers.1.linear1" in str(n.metadata_props))
+        weight = next(t for t in model.graph.initializer if t.name == node.input[1])
+        weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(1.5), weight.name))
+        return node.name
+
+    injected = _inject(monkeypatch, TorchToOnnx, "_dynamo", scaled_weight)
+    monkeypatch.setattr(localize, "CHUNK_BYTES", 4096)  # a few values a run: the search goes on chunk by chunk
+    _, record = _run(tmp_path, "fixtures.torch_models:build_transformer", inputs=["x:float32[B,S,32]"])
+    found = record.divergence
+    assert found.status == "found", found.reason
+    # torch.onnx writes a Linear as MatMul + Add under one program node: both are the region, the MatMul first
+    assert found.region == [injected["node"], found.node] and found.op_type == "Add"
+    assert found.layer == "encoder.layers.1.linear1 (Linear)"
+    assert found.chunks > 3 and all(p.status == "passed" for p in found.probes[:-1][: found.compared - 1])
+    assert found.probes[-1].value == found.value  # the search stopped at the chunk where it diverged
+
+
+def test_swapped_operands_in_a_keras_export_are_named_with_their_layer(tmp_path, monkeypatch):
+    from convert.exporters.keras_onnx import KerasToOnnx
+
+    def swapped_concat(model):
+        node = _node(model, lambda n: n.op_type == "Concat" and "concatenate" in n.name)
+        node.input[0], node.input[1] = node.input[1], node.input[0]
+        return node.name
+
+    injected = _inject(monkeypatch, KerasToOnnx, "_tf2onnx", swapped_concat)
+    _, record = _run(tmp_path, "fixtures.keras_models:build_two_io", framework="keras")
+    found = record.divergence
+    assert found.status == "found", found.reason
+    assert (found.node, found.op_type, found.layer) == (injected["node"], "Concat", "concatenate")
+    assert len(found.inputs_within) == 2 and "TensorFlow" in found.method
+
+
+def test_a_wrong_constant_in_a_jax_export_is_named_by_its_source_line(tmp_path, monkeypatch):
+    import inspect
+
+    from convert.exporters.jax_onnx import JaxToOnnx
+    from fixtures.jax_models import NnxCnn
+
+    def scaled_second_conv(model):
+        node = [n for n in model.graph.node if n.op_type == "Conv"][1]
+        weight = next(t for t in model.graph.initializer if t.name == node.input[1])
+        weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * np.float32(1.5), weight.name))
+        return node.name
+
+    injected = _inject(monkeypatch, JaxToOnnx, "_jax2onnx", scaled_second_conv)
+    _, record = _run(tmp_path, "fixtures.jax_models:make_nnx_cnn", framework="jax", inputs=["x:float32[B,28,28,1]"])
+    found = record.divergence
+    lines, first = inspect.getsourcelines(NnxCnn.__call__)
+    line = first + next(i for i, text in enumerate(lines) if "self.conv2(x)" in text)
+    assert found.status == "found", found.reason
+    assert found.layer == f"NnxCnn.__call__, line {line}" and injected["node"] in found.region
+    # the results of the lines before it (channels-first in the graph, channels-last in JAX) matched
+    assert [p.status for p in found.probes[:3]] == ["passed", "passed", "failed"]
