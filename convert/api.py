@@ -30,6 +30,7 @@ def convert(
     dims: Sequence[str] = (),
     optimize: Sequence[str] = (),
     calibration_data: str | Path | None = None,
+    keep_fp32: Sequence[str] = (),
     accuracy: Sequence[str] = (),
     shape_ranges: Sequence[str] = (),
     benchmark: bool = False,
@@ -57,7 +58,9 @@ def convert(
     ``.npz`` path; ``inputs`` are spec strings such as
     ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. ``optimize`` names passes on the ONNX artifact
     (``"int8"``, ``"openvino:fp16"``..., or ``"auto"`` for the fastest within budget), judged by ``accuracy``
-    budgets; an artifact that fixes a dim asked dynamic fails unless ``allow_fixed_shapes``; ``benchmark`` measures the source and every artifact that passed. Without ``out`` the artifacts go to a
+    budgets; ``keep_fp32`` names node or module-path patterns those passes leave in FP32; an artifact that fixes a
+    dim asked dynamic fails unless ``allow_fixed_shapes``; ``benchmark`` measures the source and every artifact that
+    passed. Without ``out`` the artifacts go to a
     new temporary folder. A model given by path or ``module:callable`` is loaded, exported, validated and benchmarked in
     a worker process (``isolate``): a crash there fails that stage only, and a stage running past ``stage_timeout``
     seconds (None: no limit) is stopped and failed; a model given as a Python object stays in this process. With ``cache``,

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from convert.artifacts import Artifact
+from convert.backends.onnx import module_path
 from convert.reports import model as rm
 from convert.validators.compare import compare_output
 from convert.validators.tolerances import Tolerance
@@ -37,13 +38,18 @@ class Probe:
     layer: str
 
 
-def locate(traced, artifact: Artifact, feed: dict[str, np.ndarray], tolerance: Tolerance, repro_folder: Path) -> rm.Divergence:
+def locate(
+    traced, artifact: Artifact, feed: dict[str, np.ndarray], reference: dict[str, np.ndarray], tolerance: Tolerance, repro_folder: Path
+) -> rm.Divergence:
     """Compare the artifact's intermediate values with the traced source's for one feed, in graph order, chunk by
-    chunk, stopping at the chunk where one first falls out of tolerance."""
+    chunk, stopping at the chunk where one first falls out of tolerance. A traced program whose own outputs already
+    differ from the source's (``reference``) diverged when it was captured, before any conversion."""
     import onnx
 
     started = time.perf_counter()
     divergence = rm.Divergence(status="not-found", method=traced.method)
+    if _captured_differently(divergence, traced, feed, reference, tolerance):
+        return _finish(divergence, started)
     model = onnx.load(str(artifact.path), load_external_data=False)
     probes = _probes(model.graph, traced.names(model.graph))
     divergence.matched = len(probes)
@@ -91,6 +97,19 @@ def locate(traced, artifact: Artifact, feed: dict[str, np.ndarray], tolerance: T
     return _finish(divergence, started)
 
 
+def _captured_differently(divergence: rm.Divergence, traced, feed, reference: dict[str, np.ndarray], tolerance: Tolerance) -> bool:
+    """Whether the program the exporter captured already computes another output than the source model does."""
+    own = getattr(traced, "outputs", None)
+    captured = own(feed) if own is not None else {}
+    for name, expected in reference.items():
+        if name in captured:
+            result = compare_output(name, expected, captured[name], tolerance)
+            if result.status == "failed":
+                divergence.status, divergence.stage, divergence.value, divergence.metrics = "found", "capture", name, result.metrics()
+                return True
+    return False
+
+
 def _finish(divergence: rm.Divergence, started: float) -> rm.Divergence:
     divergence.seconds = round(time.perf_counter() - started, 3)
     divergence.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -111,17 +130,8 @@ def _probes(graph, layers: dict[str, str]) -> list[Probe]:
     for node in graph.node:
         for value in node.output:
             if value in layers:
-                probes.append(Probe(value, node.name, node.op_type, layers[value] or _scope_layer(node)))
+                probes.append(Probe(value, node.name, node.op_type, layers[value] or module_path(node)))
     return probes
-
-
-def _scope_layer(node) -> str:
-    """The module path torch.onnx writes on each node, where the source's own record has none."""
-    for prop in node.metadata_props:
-        if prop.key == "pkg.torch.onnx.name_scopes":
-            scopes = [s.strip(" '\"") for s in prop.value.strip("[]").split(",")]
-            return scopes[-2] if len(scopes) > 1 else ""
-    return ""
 
 
 def artifact_values(path: Path, model, names: list[str], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

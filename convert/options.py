@@ -178,6 +178,19 @@ OPTIONS: tuple[RunOption, ...] = (
         reproduce="optimization",
     ),
     RunOption(
+        "keep_fp32",
+        "--keep-fp32",
+        "Comma-separated node-name or module-path patterns (fnmatch, e.g. 'encoder.layer.3.*') that the ONNX Runtime "
+        "INT8 and FP16 passes and OpenVINO's INT8 leave in FP32: a failing reduced-precision artifact's report ranks "
+        "its layers by sensitivity and names the ones to keep.",
+        kind="comma-list",
+        default="",
+        metavar="PATTERNS",
+        policy="validation.keep_fp32",
+        stages=("optimize",),
+        reproduce="optimization",
+    ),
+    RunOption(
         "accuracy",
         "--accuracy",
         'Accuracy budget of FP16/INT8 artifacts, e.g. "cosine>=0.995" or "logits:top1>=0.98,rel_rms<=0.05".',

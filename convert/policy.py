@@ -76,6 +76,7 @@ class Validation(_Strict):
     accuracy: list[str] = Field([], description="accuracy budgets that judge fp16 / int8 checks, as --accuracy")
     opset: int | None = Field(None, ge=1, le=100)
     calibration_data: str | None = None
+    keep_fp32: list[str] = Field([], description="node-name or module-path patterns the INT8 / FP16 passes leave in FP32, as --keep-fp32")
     stage_timeout: float = Field(
         DEFAULT_STAGE_TIMEOUT,
         gt=0,

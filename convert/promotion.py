@@ -317,8 +317,8 @@ def _check_reasons(key: str, record: rm.ArtifactRecord) -> list[rm.GateReason]:
             )
         if check.status == "failed":
             reasons.append(rm.GateReason(code="failed_check", artifact=key, message=f"check failed: {where}: {check.reason}"))
-    if record.divergence is not None and record.divergence.status == "found":
-        reasons.append(rm.GateReason(code="diverged", artifact=key, message=record.divergence.describe()))
+    if any(found is not None and found.status == "found" for found in (record.divergence, record.sensitivity)):
+        reasons.append(rm.GateReason(code="diverged", artifact=key, message="; ".join(record.diagnosis())))
     return reasons
 
 

@@ -132,7 +132,7 @@ class Session:
 
         return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
 
-    def localize(self, artifact, exporter: str, strategy: str, job, feed: dict[str, np.ndarray], tolerance, folder) -> rm.Divergence:
+    def localize(self, artifact, exporter: str, strategy: str, job, feed, reference, tolerance, folder) -> rm.Divergence:
         """Where the artifact first diverges from the source on one feed (convert/localize.py); ``exporter`` and
         ``strategy`` made the ONNX file it comes from."""
         from convert.localize import locate
@@ -144,7 +144,14 @@ class Session:
         traced = self._traced[key]
         if traced is None:
             return rm.Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
-        return locate(traced, artifact, feed, tolerance, folder)
+        return locate(traced, artifact, feed, reference, tolerance, folder)
+
+    def sensitivity(self, name: str, job, samples: list[tuple[dict, dict]], policy) -> rm.Sensitivity:
+        """The nodes that cost the pass ``name`` its accuracy, and which to keep in FP32 (convert/sensitivity.py)."""
+        from convert.registry import REGISTRY
+        from convert.sensitivity import rank
+
+        return rank(REGISTRY.get("optimizer", name).load()(), replace(job, source=self.source), samples, policy)
 
     def name_onnx_output_dims(self, path, dims) -> None:
         from convert.validation import name_onnx_output_dims

@@ -96,3 +96,23 @@ def rename_by_position(model, names: list[str], wanted: list[str]) -> None:
     """Give graph values the source's names, which come in the same order."""
     if len(names) == len(wanted) and names != wanted:
         rename_values(model, dict(zip(names, wanted)))
+
+
+def module_path(node) -> str:
+    """The module path torch.onnx's dynamo exporter writes on a node (``pkg.torch.onnx.name_scopes``), else ""."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            scopes = [s.strip(" '\"") for s in prop.value.strip("[]").split(",")]
+            return scopes[-2] if len(scopes) > 1 else ""
+    return ""
+
+
+def matching_nodes(graph, patterns: tuple[str, ...] | list[str]) -> list[str]:
+    """The names of the nodes whose name or module path matches one of the fnmatch ``patterns``."""
+    import fnmatch
+
+    return [
+        node.name
+        for node in graph.node
+        if any(fnmatch.fnmatchcase(node.name, p) or fnmatch.fnmatchcase(module_path(node), p) for p in patterns)
+    ]

@@ -275,6 +275,14 @@ class TracedProgram:
                 pass
         return {name: found[name] for name in sorted(found, key=wanted.__getitem__)}
 
+    def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The program's own outputs for one feed, named as the source's."""
+        torch = require_torch()
+        args, kwargs = self.source.convention.arguments(to_tensors(self.source.signature.inputs, feed))
+        with torch.inference_mode():
+            outputs = self.program.module()(*args, **kwargs)
+        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+
 
 def _module_path(node) -> str:
     """The innermost module a node of an exported program runs in, as ``path (Class)``."""

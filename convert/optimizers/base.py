@@ -20,6 +20,7 @@ class OptimizeJob(ExportJob):
     base: Artifact | None = None  # the validated artifact the pass starts from
     calibration: list[dict[str, np.ndarray]] = field(default_factory=list)  # feeds for calibrated quantization
     shape_ranges: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # symbol -> (min, opt, max) sizes
+    keep_fp32: tuple[str, ...] = ()  # node-name or module-path patterns a reduced-precision pass leaves in FP32
 
 
 class Optimizer(Exporter):

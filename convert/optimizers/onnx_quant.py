@@ -43,6 +43,20 @@ def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> 
     return onnx_artifact(path)
 
 
+def kept_in_fp32(job: OptimizeJob, model: str | Path) -> list[str]:
+    """The nodes of ``model`` that --keep-fp32 names, by node name or by the module path on the exported artifact's
+    nodes (pre-processing may drop that metadata, not the names of the nodes it keeps)."""
+    import onnx
+
+    from convert.backends.onnx import matching_nodes
+
+    if not job.keep_fp32:
+        return []
+    graphs = [onnx.load(str(p), load_external_data=False).graph for p in dict.fromkeys((str(job.base.path), str(model)))]
+    names = {n.name for n in graphs[-1].node}
+    return sorted({name for graph in graphs for name in matching_nodes(graph, job.keep_fp32)} & names)
+
+
 class _Int8(Optimizer):
     """An INT8 pass: from the pre-processed model first, from the model as exported as the fallback."""
 
@@ -86,6 +100,7 @@ class StaticInt8(_Int8):
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
             use_external_data_format=external_data,
+            nodes_to_exclude=kept_in_fp32(job, model),
         )
 
 
@@ -98,7 +113,12 @@ class DynamicInt8(_Int8):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         return lambda model, external_data: quantize_dynamic(
-            model, str(path), weight_type=QuantType.QInt8, use_external_data_format=external_data
+            model,
+            str(path),
+            weight_type=QuantType.QInt8,
+            use_external_data_format=external_data,
+            # quantize_dynamic first splits a Gemm into NAME_MatMul + NAME_Add, and checks the exclusions on the split
+            nodes_to_exclude=[name for kept in kept_in_fp32(job, model) for name in (kept, f"{kept}_MatMul")],
         )
 
 
@@ -118,7 +138,9 @@ class Fp16(Optimizer):
         # shape inference on the graph alone: on the whole model it serializes it, which fails past 2 GB
         model = onnx.shape_inference.infer_shapes(onnx.load(str(job.base.path), load_external_data=False))
         onnx.load_external_data_for_model(model, str(job.base.path.parent))
-        model = convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
+        model = convert_float_to_float16(
+            model, keep_io_types=True, disable_shape_infer=True, node_block_list=kept_in_fp32(job, job.base.path) or None
+        )
         _sort_topologically(model.graph)
         save_onnx(model, path)
         return onnx_artifact(path)

@@ -59,4 +59,24 @@ class OpenVinoInt8(OpenVinoIR):
             nncf.Dataset(job.calibration, lambda feed: {n: feed[n] for n in names}),
             subset_size=len(job.calibration),
             model_type=nncf.ModelType.TRANSFORMER if transformer else None,
+            ignored_scope=nncf.IgnoredScope(names=_kept_in_fp32(model, job), validate=False),
         )
+
+
+def _kept_in_fp32(model, job: OptimizeJob) -> list[str]:
+    """The OpenVINO ops that --keep-fp32 names: those converted from the matching ONNX nodes (an op keeps its node's
+    name, or the names of its outputs)."""
+    import onnx
+
+    from convert.backends.onnx import matching_nodes
+
+    if not job.keep_fp32:
+        return []
+    graph = onnx.load(str(job.base.path), load_external_data=False).graph
+    nodes = set(matching_nodes(graph, job.keep_fp32))
+    values = {value for node in graph.node if node.name in nodes for value in node.output}
+    return [
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_friendly_name() in nodes or any(values & output.get_names() for output in op.outputs())
+    ]

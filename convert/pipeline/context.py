@@ -39,6 +39,7 @@ class ConvertRequest:
     tolerances: tuple[str, ...] = ()
     optimize: tuple[str, ...] = ()
     calibration_data: Path | None = None
+    keep_fp32: tuple[str, ...] = ()  # node-name or module-path patterns the reduced-precision passes leave in FP32
     accuracy: tuple[str, ...] = ()  # accuracy budgets of reduced-precision artifacts
     shape_ranges: tuple[str, ...] = ()  # "B=1..8..32": TensorRT profiles and the validation sizes
     benchmark: bool = False

@@ -31,7 +31,7 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
     with ctx.stages.run(f"localize:{key}") as stage:
         try:
             divergence = ctx.worker.call(
-                Session.localize, artifact, exported.exporter, exported.strategy, job, case.feeds[0], tolerance, folder
+                Session.localize, artifact, exported.exporter, exported.strategy, job, case.feeds[0], case.references[0], tolerance, folder
             )
         except StageCrashed as exc:
             divergence = rm.Divergence(status="skipped", reason=crashed(stage, exc))

@@ -6,13 +6,13 @@ from __future__ import annotations
 import importlib.util
 
 from convert.cache import Lookup
-from convert.pipeline.context import RunContext
+from convert.pipeline.context import RunContext, crashed
 from convert.pipeline.export import made, recorded
 from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate, validate_and_publish
 from convert.registry import REGISTRY
 from convert.reports import model as rm
-from convert.worker import Session
+from convert.worker import Session, StageCrashed
 
 
 def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
@@ -53,9 +53,12 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
             base=base,
             calibration=ctx.calibration,
             shape_ranges=ctx.profile_ranges,
+            keep_fp32=ctx.request.keep_fp32,
         )
         lookup = (
-            ctx.cache.find(stage.name, entry.packages, name, ctx.stem, base.sha256, ctx.export_feed, ctx.calibration, ctx.profile_ranges)
+            ctx.cache.find(
+                stage.name, entry.packages, name, ctx.stem, base.sha256, ctx.export_feed, ctx.calibration, ctx.profile_ranges, job.keep_fp32
+            )
             if entry.meta.get("cacheable", True)
             else Lookup(None)
         )
@@ -67,5 +70,30 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
         ctx.candidates[name] = artifact
     else:
         validate_and_publish(ctx, name, artifact, record)
+        if not record.passed:
+            sensitivity(ctx, name, job, record)
     if ctx.calibration and entry.meta.get("calibrated"):
         ctx.report.calibration = getattr(ctx.calibration, "origin", "")
+
+
+def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> None:
+    """For a reduced-precision artifact that failed its budget: its most sensitive nodes, and which to keep in FP32."""
+    from convert.sensitivity import PASSES
+
+    check = next((c for c in record.checks if c.status == "failed" and c.kind == "shape" and c.outputs), None)
+    case = next((c for c in ctx.cases if check is not None and c.shape.describe() == check.shape and c.feeds), None)
+    if case is None or record.precision == "fp32":
+        return
+    if name not in PASSES:
+        record.sensitivity = rm.Sensitivity(
+            status="skipped", optimization=name, reason=f"sensitivity is measured for ONNX Runtime's passes ({', '.join(PASSES)})"
+        )
+        return
+    with ctx.stages.run(f"sensitivity:{name}") as stage:
+        try:
+            cases = [case, *(c for c in ctx.cases if c is not case and c.generation is None)]  # the failing case ranks them
+            samples = [pair for c in cases for pair in zip(c.feeds, c.references)]
+            record.sensitivity = ctx.worker.call(Session.sensitivity, name, job, samples, ctx.policy)
+        except StageCrashed as exc:
+            record.sensitivity = rm.Sensitivity(status="skipped", optimization=name, reason=crashed(stage, exc))
+            stage.status = "ok"  # a diagnosis that could not finish fails nothing the checks have not failed

@@ -35,6 +35,8 @@ def reproduce_command(request: ConvertRequest, target: str, out_dir: Path, optim
         elif option.kind == "multiple":
             for item in value:
                 parts += [option.flag, item]
+        elif option.kind == "comma-list":
+            parts += [option.flag, ",".join(value)] if value else []
         else:
             parts += [option.flag, _spelled(value)]
     return shlex.join(parts)

@@ -48,8 +48,8 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
                 console,
                 f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}{bounds}){kept}",
             )
-        if artifact.divergence is not None:
-            _say(console, f"  [red]{escape(artifact.key)}[/]: {escape(artifact.divergence.describe())}", soft_wrap=True)
+        for line in artifact.diagnosis():
+            _say(console, f"  [red]{escape(artifact.key)}[/]: {escape(line)}", soft_wrap=True)
     cache = report.cache
     if cache.reused or cache.rebuilt:
         _say(

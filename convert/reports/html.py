@@ -331,6 +331,7 @@ def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> s
         + "<h3>Checks</h3>"
         + _checks_table(artifact.checks)
         + _divergence_section(artifact)
+        + _sensitivity_section(artifact)
         + "<h3>Error histograms and latency</h3>"
         + _charts(artifact, report)
         + "</section>"
@@ -402,6 +403,26 @@ def _divergence_section(artifact: ArtifactRecord) -> str:
             facts.append(("reproducer", f"<pre>{_e(found.reproduce)}</pre>"))
     facts.append(("compared", _e(f"{found.compared} of {found.matched} named values in {found.chunks} chunks, {found.seconds:.3g} s")))
     return "<h3>Where it diverged</h3>" + f"<p>{_e(found.describe())}</p>" + _facts(facts) + _divergence_svg(found)
+
+
+def _sensitivity_section(artifact: ArtifactRecord) -> str:
+    found = artifact.sensitivity
+    if found is None:
+        return ""
+    rows = [
+        (
+            "failed" if row.node in found.keep else "",
+            _td(row.node)
+            + _td(row.op_type)
+            + _td(row.layer or "-")
+            + _td(_num(row.rel_rms_error), True)
+            + _td(_num(row.cosine_similarity, ".6f"), True)
+            + _td("keep in FP32" if row.node in found.keep else ""),
+        )
+        for row in found.rows
+    ]
+    table = _table(["node", "op", "layer", "rel_rms alone", "cosine alone", ""], rows) if rows else ""
+    return "<h3>Sensitivity</h3>" + f"<p>{_e(found.describe())}</p>" + table
 
 
 def _divergence_svg(found) -> str:

@@ -86,7 +86,9 @@ def _divergence_of(artifact: ArtifactRecord, check: Check) -> str:
     found = artifact.divergence
     if found is None or (found.runtime, found.device, found.shape) != (check.runtime, check.device, check.shape):
         return ""
-    return f"where it diverged: {found.describe()}"
+    return "\n".join(
+        ["where it diverged: " + found.describe(), *(["sensitivity: " + artifact.sensitivity.describe()] if artifact.sensitivity else [])]
+    )
 
 
 def _check_case(classname: str, check: Check, not_chosen: bool, divergence: str = "") -> ET.Element:

@@ -82,8 +82,8 @@ def _bullets(report: Report) -> str:
                 f"{_cell(artifact.key)}: {len(failed)} of {len(artifact.checks)} checks failed, first "
                 f"{_cell(_place(first))}: {_cell(first.reason, BULLET_LIMIT)}"
             )
-        if artifact.divergence is not None and not _not_chosen(report, artifact):
-            failures.append(f"{_cell(artifact.key)}: {_cell(artifact.divergence.describe(), BULLET_LIMIT)}")
+        if not _not_chosen(report, artifact):
+            failures += [f"{_cell(artifact.key)}: {_cell(line, BULLET_LIMIT)}" for line in artifact.diagnosis()]
     if report.interrupted:
         failures.append(_cell(report.error or "the run was interrupted", BULLET_LIMIT))
     return _bullet_list("Failures", failures)

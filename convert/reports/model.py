@@ -114,6 +114,11 @@ class Divergence(BaseModel):
     every compared value before it is within."""
 
     status: Literal["found", "not-found", "skipped"]
+    stage: Literal["conversion", "capture"] = Field(
+        "conversion",
+        description="capture: the program the exporter captured already computes other outputs than the source model "
+        "(the difference is made before any graph node); conversion: a node of the graph is named",
+    )
     reason: str = Field("", description="why nothing was named (not-found, skipped)")
     method: str = Field("", description="how the artifact's values were matched with the source's")
     runtime: str = ""
@@ -144,6 +149,12 @@ class Divergence(BaseModel):
             return f"where it diverged is not known: {self.reason}"
         metrics = self.metrics
         error = f"max abs error {metrics.max_abs_error:.3g}" if metrics and metrics.max_abs_error is not None else "out of tolerance"
+        if self.stage == "capture":
+            return (
+                f"the program the exporter captured already differs from the source model at output '{self.value}' ({error}): "
+                "the difference is made when the model is captured (a branch on torch.onnx.is_in_onnx_export(), "
+                "tracing-time Python state), not by converting its nodes"
+            )
         cosine = f", cosine {metrics.cosine_similarity:.6f}" if metrics and metrics.cosine_similarity is not None else ""
         inputs = f" while its inputs {', '.join(self.inputs_within)} were within" if self.inputs_within else ""
         region = f" (region of {len(self.region)} nodes: {', '.join(self.region)})" if len(self.region) > 1 else ""
@@ -151,6 +162,37 @@ class Divergence(BaseModel):
         return f"first diverged at node {self.node} ({self.op_type}){layer}: value '{self.value}' {error}{cosine}{inputs}{region}" + (
             f"; reproducer: {self.reproduce}" if self.reproduce else ""
         )
+
+
+class SensitivityRow(BaseModel):
+    """The artifact's error at the outputs when only this node is reduced (the rest kept in FP32)."""
+
+    node: str
+    op_type: str
+    layer: str = ""
+    rel_rms_error: float | None = Field(None, description="the worst output's ||a-e|| / ||e||")
+    cosine_similarity: float | None = Field(None, description="the worst output's cosine similarity")
+
+
+class Sensitivity(BaseModel):
+    """Which nodes cost a reduced-precision artifact its accuracy, and which to keep in FP32 to meet the budget."""
+
+    status: Literal["found", "not-found", "skipped"]
+    reason: str = ""
+    optimization: str = ""
+    rows: list[SensitivityRow] = Field([], description="candidate nodes, the most sensitive first")
+    candidates: int = Field(0, description="nodes the pass reduces; only the first max_candidates were measured")
+    keep: list[str] = Field([], description="the fewest most-sensitive nodes that, kept in FP32, meet the budget")
+    keep_layers: list[str] = []
+    outputs: list[OutputMetrics] = Field([], description="the outputs with those nodes kept in FP32")
+    suggestion: str = Field("", description="the option that builds it")
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.status != "found":
+            return f"no set of nodes kept in FP32 was found to meet the budget: {self.reason}"
+        worst = ", ".join(f"{row.node} ({row.layer or row.op_type}, rel_rms {row.rel_rms_error:.3g})" for row in self.rows[:3])
+        return f"most sensitive: {worst}; keeping {len(self.keep)} in FP32 meets the budget: {self.suggestion}"
 
 
 class ArtifactRecord(BaseModel):
@@ -184,6 +226,12 @@ class ArtifactRecord(BaseModel):
     benchmarks: list[Benchmark] = []
     reproduce: str = Field("", description="the command that reproduces this artifact")
     divergence: Divergence | None = Field(None, description="where a failing artifact first goes wrong (ONNX artifacts)")
+    sensitivity: Sensitivity | None = Field(None, description="a failing reduced-precision artifact's most sensitive nodes")
+
+    def diagnosis(self) -> list[str]:
+        """What the report found about why it failed: where it diverged, which nodes to keep in FP32."""
+        found = [self.divergence.describe()] if self.divergence is not None else []
+        return found + ([self.sensitivity.describe()] if self.sensitivity is not None else [])
 
     @property
     def key(self) -> str:

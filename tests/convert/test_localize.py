@@ -134,3 +134,33 @@ def test_a_wrong_constant_in_a_jax_export_is_named_by_its_source_line(tmp_path, 
     assert found.layer == f"NnxCnn.__call__, line {line}" and injected["node"] in found.region
     # the results of the lines before it (channels-first in the graph, channels-last in JAX) matched
     assert [p.status for p in found.probes[:3]] == ["passed", "passed", "failed"]
+
+
+def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_in_fp32_meets_the_budget(tmp_path):
+    plain = convert.convert(
+        "fixtures.torch_models:build_outlier_mlp",
+        inputs=["x:float32[B,16]"],
+        optimize=["int8-dynamic"],
+        out=tmp_path / "plain",
+        isolate=False,
+        cache=False,
+    )
+    int8 = next(a for a in plain.report.artifacts if a.optimization == "int8-dynamic")
+    assert plain.exit_code == 1 and not int8.passed, "plain INT8 misses the default budget"
+    ranked = int8.sensitivity
+    assert ranked.status == "found" and [row.layer for row in ranked.rows][0] == "middle"
+    assert ranked.rows[0].rel_rms_error > 2 * ranked.rows[1].rel_rms_error
+    assert ranked.keep == [ranked.rows[0].node] and ranked.suggestion == f"--optimize int8-dynamic --keep-fp32 {ranked.rows[0].node}"
+    assert all(o.status == "passed" for o in ranked.outputs)
+
+    kept = convert.convert(
+        "fixtures.torch_models:build_outlier_mlp",
+        inputs=["x:float32[B,16]"],
+        optimize=["int8-dynamic"],
+        keep_fp32=["middle"],  # by module path
+        out=tmp_path / "kept",
+        isolate=False,
+        cache=False,
+    )
+    int8 = next(a for a in kept.report.artifacts if a.optimization == "int8-dynamic")
+    assert kept.exit_code == 0 and int8.passed and int8.sensitivity is None and int8.divergence is None

@@ -28,6 +28,7 @@ NON_DEFAULT = {
     "dims": ("B=2,1,8",),
     "optimize": "trt:fp16",
     "calibration_data": "calib.npz",
+    "keep_fp32": "encoder.layer.3.*,head",
     "accuracy": ("cosine>=0.99",),
     "shape_ranges": ("B=1..8..32",),
     "benchmark": True,

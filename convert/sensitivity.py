@@ -1,0 +1,101 @@
+"""Which nodes cost a reduced-precision ONNX artifact its accuracy.
+
+Each candidate node (a convolution or matrix product the pass reduces) is measured alone: the pass is run again with
+every other node kept in FP32 (the same ``--keep-fp32`` mechanism a user has), and the worst output's error against
+the source on one feed is that node's sensitivity. The most sensitive are then kept in FP32, one more at a time, until
+the outputs meet the accuracy budget; the report names them and the option that builds that artifact.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import tempfile
+import time
+from dataclasses import replace
+
+import numpy as np
+
+from convert.backends.onnx import module_path
+from convert.reports import model as rm
+from convert.validators.compare import compare_output, merge_results
+from convert.validators.tolerances import TolerancePolicy
+
+REDUCED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+MAX_CANDIDATES = 48
+MAX_KEPT = 8
+PASSES = ("int8", "int8-dynamic", "fp16")  # ONNX Runtime's passes, which take --keep-fp32 by node name
+
+
+def rank(optimizer, job, samples: list[tuple[dict, dict]], policy: TolerancePolicy) -> rm.Sensitivity:
+    """Measure every candidate alone on the first (feed, reference) sample, then keep the most sensitive in FP32 until
+    the budget holds on every sample."""
+    import onnx
+
+    started = time.perf_counter()
+    found = rm.Sensitivity(status="not-found", optimization=optimizer.name)
+    graph = onnx.load(str(job.base.path), load_external_data=False).graph
+    nodes = [node for node in graph.node if node.op_type in REDUCED_OPS and node.name]
+    found.candidates = len(nodes)
+    every = [node.name for node in graph.node if node.name]
+    rows = []
+    with tempfile.TemporaryDirectory(dir=job.folder) as scratch:
+        for node in nodes[:MAX_CANDIDATES]:
+            kept = [name for name in every if name != node.name]
+            outputs = _outputs_with(optimizer, job, kept, scratch, samples[:1], policy)
+            if outputs is None:
+                continue
+            worst = max(outputs, key=lambda o: o.rel_rms_error or 0.0)
+            rows.append(
+                rm.SensitivityRow(
+                    node=node.name,
+                    op_type=node.op_type,
+                    layer=module_path(node),
+                    rel_rms_error=worst.rel_rms_error,
+                    cosine_similarity=min((o.cosine_similarity for o in outputs if o.cosine_similarity is not None), default=None),
+                )
+            )
+        rows.sort(key=lambda row: -(row.rel_rms_error or 0.0))
+        found.rows = rows
+        for count in range(1, min(MAX_KEPT, len(rows)) + 1):
+            kept = [row.node for row in rows[:count]]
+            outputs = _outputs_with(optimizer, job, kept, scratch, samples, policy)
+            if outputs is not None and all(o.status == "passed" for o in outputs):
+                found.status, found.keep, found.outputs = "found", kept, [o.metrics() for o in outputs]
+                found.keep_layers = [row.layer for row in rows[:count]]
+                found.suggestion = f"--optimize {optimizer.name} --keep-fp32 {','.join(glob.escape(name) for name in kept)}"
+                break
+    if found.status != "found":
+        found.reason = f"keeping the {min(MAX_KEPT, len(rows))} most sensitive of {len(nodes)} nodes in FP32 did not meet it"
+    found.seconds = round(time.perf_counter() - started, 3)
+    return found
+
+
+def _outputs_with(optimizer, job, kept: list[str], scratch: str, samples: list[tuple[dict, dict]], policy: TolerancePolicy):
+    """The pass run again with ``kept`` in FP32, and its outputs on every sample compared with the source's, merged
+    (None where the pass failed)."""
+    import onnxruntime as ort
+
+    folder = tempfile.mkdtemp(dir=scratch)
+    try:
+        outcome = optimizer.export(replace(job, folder=type(job.folder)(folder), keep_fp32=tuple(glob.escape(n) for n in kept)))
+        if outcome.artifact is None:
+            return None
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(outcome.artifact.path), options, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        wanted = {i.name for i in session.get_inputs()}
+        per_sample = []
+        for feed, reference in samples:
+            actual = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in wanted})))
+            per_sample.append(
+                [
+                    compare_output(name, expected, actual.get(name, np.empty(0)), policy.for_output(name, optimizer.precision))
+                    for name, expected in reference.items()
+                ]
+            )
+        del session
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return merge_results(per_sample)
