@@ -39,6 +39,7 @@ bench: install $(OPTIMUM_STAMP)
 	$(PY) -m benchmarks.export_validate
 	$(PY) -m benchmarks.optimize
 	$(PY) -m benchmarks.scale
+	$(PY) -m benchmarks.localize
 	$(PY) -m benchmarks.batch
 	$(PY) -m benchmarks.transformers_export --optimum-python $(OPTIMUM_VENV)/bin/python
 

@@ -140,14 +140,12 @@ def artifact_values(path: Path, model, names: list[str], feed: dict[str, np.ndar
     import onnx
     import onnxruntime as ort
 
-    probe = type(model)()
-    probe.CopyFrom(model)
-    del probe.graph.output[:]
-    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names)
+    outputs = list(model.graph.output)  # marked in place and put back: a copy of a large graph would double its memory
+    del model.graph.output[:]
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names)
     copy = path.with_name(f".{path.stem}.probe.onnx")
     try:
-        onnx.save(probe, str(copy))
-        del probe
+        onnx.save(model, str(copy))
         options = ort.SessionOptions()
         options.log_severity_level = 3  # the copy's unused initializers are expected: no warnings about them
         session = ort.InferenceSession(str(copy), options, providers=["CPUExecutionProvider"])
@@ -155,6 +153,8 @@ def artifact_values(path: Path, model, names: list[str], feed: dict[str, np.ndar
         values = session.run(names, {k: v for k, v in feed.items() if k in wanted})
     finally:
         copy.unlink(missing_ok=True)
+        del model.graph.output[:]
+        model.graph.output.extend(outputs)
     return dict(zip(names, values))
 
 
