@@ -11,6 +11,7 @@ script) is written beside the report.
 
 from __future__ import annotations
 
+import functools
 import resource
 import shutil
 import time
@@ -39,18 +40,32 @@ class Probe:
 
 
 def locate(
-    traced, artifact: Artifact, feed: dict[str, np.ndarray], reference: dict[str, np.ndarray], tolerance: Tolerance, repro_folder: Path
+    traced,
+    artifact: Artifact,
+    feed: dict[str, np.ndarray],
+    reference: dict[str, np.ndarray],
+    tolerance: Tolerance,
+    repro_folder: Path,
+    graph_path: Path | None = None,
 ) -> rm.Divergence:
     """Compare the artifact's intermediate values with the traced source's for one feed, in graph order, chunk by
     chunk, stopping at the chunk where one first falls out of tolerance. A traced program whose own outputs already
-    differ from the source's (``reference``) diverged when it was captured, before any conversion."""
+    differ from the source's (``reference``) diverged when it was captured, before any conversion. An OpenVINO IR is
+    traced along the ONNX graph it was converted from (``graph_path``): its tensors keep that graph's value names."""
     import onnx
+
+    from convert.backends.openvino import tensor_values
 
     started = time.perf_counter()
     divergence = rm.Divergence(status="not-found", method=traced.method)
     if _captured_differently(divergence, traced, feed, reference, tolerance):
         return _finish(divergence, started)
-    model = onnx.load(str(artifact.path), load_external_data=False)
+    graph_file = graph_path or artifact.path
+    model = onnx.load(str(graph_file), load_external_data=False)
+    if artifact.format == "onnx":
+        values_of = functools.partial(artifact_values, artifact.path, model, feed=feed)
+    else:
+        values_of = functools.partial(tensor_values, artifact.path, feed=feed)
     probes = _probes(model.graph, traced.names(model.graph))
     divergence.matched = len(probes)
     if not probes:
@@ -64,9 +79,11 @@ def locate(
         if not chunk:
             break
         pending = [p for p in pending if p.value not in expected]
-        actual = artifact_values(artifact.path, model, [p.value for p in chunk], feed)
+        actual = values_of(names=[p.value for p in chunk])
         divergence.chunks += 1
         for probe in chunk:
+            if probe.value not in actual:
+                continue  # converted away (fused into another op)
             expected[probe.value] = _in_layout(expected[probe.value], actual[probe.value].shape)
             if expected[probe.value].shape != actual[probe.value].shape:
                 continue  # the same name for a value of another shape is not the same value
@@ -88,7 +105,8 @@ def locate(
                 continue
             if divergence.status != "found":
                 _name(divergence, model.graph, probe, result, within)
-                _write_reproducer(divergence, model, artifact.path.parent, feed, within, expected[probe.value], tolerance, repro_folder)
+                if artifact.format == "onnx":  # the subgraph of an IR's ONNX graph would not run what the IR runs
+                    _write_reproducer(divergence, model, graph_file.parent, feed, within, expected[probe.value], tolerance, repro_folder)
     if divergence.status != "found":
         divergence.reason = (
             f"all {divergence.compared} intermediate values the source could name are within tolerance: the difference is "

@@ -132,9 +132,9 @@ class Session:
 
         return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
 
-    def localize(self, artifact, exporter: str, strategy: str, job, feed, reference, tolerance, folder) -> rm.Divergence:
+    def localize(self, artifact, exporter: str, strategy: str, job, feed, reference, tolerance, folder, graph=None) -> rm.Divergence:
         """Where the artifact first diverges from the source on one feed (convert/localize.py); ``exporter`` and
-        ``strategy`` made the ONNX file it comes from."""
+        ``strategy`` made the ONNX file it comes from, which is ``graph`` for an OpenVINO IR."""
         from convert.localize import locate
         from convert.registry import REGISTRY
 
@@ -144,7 +144,7 @@ class Session:
         traced = self._traced[key]
         if traced is None:
             return rm.Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
-        return locate(traced, artifact, feed, reference, tolerance, folder)
+        return locate(traced, artifact, feed, reference, tolerance, folder, graph)
 
     def sensitivity(self, name: str, job, samples: list[tuple[dict, dict]], policy) -> rm.Sensitivity:
         """The nodes that cost the pass ``name`` its accuracy, and which to keep in FP32 (convert/sensitivity.py)."""

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from convert.artifacts import Artifact
 from convert.exporters.base import ExportJob
 from convert.pipeline.context import RunContext, crashed
@@ -10,6 +12,7 @@ from convert.reports import model as rm
 from convert.worker import Session, StageCrashed
 
 REPRODUCER_SUFFIX = ".divergence"
+LOCATED_FORMATS = ("onnx", "openvino")
 
 
 def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
@@ -18,9 +21,12 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
     case = next((c for c in ctx.cases if check is not None and c.shape.describe() == check.shape and c.feeds), None)
     if case is None:
         return
-    if artifact.format != "onnx":
-        record.divergence = rm.Divergence(status="skipped", reason=f"localisation reads ONNX graphs, not {artifact.format} artifacts")
+    if artifact.format not in LOCATED_FORMATS:
+        record.divergence = rm.Divergence(
+            status="skipped", reason=f"localisation reads ONNX graphs and OpenVINO IRs converted from one, not {artifact.format} artifacts"
+        )
         return
+    graph = Path(record.derived_from) if artifact.format == "openvino" and record.derived_from else None
     failing = next(o.name for o in check.outputs if o.status == "failed") if any(o.status == "failed" for o in check.outputs) else ""
     tolerance = ctx.policy.for_output(failing, artifact.precision)
     job = ExportJob(
@@ -31,7 +37,16 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
     with ctx.stages.run(f"localize:{key}") as stage:
         try:
             divergence = ctx.worker.call(
-                Session.localize, artifact, exported.exporter, exported.strategy, job, case.feeds[0], case.references[0], tolerance, folder
+                Session.localize,
+                artifact,
+                exported.exporter,
+                exported.strategy,
+                job,
+                case.feeds[0],
+                case.references[0],
+                tolerance,
+                folder,
+                graph,
             )
         except StageCrashed as exc:
             divergence = rm.Divergence(status="skipped", reason=crashed(stage, exc))

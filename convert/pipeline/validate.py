@@ -4,6 +4,8 @@ validated artifact is then published: moved to its final path, or to the failed 
 
 from __future__ import annotations
 
+import shutil
+
 from convert.artifacts import Artifact
 from convert.cache import RunCache, artifact_data
 from convert.devices import ALL_DEVICES, absent_reason, cuda_gpus
@@ -18,12 +20,14 @@ from convert.worker import Session, StageCrashed
 
 def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
     """Validate a staged artifact, then move it into place and record where it went; where a failing one diverged."""
-    from convert.pipeline.localize import localize
+    from convert.pipeline.localize import REPRODUCER_SUFFIX, localize
 
     validate(ctx, key, artifact, record)
     publish(ctx, key, artifact, record)
+    published = ctx.artifacts[key]
+    shutil.rmtree(published.path.with_name(f"{published.path.name}{REPRODUCER_SUFFIX}"), ignore_errors=True)  # an earlier run's
     if not record.passed:
-        localize(ctx, key, ctx.artifacts[key], record)
+        localize(ctx, key, published, record)
 
 
 def validate(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:

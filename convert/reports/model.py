@@ -189,6 +189,8 @@ class Sensitivity(BaseModel):
     seconds: float = 0.0
 
     def describe(self) -> str:
+        if self.status == "skipped":
+            return f"sensitivity not measured: {self.reason}"
         if self.status != "found":
             return f"no set of nodes kept in FP32 was found to meet the budget: {self.reason}"
         worst = ", ".join(f"{row.node} ({row.layer or row.op_type}, rel_rms {row.rel_rms_error:.3g})" for row in self.rows[:3])

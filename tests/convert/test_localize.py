@@ -164,3 +164,20 @@ def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_
     )
     int8 = next(a for a in kept.report.artifacts if a.optimization == "int8-dynamic")
     assert kept.exit_code == 0 and int8.passed and int8.sensitivity is None and int8.divergence is None
+
+
+def test_an_openvino_int8_ir_is_traced_along_the_onnx_graph_it_came_from(tmp_path):
+    result = convert.convert(
+        "fixtures.torch_models:build_outlier_mlp",
+        inputs=["x:float32[B,16]"],
+        optimize=["openvino:int8"],
+        accuracy=["cosine>=0.99999"],  # stricter than NNCF's INT8 can be: the first quantized layer already misses it
+        out=tmp_path / "out",
+        isolate=False,
+        cache=False,
+    )
+    record = next(a for a in result.report.artifacts if a.optimization == "openvino:int8")
+    found = record.divergence
+    assert result.exit_code == 1 and found.status == "found", found.reason
+    assert (found.op_type, found.layer, found.runtime) == ("Gemm", "first (Linear)", "openvino")
+    assert found.reproducer == "" and record.sensitivity.status == "skipped"
