@@ -33,7 +33,7 @@ demo: install
 test: install chromium
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: install $(OPTIMUM_STAMP)
 	$(PY) -m benchmarks.export_validate

@@ -90,19 +90,17 @@ class TracedGraph:
 
     method = "the frozen TensorFlow graph tf2onnx converted, its tensors fetched by name"
 
-    def __init__(self, job):
+    def __init__(self, function, source):
+        """``function``: the concrete serving function tf2onnx converted, of ``source``'s inputs in spec order."""
         import tf2onnx.tf_loader
 
-        from convert.exporters.tf_common import input_signature, serving_function
-
         tf = tensorflow()
-        function = tf.function(serving_function(job), input_signature=input_signature(job)).get_concrete_function()
         inputs = [t.name for t in function.inputs if t.dtype != tf.dtypes.resource]
         outputs = [t.name for t in function.outputs]
         graph_def = tf2onnx.tf_loader.from_function(function, inputs, outputs)
         self.wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
-        self.inputs = {spec.name: self.wrapped.graph.get_tensor_by_name(name) for spec, name in zip(job.source.signature.inputs, inputs)}
-        layer_names = [layer.name for layer in getattr(job.source.native, "layers", [])] if job.source.is_keras else []
+        self.inputs = {spec.name: self.wrapped.graph.get_tensor_by_name(name) for spec, name in zip(source.signature.inputs, inputs)}
+        layer_names = [layer.name for layer in getattr(source.native, "layers", [])] if source.is_keras else []
         self.layers = {
             tensor.name: _keras_layer(op.name, layer_names)
             for op in self.wrapped.graph.get_operations()

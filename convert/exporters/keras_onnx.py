@@ -68,7 +68,10 @@ class KerasToOnnx(Exporter):
         """tf2onnx names the graph's values after the frozen TensorFlow graph's tensors; Keras's own export does not."""
         from convert.backends.tf import TracedGraph
 
-        return TracedGraph(job) if strategy == self.strategies(job)[0][0] else None
+        if strategy != self.strategies(job)[0][0]:
+            return None
+        function = tensorflow().function(serving_function(job), input_signature=input_signature(job))
+        return TracedGraph(function.get_concrete_function(), job.source)
 
     def _tf2onnx(self, job: ExportJob, path: Path) -> Artifact:
         import tf2onnx

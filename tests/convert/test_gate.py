@@ -88,8 +88,9 @@ def test_an_absent_required_device_rejects(tmp_path):
 def test_a_failed_check_rejects(tmp_path):
     run, verdict = gate(write_policy(tmp_path, model={"path": "fixtures.torch_models:build_off_in_onnx", "inputs": ["x:float32[B,8]"]}))
     assert run.returncode == 1, run.output
-    assert set(codes(verdict)) == {"failed_check"}
+    assert set(codes(verdict)) == {"failed_check", "diverged"}  # where it diverged is one more reason
     assert any("output 'scores'" in r["message"] and r["artifact"] == "onnx" for r in verdict["reasons"])
+    assert any(r["code"] == "diverged" and "captured already differs" in r["message"] for r in verdict["reasons"])
 
 
 def test_nan_in_an_output_rejects_with_its_own_reason(tmp_path):
@@ -286,7 +287,7 @@ def test_convert_gate_from_python_returns_the_verdict_the_report_holds(tmp_path)
     verdict = convert.gate(policy, out=tmp_path / "out")
     assert isinstance(verdict, convert.Verdict)
     assert not verdict.promoted and verdict.exit_code == 1 and verdict.policy == "<dict>"
-    assert {r.code for r in verdict.reasons} == {"failed_check"}
+    assert {r.code for r in verdict.reasons} == {"failed_check", "diverged"}
     written = convert.Report.from_json(Path(verdict.report).read_text()).gate
     assert written == verdict
 

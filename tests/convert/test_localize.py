@@ -109,7 +109,9 @@ def test_swapped_operands_in_a_keras_export_are_named_with_their_layer(tmp_path,
     _, record = _run(tmp_path, "fixtures.keras_models:build_two_io", framework="keras")
     found = record.divergence
     assert found.status == "found", found.reason
-    assert (found.node, found.op_type, found.layer) == (injected["node"], "Concat", "concatenate")
+    # Keras numbers a layer name already taken in the process (concatenate_2): the layer is the model's own, unambiguous
+    assert (found.node, found.op_type) == (injected["node"], "Concat") and found.layer.startswith("concatenate")
+    assert " or " not in found.layer
     assert len(found.inputs_within) == 2 and "TensorFlow" in found.method
 
 
