@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import os
 import pickle
 import signal
@@ -135,16 +136,18 @@ class Session:
     def localize(self, artifact, exporter: str, strategy: str, job, feed, reference, tolerance, folder, graph=None) -> rm.Divergence:
         """Where the artifact first diverges from the source on one feed (convert/localize.py); ``exporter`` and
         ``strategy`` made the ONNX file it comes from, which is ``graph`` for an OpenVINO IR."""
+        from convert.exporters.base import quiet
         from convert.localize import locate
         from convert.registry import REGISTRY
 
         key = (exporter, strategy, tuple((name, value.shape) for name, value in job.feed.items()))
-        if key not in self._traced:
-            self._traced = {key: REGISTRY.get("exporter", exporter).load()().traced(replace(job, source=self.source), strategy)}
-        traced = self._traced[key]
-        if traced is None:
-            return rm.Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
-        return locate(traced, artifact, feed, reference, tolerance, folder, graph)
+        with quiet(io.StringIO()):  # the exporter's chatter, as when it exported
+            if key not in self._traced:
+                self._traced = {key: REGISTRY.get("exporter", exporter).load()().traced(replace(job, source=self.source), strategy)}
+            traced = self._traced[key]
+            if traced is None:
+                return rm.Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
+            return locate(traced, artifact, feed, reference, tolerance, folder, graph)
 
     def sensitivity(self, name: str, job, samples: list[tuple[dict, dict]], policy) -> rm.Sensitivity:
         """The nodes that cost the pass ``name`` its accuracy, and which to keep in FP32 (convert/sensitivity.py)."""

@@ -14,6 +14,7 @@ from onnx import numpy_helper
 
 import convert
 from convert import localize
+from convert.reports.html import render_html
 from convert.reports.junit import render_junit
 
 pytestmark = pytest.mark.slow
@@ -64,6 +65,9 @@ def test_an_op_replaced_in_a_torch_export_is_named_with_its_module_and_reproduce
     assert [p.status for p in found.probes][:2] == ["passed", "failed"]
     assert found.metrics.status == "failed" and found.metrics.max_abs_error > 0.1
     assert f"first diverged at node {injected['node']} (Sigmoid) in layer features.2 (ReLU)" in render_junit(result.report)
+    page = render_html(result.report)  # the error along the graph: a point per compared value, the divergent one red
+    chart = page[page.index('data-chart="divergence"') :]
+    assert chart[: chart.index("</svg>")].count("<circle") == len(found.probes)
 
     script = Path(found.reproducer) / localize.REPRODUCER_SCRIPT
     shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
