@@ -25,7 +25,9 @@ def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: 
     validate(ctx, key, artifact, record)
     publish(ctx, key, artifact, record)
     published = ctx.artifacts[key]
-    shutil.rmtree(published.path.with_name(f"{published.path.name}{REPRODUCER_SUFFIX}"), ignore_errors=True)  # an earlier run's
+    reproducer = published.path.with_name(f"{published.path.name}{REPRODUCER_SUFFIX}")
+    for stale in (reproducer, reproducer.with_name(f".{reproducer.name}.partial")):  # an earlier run's, or one a kill cut short
+        shutil.rmtree(stale, ignore_errors=True)
     if not record.passed:
         localize(ctx, key, published, record)
 
