@@ -9,6 +9,7 @@ from convert.artifacts import Artifact
 from convert.exporters.base import ExportJob
 from convert.pipeline.context import RunContext, crashed
 from convert.reports import model as rm
+from convert.text import first_line
 from convert.worker import Session, StageCrashed
 
 REPRODUCER_SUFFIX = ".divergence"
@@ -50,9 +51,11 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
             )
         except StageCrashed as exc:
             divergence = rm.Divergence(status="skipped", reason=crashed(stage, exc))
-            stage.status = "ok"  # a diagnosis that could not finish fails nothing the checks have not failed
-        except Exception as exc:
-            divergence = rm.Divergence(status="skipped", reason=f"localisation failed: {type(exc).__name__}: {exc}")
+            # a diagnosis that could not finish fails nothing the checks have not failed
+            stage.status, stage.reason, stage.error = "skipped", stage.error, ""
+        except Exception as exc:  # a diagnosis that failed is reported, and the run goes on
+            divergence = rm.Divergence(status="skipped", reason=f"localisation failed: {type(exc).__name__}: {first_line(str(exc))}")
+            stage.status, stage.reason = "skipped", f"{type(exc).__name__}: {exc}"  # the whole message, with its traceback
     divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
     record.divergence = divergence
 

@@ -12,6 +12,7 @@ from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate, validate_and_publish
 from convert.registry import REGISTRY
 from convert.reports import model as rm
+from convert.text import first_line
 from convert.worker import Session, StageCrashed
 
 
@@ -96,4 +97,9 @@ def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> N
             record.sensitivity = ctx.worker.call(Session.sensitivity, name, job, samples, ctx.policy)
         except StageCrashed as exc:
             record.sensitivity = rm.Sensitivity(status="skipped", optimization=name, reason=crashed(stage, exc))
-            stage.status = "ok"  # a diagnosis that could not finish fails nothing the checks have not failed
+            # a diagnosis that could not finish fails nothing the checks have not failed
+            stage.status, stage.reason, stage.error = "skipped", stage.error, ""
+        except Exception as exc:  # a diagnosis that failed is reported, and the run goes on
+            reason = f"sensitivity failed: {type(exc).__name__}: {first_line(str(exc))}"
+            record.sensitivity = rm.Sensitivity(status="skipped", optimization=name, reason=reason)
+            stage.status, stage.reason = "skipped", f"{type(exc).__name__}: {exc}"  # the whole message, with its traceback

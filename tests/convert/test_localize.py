@@ -187,3 +187,17 @@ def test_an_openvino_int8_ir_is_traced_along_the_onnx_graph_it_came_from(tmp_pat
     assert result.exit_code == 1 and found.status == "found", found.reason
     assert (found.op_type, found.layer, found.runtime) == ("Gemm", "first (Linear)", "openvino")
     assert found.reproducer == "" and record.sensitivity.status == "skipped"
+
+
+def test_a_localisation_that_fails_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
+    from convert.exporters.onnx import TorchToOnnx
+
+    def fake_traced_that_raises(self, job, strategy):  # a fake, for this tool's own error handling
+        raise RuntimeError("capture broke\nline two of its traceback")
+
+    monkeypatch.setattr(TorchToOnnx, "traced", fake_traced_that_raises)
+    result, record = _run(tmp_path, "fixtures.torch_models:build_off_in_onnx", inputs=["x:float32[B,8]"])
+    assert record.divergence.status == "skipped"
+    assert record.divergence.reason == "localisation failed: RuntimeError: capture broke"
+    stage = next(s for s in result.report.stages if s.name == "localize:onnx")
+    assert stage.status == "skipped" and "line two of its traceback" in stage.reason
