@@ -100,9 +100,10 @@ class TracedGraph:
         graph_def = tf2onnx.tf_loader.from_function(function, inputs, outputs)
         self.wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
         self.inputs = {spec.name: self.wrapped.graph.get_tensor_by_name(name) for spec, name in zip(source.signature.inputs, inputs)}
-        layer_names = [layer.name for layer in getattr(source.native, "layers", [])] if source.is_keras else []
+        layers = list(getattr(source.native, "layers", [])) if source.is_keras else []
+        scopes = _scopes_of_weights(function.graph, layers)
         self.layers = {
-            tensor.name: _keras_layer(op.name, layer_names)
+            tensor.name: _keras_layer(op.name, [layer.name for layer in layers], scopes)
             for op in self.wrapped.graph.get_operations()
             if op.type not in ("Placeholder", "Const", "NoOp")
             for tensor in op.outputs
@@ -131,13 +132,28 @@ class TracedGraph:
         return found
 
 
-def _keras_layer(op_name: str, layer_names: list[str]) -> str:
-    """The Keras layer a TensorFlow op ran in, from its name scope (``model_1/dense_2_1/MatMul``). TensorFlow makes a
-    scope unique by appending ``_N``, which a layer's own name may also end with: every layer it may be is named."""
+def _scopes_of_weights(graph, layers: list) -> dict[str, str]:
+    """Name scope → Keras layer, for the scopes whose ops read a layer's weights (the function's captured variables)."""
+    owner = {id(weight.value.handle): layer.name for layer in layers for weight in layer.weights if hasattr(weight.value, "handle")}
+    captured = {id(inner): owner[id(outer)] for outer, inner in graph.captures if id(outer) in owner}
+    scopes = {}
+    for op in graph.get_operations():
+        parts = op.name.split("/")
+        if op.type == "ReadVariableOp" and len(parts) >= 3 and id(op.inputs[0]) in captured:
+            scopes.setdefault(parts[1], captured[id(op.inputs[0])])
+    return scopes
+
+
+def _keras_layer(op_name: str, layer_names: list[str], scopes: dict[str, str]) -> str:
+    """The Keras layer a TensorFlow op ran in, from its name scope (``model_1/dense_2_1/MatMul``): the layer whose
+    weights the scope reads; else by name, where TensorFlow makes a scope unique by appending ``_N``, which a layer's
+    own name may also end with: every layer it may be is named."""
     parts = op_name.split("/")
     if len(parts) < 3:
         return ""
     scope = parts[1]
+    if scope in scopes:
+        return scopes[scope]
     candidates = [name for name in layer_names if scope == name or (scope.startswith(f"{name}_") and scope[len(name) + 1 :].isdigit())]
     if not candidates:
         return scope
