@@ -71,7 +71,8 @@ def locate(
     if not probes:
         divergence.status, divergence.reason = "skipped", "no value of the artifact's graph has a name the source's program has"
         return _finish(divergence, started)
-    within: dict[str, np.ndarray] = {}  # source values of compared values within tolerance
+    within: dict[str, tuple[int, ...]] = {}  # compared values within tolerance, with their shape in the graph (the
+    # source values are not kept: memory stays bounded)
     pending = list(probes)
     while pending and divergence.status != "found":
         expected = traced.values(feed, [p.value for p in pending], CHUNK_BYTES)
@@ -101,12 +102,16 @@ def locate(
                 )
             )
             if result.status == "passed":
-                within[probe.value] = expected[probe.value]
+                within[probe.value] = actual[probe.value].shape
                 continue
             if divergence.status != "found":
                 _name(divergence, model.graph, probe, result, within)
                 if artifact.format == "onnx":  # the subgraph of an IR's ONNX graph would not run what the IR runs
-                    _write_reproducer(divergence, model, graph_file.parent, feed, within, expected[probe.value], tolerance, repro_folder)
+                    inputs = traced.values(feed, divergence.inputs_within, 2**62) if divergence.inputs_within else {}
+                    inputs = {name: _in_layout(value, within[name]) for name, value in inputs.items()}
+                    _write_reproducer(
+                        divergence, model, graph_file.parent, {**feed, **inputs}, expected[probe.value], tolerance, repro_folder
+                    )
     if divergence.status != "found":
         divergence.reason = (
             f"all {divergence.compared} intermediate values the source could name are within tolerance: the difference is "
@@ -176,7 +181,7 @@ def artifact_values(path: Path, model, names: list[str], feed: dict[str, np.ndar
     return dict(zip(names, values))
 
 
-def _name(divergence: rm.Divergence, graph, probe: Probe, result, within: dict[str, np.ndarray]) -> None:
+def _name(divergence: rm.Divergence, graph, probe: Probe, result, within: dict[str, tuple[int, ...]]) -> None:
     """Record the divergent value, its node, and the region back to the values within tolerance."""
     nodes, frontier = region(graph, probe.value, set(within))
     initializers = {t.name for t in graph.initializer}
@@ -217,20 +222,20 @@ def _write_reproducer(
     divergence: rm.Divergence,
     model,
     base_dir: Path,
-    feed: dict[str, np.ndarray],
-    within: dict[str, np.ndarray],
+    values: dict[str, np.ndarray],
     expected: np.ndarray,
     tolerance: Tolerance,
     folder: Path,
 ) -> None:
-    """The region as a standalone ONNX model, the source's values of its inputs, the source's value of its output and
-    a script that runs it on ONNX Runtime and exits 1 when the output is out of tolerance."""
+    """The region as a standalone ONNX model, the source's values of its inputs (``values``: the feed and the compared
+    values feeding it), the source's value of its output and a script that runs it on ONNX Runtime and exits 1 when the
+    output is out of tolerance."""
     import onnx
     from onnx import external_data_helper
 
     graph = model.graph
     nodes = [n for n in graph.node if n.name in set(divergence.region)]
-    inputs = {name: (within[name] if name in within else feed[name]) for name in _region_inputs(graph, divergence)}
+    inputs = {name: values[name] for name in _region_inputs(graph, divergence)}
     used = {i for n in nodes for i in n.input}
     initializers = []
     for tensor in graph.initializer:

@@ -141,6 +141,9 @@ def test_a_wrong_constant_in_a_jax_export_is_named_by_its_source_line(tmp_path, 
     assert found.layer == f"NnxCnn.__call__, line {line}" and injected["node"] in found.region
     # the results of the lines before it (channels-first in the graph, channels-last in JAX) matched
     assert [p.status for p in found.probes[:3]] == ["passed", "passed", "failed"]
+    script = Path(found.reproducer) / localize.REPRODUCER_SCRIPT  # its input given in the graph's layout
+    shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 1 and "out of tolerance" in shown.stdout, shown.stdout + shown.stderr
 
 
 def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_in_fp32_meets_the_budget(tmp_path):
