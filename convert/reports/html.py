@@ -401,7 +401,14 @@ def _divergence_section(artifact: ArtifactRecord) -> str:
         ]
         if found.reproduce:
             facts.append(("reproducer", f"<pre>{_e(found.reproduce)}</pre>"))
-    facts.append(("compared", _e(f"{found.compared} of {found.matched} named values in {found.chunks} chunks, {found.seconds:.3g} s")))
+    facts.append(
+        (
+            "compared",
+            _e(
+                f"{found.compared} of {found.matched} named values in {found.chunks} chunk{'s' * (found.chunks != 1)}, {found.seconds:.3g} s"
+            ),
+        )
+    )
     return "<h3>Where it diverged</h3>" + f"<p>{_e(found.describe())}</p>" + _facts(facts) + _divergence_svg(found)
 
 
