@@ -14,11 +14,9 @@ import tempfile
 import time
 from dataclasses import replace
 
-import numpy as np
-
 from convert.backends.onnx import module_path
 from convert.reports import model as rm
-from convert.validators.compare import compare_output, merge_results
+from convert.validators.compare import compare_outputs, merge_results
 from convert.validators.tolerances import TolerancePolicy
 
 REDUCED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -74,28 +72,19 @@ def rank(optimizer, job, samples: list[tuple[dict, dict]], policy: TolerancePoli
 def _outputs_with(optimizer, job, kept: list[str], scratch: str, samples: list[tuple[dict, dict]], policy: TolerancePolicy):
     """The pass run again with ``kept`` in FP32, and its outputs on every sample compared with the source's, merged
     (None where the pass failed)."""
-    import onnxruntime as ort
+    from convert.runtimes.onnxruntime import OnnxRuntimeRunner
 
     folder = tempfile.mkdtemp(dir=scratch)
     try:
         outcome = optimizer.export(replace(job, folder=type(job.folder)(folder), keep_fp32=tuple(glob.escape(n) for n in kept)))
         if outcome.artifact is None:
             return None
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        session = ort.InferenceSession(str(outcome.artifact.path), options, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
-        wanted = {i.name for i in session.get_inputs()}
-        per_sample = []
-        for feed, reference in samples:
-            actual = dict(zip(names, session.run(names, {k: v for k, v in feed.items() if k in wanted})))
-            per_sample.append(
-                [
-                    compare_output(name, expected, actual.get(name, np.empty(0)), policy.for_output(name, optimizer.precision))
-                    for name, expected in reference.items()
-                ]
-            )
-        del session
+        runner = OnnxRuntimeRunner(outcome.artifact, "cpu")
+        runner.activate()
+        try:
+            per_sample = [compare_outputs(reference, runner.infer(feed), policy, optimizer.precision) for feed, reference in samples]
+        finally:
+            runner.deactivate()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return merge_results(per_sample)

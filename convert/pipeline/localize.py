@@ -3,59 +3,78 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from convert.artifacts import Artifact
 from convert.exporters.base import ExportJob
 from convert.pipeline.context import RunContext, crashed
 from convert.reports import model as rm
 from convert.text import first_line
+from convert.validation import ValidationCase
 from convert.worker import Session, StageCrashed
+
+T = TypeVar("T")
 
 REPRODUCER_SUFFIX = ".divergence"
 LOCATED_FORMATS = ("onnx", "openvino")
 
 
-def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
-    """Trace the first failing check's first sample through the artifact's graph; the result goes on the record."""
+def failing_case(ctx: RunContext, record: rm.ArtifactRecord) -> tuple[rm.Check, ValidationCase] | None:
+    """The artifact's first check that failed on its outputs, and the shape case it ran (None where none did)."""
     check = next((c for c in record.checks if c.status == "failed" and c.kind == "shape" and c.outputs), None)
     case = next((c for c in ctx.cases if check is not None and c.shape.describe() == check.shape and c.feeds), None)
-    if case is None:
+    return (check, case) if case is not None else None
+
+
+def diagnosis(ctx: RunContext, name: str, skipped: Callable[[str], T], job: Callable, *args) -> T:
+    """A diagnosing job in the worker as the stage ``name``; one that crashes or fails is a skipped stage with its whole
+    message, gives ``skipped(why)``, and fails nothing the checks have not failed."""
+    with ctx.stages.run(name) as stage:
+        try:
+            return ctx.worker.call(job, *args)
+        except StageCrashed as exc:
+            reason = crashed(stage, exc)
+            stage.status, stage.reason, stage.error = "skipped", reason, ""
+            return skipped(reason)
+        except Exception as exc:
+            stage.status, stage.reason = "skipped", f"{type(exc).__name__}: {exc}"  # the whole message, with its traceback
+            return skipped(f"{type(exc).__name__}: {first_line(str(exc))}")
+
+
+def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
+    """Trace the first failing check's first sample through the artifact's graph; the result goes on the record."""
+    failing = failing_case(ctx, record)
+    if failing is None:
         return
+    check, case = failing
     if artifact.format not in LOCATED_FORMATS:
         record.divergence = rm.Divergence(
             status="skipped", reason=f"localisation reads ONNX graphs and OpenVINO IRs converted from one, not {artifact.format} artifacts"
         )
         return
     graph = Path(record.derived_from) if artifact.format == "openvino" and record.derived_from else None
-    failing = next(o.name for o in check.outputs if o.status == "failed") if any(o.status == "failed" for o in check.outputs) else ""
-    tolerance = ctx.policy.for_output(failing, artifact.precision)
+    output = next((o.name for o in check.outputs if o.status == "failed"), "")
     job = ExportJob(
         source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=ctx.source.dim_ranges
     )
-    folder = artifact.path.with_name(f"{artifact.path.name}{REPRODUCER_SUFFIX}")
     exported = _exported(ctx.report, record)
-    with ctx.stages.run(f"localize:{key}") as stage:
-        try:
-            divergence = ctx.worker.call(
-                Session.localize,
-                artifact,
-                exported.exporter,
-                exported.strategy,
-                job,
-                case.feeds[0],
-                case.references[0],
-                tolerance,
-                folder,
-                graph,
-            )
-        except StageCrashed as exc:
-            divergence = rm.Divergence(status="skipped", reason=crashed(stage, exc))
-            # a diagnosis that could not finish fails nothing the checks have not failed
-            stage.status, stage.reason, stage.error = "skipped", stage.error, ""
-        except Exception as exc:  # a diagnosis that failed is reported, and the run goes on
-            divergence = rm.Divergence(status="skipped", reason=f"localisation failed: {type(exc).__name__}: {first_line(str(exc))}")
-            stage.status, stage.reason = "skipped", f"{type(exc).__name__}: {exc}"  # the whole message, with its traceback
+    divergence = diagnosis(
+        ctx,
+        f"localize:{key}",
+        lambda why: rm.Divergence(status="skipped", reason=f"localisation failed: {why}"),
+        Session.localize,
+        artifact,
+        exported.exporter,
+        exported.strategy,
+        job,
+        case.feeds[0],
+        case.references[0],
+        ctx.policy.for_output(output, artifact.precision),
+        artifact.path.with_name(f"{artifact.path.name}{REPRODUCER_SUFFIX}"),
+        graph,
+    )
     divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
     record.divergence = divergence
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import importlib.util
 
 from convert.cache import Lookup
-from convert.pipeline.context import RunContext, crashed
+from convert.pipeline.context import RunContext
 from convert.pipeline.export import made, recorded
 from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate, validate_and_publish
 from convert.registry import REGISTRY
 from convert.reports import model as rm
-from convert.text import first_line
-from convert.worker import Session, StageCrashed
+from convert.worker import Session
 
 
 def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
@@ -79,27 +78,26 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
 
 def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> None:
     """For a reduced-precision artifact that failed its budget: its most sensitive nodes, and which to keep in FP32."""
+    from convert.pipeline.localize import diagnosis, failing_case
     from convert.sensitivity import PASSES
 
-    check = next((c for c in record.checks if c.status == "failed" and c.kind == "shape" and c.outputs), None)
-    case = next((c for c in ctx.cases if check is not None and c.shape.describe() == check.shape and c.feeds), None)
-    if case is None or record.precision == "fp32":
+    failing = failing_case(ctx, record)
+    if failing is None or record.precision == "fp32":
         return
     if name not in PASSES:
         record.sensitivity = rm.Sensitivity(
             status="skipped", optimization=name, reason=f"sensitivity is measured for ONNX Runtime's passes ({', '.join(PASSES)})"
         )
         return
-    with ctx.stages.run(f"sensitivity:{name}") as stage:
-        try:
-            cases = [case, *(c for c in ctx.cases if c is not case and c.generation is None)]  # the failing case ranks them
-            samples = [pair for c in cases for pair in zip(c.feeds, c.references)]
-            record.sensitivity = ctx.worker.call(Session.sensitivity, name, job, samples, ctx.policy)
-        except StageCrashed as exc:
-            record.sensitivity = rm.Sensitivity(status="skipped", optimization=name, reason=crashed(stage, exc))
-            # a diagnosis that could not finish fails nothing the checks have not failed
-            stage.status, stage.reason, stage.error = "skipped", stage.error, ""
-        except Exception as exc:  # a diagnosis that failed is reported, and the run goes on
-            reason = f"sensitivity failed: {type(exc).__name__}: {first_line(str(exc))}"
-            record.sensitivity = rm.Sensitivity(status="skipped", optimization=name, reason=reason)
-            stage.status, stage.reason = "skipped", f"{type(exc).__name__}: {exc}"  # the whole message, with its traceback
+    case = failing[1]
+    cases = [case, *(c for c in ctx.cases if c is not case and c.generation is None)]  # the failing case ranks them
+    record.sensitivity = diagnosis(
+        ctx,
+        f"sensitivity:{name}",
+        lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=f"sensitivity failed: {why}"),
+        Session.sensitivity,
+        name,
+        job,
+        [pair for c in cases for pair in zip(c.feeds, c.references)],
+        ctx.policy,
+    )
