@@ -71,8 +71,8 @@ def locate(
     if not probes:
         divergence.status, divergence.reason = "skipped", "no value of the artifact's graph has a name the source's program has"
         return _finish(divergence, started)
-    within: dict[str, tuple[int, ...]] = {}  # compared values within tolerance, with their shape in the graph (the
-    # source values are not kept: memory stays bounded)
+    within: dict[str, bool] = {}  # compared values within tolerance, and whether they were channels-first in the graph
+    # (their source values are not kept: memory stays bounded)
     pending = list(probes)
     while pending and divergence.status != "found":
         expected = traced.values(feed, [p.value for p in pending], CHUNK_BYTES)
@@ -85,10 +85,10 @@ def locate(
         for probe in chunk:
             if probe.value not in actual:
                 continue  # converted away (fused into another op)
-            expected[probe.value] = _in_layout(expected[probe.value], actual[probe.value].shape)
-            if expected[probe.value].shape != actual[probe.value].shape:
+            compared = _compared(probe.value, expected[probe.value], actual[probe.value], tolerance)
+            if compared is None:
                 continue  # the same name for a value of another shape is not the same value
-            result = compare_output(probe.value, expected[probe.value], actual[probe.value], tolerance)
+            moved, result = compared
             divergence.compared += 1
             divergence.probes.append(
                 rm.ProbePoint(
@@ -102,16 +102,15 @@ def locate(
                 )
             )
             if result.status == "passed":
-                within[probe.value] = actual[probe.value].shape
+                within[probe.value] = moved
                 continue
             if divergence.status != "found":
                 _name(divergence, model.graph, probe, result, within)
                 if artifact.format == "onnx":  # the subgraph of an IR's ONNX graph would not run what the IR runs
                     inputs = traced.values(feed, divergence.inputs_within, 2**62) if divergence.inputs_within else {}
-                    inputs = {name: _in_layout(value, within[name]) for name, value in inputs.items()}
-                    _write_reproducer(
-                        divergence, model, graph_file.parent, {**feed, **inputs}, expected[probe.value], tolerance, repro_folder
-                    )
+                    inputs = {name: _channels_first(value) if within[name] else value for name, value in inputs.items()}
+                    output = _channels_first(expected[probe.value]) if moved else expected[probe.value]
+                    _write_reproducer(divergence, model, graph_file.parent, {**feed, **inputs}, output, tolerance, repro_folder)
     if divergence.status != "found":
         divergence.reason = (
             f"all {divergence.compared} intermediate values the source could name are within tolerance: the difference is "
@@ -139,12 +138,22 @@ def _finish(divergence: rm.Divergence, started: float) -> rm.Divergence:
     return divergence
 
 
-def _in_layout(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A channels-last source value in the channels-first layout an exporter chose for it (jax2onnx's convolutions)."""
-    if value.shape == tuple(shape) or value.ndim < 3:
-        return value
-    first = np.moveaxis(value, -1, 1)
-    return first if first.shape == tuple(shape) else value
+def _channels_first(value: np.ndarray) -> np.ndarray:
+    return np.moveaxis(value, -1, 1)
+
+
+def _compared(name: str, expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance):
+    """(whether the source's channels-last value was read channels-first, the comparison), or None where no layout of
+    it has the graph value's shape. Exporters move channels first (jax2onnx's convolutions, tf2onnx's transpose
+    optimizer keeps a TensorFlow name on a value it made NCHW), and a shape alone cannot tell which when the spatial
+    and channel extents are equal: each layout that fits is compared, and the first within tolerance (else the closest)
+    is taken."""
+    fits = [(False, expected)] if expected.shape == actual.shape else []
+    if expected.ndim >= 3 and _channels_first(expected).shape == actual.shape:
+        fits.append((True, _channels_first(expected)))
+    results = [(moved, compare_output(name, value, actual, tolerance)) for moved, value in fits]
+    passed = [found for found in results if found[1].status == "passed"]
+    return (passed or sorted(results, key=lambda found: found[1].max_abs_error or 0.0) or [None])[0]
 
 
 def _probes(graph, layers: dict[str, str]) -> list[Probe]:
@@ -181,7 +190,7 @@ def artifact_values(path: Path, model, names: list[str], feed: dict[str, np.ndar
     return dict(zip(names, values))
 
 
-def _name(divergence: rm.Divergence, graph, probe: Probe, result, within: dict[str, tuple[int, ...]]) -> None:
+def _name(divergence: rm.Divergence, graph, probe: Probe, result, within: dict[str, bool]) -> None:
     """Record the divergent value, its node, and the region back to the values within tolerance."""
     nodes, frontier = region(graph, probe.value, set(within))
     initializers = {t.name for t in graph.initializer}
@@ -234,7 +243,8 @@ def _write_reproducer(
     from onnx import external_data_helper
 
     graph = model.graph
-    nodes = [n for n in graph.node if n.name in set(divergence.region)]
+    in_region = set(divergence.region)
+    nodes = [n for n in graph.node if n.name in in_region]
     inputs = {name: values[name] for name in _region_inputs(graph, divergence)}
     used = {i for n in nodes for i in n.input}
     initializers = []
@@ -272,11 +282,12 @@ def _write_reproducer(
 
 
 def _region_inputs(graph, divergence: rm.Divergence) -> list[str]:
-    made = {o for n in graph.node if n.name in set(divergence.region) for o in n.output}
+    in_region = set(divergence.region)
+    made = {o for n in graph.node if n.name in in_region for o in n.output}
     initializers = {t.name for t in graph.initializer}
     names: list[str] = []
     for node in graph.node:
-        if node.name in set(divergence.region):
+        if node.name in in_region:
             for name in node.input:
                 if name and name not in made and name not in initializers and name not in names:
                     names.append(name)

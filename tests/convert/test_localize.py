@@ -205,3 +205,16 @@ def test_a_localisation_that_fails_is_reported_and_the_run_goes_on(tmp_path, mon
     assert record.divergence.reason == "localisation failed: RuntimeError: capture broke"
     stage = next(s for s in result.report.stages if s.name == "localize:onnx")
     assert stage.status == "skipped" and "line two of its traceback" in stage.reason
+
+
+def test_values_tf2onnx_made_channels_first_in_a_keras_applications_model_are_compared_in_that_layout(tmp_path):
+    # a tolerance below float32 noise fails the model: the values named must show that noise, not a layout mismatch
+    # (MobileNetV2 at 32x32 has [B,16,16,16] values, the same shape channels-last and channels-first)
+    _, record = _run(tmp_path, "fixtures.keras_models:build_mobilenet", framework="keras", tolerance=["atol=1e-7,rtol=0"])
+    found = record.divergence
+    assert found.status == "found", found.reason
+    assert found.metrics.max_abs_error < 1e-5  # read the other way, that value was off by 6 (cosine 0.38)
+    assert found.compared > 1 and all(p.cosine_similarity > 0.9999 for p in found.probes)
+    script = Path(found.reproducer) / localize.REPRODUCER_SCRIPT
+    shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 1 and "max abs error" in shown.stdout
