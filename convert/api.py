@@ -29,7 +29,13 @@ def convert(
     params: Any = None,
     dims: Sequence[str] = (),
     optimize: Sequence[str] = (),
+    data: str | Path | None = None,
+    data_samples: int = 500,
+    columns: Sequence[str] = (),
+    preprocess: str | None = None,
+    metric: str | None = None,
     calibration_data: str | Path | None = None,
+    calibration_method: str = "minmax",
     keep_fp32: Sequence[str] = (),
     accuracy: Sequence[str] = (),
     shape_ranges: Sequence[str] = (),
@@ -58,7 +64,10 @@ def convert(
     ``.npz`` path; ``inputs`` are spec strings such as
     ``"x:float32[B,3,32,32]"`` whose symbols become dynamic axes. ``optimize`` names passes on the ONNX artifact
     (``"int8"``, ``"openvino:fp16"``..., or ``"auto"`` for the fastest within budget), judged by ``accuracy``
-    budgets; ``keep_fp32`` names node or module-path patterns those passes leave in FP32; an artifact that fixes a
+    budgets; ``data`` (with ``data_samples``, ``columns``, ``preprocess``) gives samples of your own that every artifact
+    is validated on, and with labels the task metrics (``metric``: a ``module:function`` of your own, with
+    ``trust_code``) whose drop ``accuracy`` may budget ("task_top1_drop<=0.5%"); ``calibration_data`` and
+    ``calibration_method`` calibrate the static INT8 passes; ``keep_fp32`` names node or module-path patterns those passes leave in FP32; an artifact that fixes a
     dim asked dynamic fails unless ``allow_fixed_shapes``; ``benchmark`` measures the source and every artifact that
     passed. Without ``out`` the artifacts go to a
     new temporary folder. A model given by path or ``module:callable`` is loaded, exported, validated and benchmarked in

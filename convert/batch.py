@@ -196,6 +196,7 @@ def _reads(job: BatchJob) -> list[Read]:
             params=model.params,
             example_inputs=model.example_inputs,
             calibration_data=validation.calibration_data,
+            data=validation.data,
             baseline_report=baseline,
         )
     ]

@@ -315,6 +315,9 @@ class RunCache:
                             c.references,
                             c.source_error,
                             c.generation and (c.generation.prompts, c.generation.context, c.generation.logits),
+                            c.labels,
+                            c.task and c.task.model_dump(),
+                            c.metric,
                         )
                         for c in cases
                     ]

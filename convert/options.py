@@ -45,6 +45,7 @@ class RunOption:
     not_reproduced: str = ""  # why an option is never repeated (required with reproduce="never")
     api: str | None = None  # the API keyword where it is not ``name``
     choices_from: str | None = None  # a registry kind whose entries' names are the only values
+    choices: tuple[str, ...] = ()  # the only values (where no registry lists them)
     recorded: bool = True  # kept in the report's options (not where the run writes, nor --force)
 
     @property
@@ -71,6 +72,8 @@ class RunOption:
         return value
 
 
+DEFAULT_DATA_SAMPLES = 500
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 PATH = Path  # a file or folder option: a Path in the request, the user's spelling in the reproduce command
 
 OPTIONS: tuple[RunOption, ...] = (
@@ -169,13 +172,76 @@ OPTIONS: tuple[RunOption, ...] = (
         not_reproduced="an optimization's command names its own pass",
     ),
     RunOption(
+        "data",
+        "--data",
+        "Your own samples, on which every artifact is validated besides the generated inputs: a folder of .npz feeds, "
+        "one .npz with a leading sample axis, a Hugging Face datasets folder (save_to_disk), or an image folder "
+        "CLASS/IMAGE.png. With labels (an array or column named label, or the image classes) the task metrics "
+        "(top-1/top-5 accuracy, token accuracy, exact match) of the source and of each artifact are compared.",
+        type=PATH,
+        policy="validation.data",
+        stages=("reference", "optimize", "validate"),
+    ),
+    RunOption(
+        "data_samples",
+        "--data-samples",
+        "How many samples of --data (and of --calibration-data) are used, chosen with --seed when there are more; "
+        "the report records which.",
+        type=int,
+        default=DEFAULT_DATA_SAMPLES,
+        show_default=True,
+        metavar="N",
+        policy="validation.data_samples",
+        stages=("reference", "optimize", "validate"),
+    ),
+    RunOption(
+        "columns",
+        "--columns",
+        "Which column or .npz array feeds an input, or holds the labels: INPUT=COLUMN, e.g. input_ids=tokens,label=target.",
+        kind="multiple",
+        metavar="INPUT=COLUMN",
+        policy="validation.columns",
+        stages=("reference", "optimize", "validate"),
+    ),
+    RunOption(
+        "preprocess",
+        "--preprocess",
+        "How an image folder's files become the input: size=HxW;mean=R,G,B;std=R,G,B;layout=NCHW|NHWC "
+        "(pixels scaled to 0..1 first; size and layout default to the input spec's).",
+        metavar="SPEC",
+        policy="validation.preprocess",
+        stages=("reference", "optimize", "validate"),
+    ),
+    RunOption(
+        "metric",
+        "--metric",
+        "A task metric of your own, module:function or file.py:function, called as function(outputs, labels) with the "
+        "lists of output dicts and label arrays of the --data samples, returning a number where higher is better "
+        "(budget it with task_metric_drop); runs your code, so it needs --trust-code.",
+        metavar="MODULE:FUNCTION",
+        policy="validation.metric",
+        stages=("optimize", "validate"),
+    ),
+    RunOption(
         "calibration_data",
         "--calibration-data",
-        "Inputs for INT8 calibration: an .npz (arrays by input name) or a folder of them (default: generated from the specs).",
+        "Inputs for INT8 calibration, in any form --data takes (default: generated from the specs).",
         type=PATH,
         policy="validation.calibration_data",
         stages=("optimize",),
         reproduce="optimization",
+    ),
+    RunOption(
+        "calibration_method",
+        "--calibration-method",
+        "How static INT8 passes set activation ranges: minmax, entropy or percentile (ONNX Runtime's calibrators; "
+        "OpenVINO takes minmax and percentile as NNCF's min-max and quantile range estimators).",
+        default="minmax",
+        show_default=True,
+        policy="validation.calibration_method",
+        stages=("optimize",),
+        reproduce="optimization",
+        choices=CALIBRATION_METHODS,
     ),
     RunOption(
         "keep_fp32",
@@ -193,11 +259,14 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "accuracy",
         "--accuracy",
-        'Accuracy budget of FP16/INT8 artifacts, e.g. "cosine>=0.995" or "logits:top1>=0.98,rel_rms<=0.05".',
+        'Accuracy budget of FP16/INT8 artifacts, e.g. "cosine>=0.995" or "logits:top1>=0.98,rel_rms<=0.05"; and of '
+        'every artifact, a task metric\'s drop on the labelled --data, e.g. "task_top1_drop<=0.5%" (task_top1, task_top5, '
+        "task_token_accuracy, task_exact_match, task_metric). With a drop budget, openvino:int8 runs NNCF's accuracy "
+        "control and ONNX Runtime's INT8 keeps its most sensitive nodes in FP32 until the drop holds.",
         kind="multiple",
         metavar="[OUTPUT:]BUDGET",
         policy="validation.accuracy",
-        stages=("validate",),
+        stages=("optimize", "validate"),
         reproduce="optimization",
     ),
     RunOption(
@@ -379,6 +448,8 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
                 from convert.registry import REGISTRY
 
                 kind = click.Choice([entry.name for entry in REGISTRY.entries(option.choices_from)])
+            elif option.choices:
+                kind = click.Choice(option.choices)
             command = click.option(
                 option.flag,
                 option.parameter,

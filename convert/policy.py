@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from convert.errors import ConvertError
+from convert.options import CALIBRATION_METHODS, DEFAULT_DATA_SAMPLES
 from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 Device = Literal["cpu", "cuda"]
@@ -75,7 +76,13 @@ class Validation(_Strict):
     tolerances: list[str] = Field([], description="fp32 tolerance overrides, as --tolerance")
     accuracy: list[str] = Field([], description="accuracy budgets that judge fp16 / int8 checks, as --accuracy")
     opset: int | None = Field(None, ge=1, le=100)
+    data: str | None = Field(None, description="samples every artifact is validated on, in any form --data takes (relative to this file)")
+    data_samples: int = Field(DEFAULT_DATA_SAMPLES, ge=1, description="samples of the data used, chosen with the seed when there are more")
+    columns: list[str] = Field([], description="INPUT=COLUMN: the column or array that feeds an input, or label=COLUMN")
+    preprocess: str | None = Field(None, description="an image folder's preprocessing, as --preprocess")
+    metric: str | None = Field(None, description="module:function of a task metric of your own (needs model.trust_code)")
     calibration_data: str | None = None
+    calibration_method: Literal[CALIBRATION_METHODS] = "minmax"
     keep_fp32: list[str] = Field([], description="node-name or module-path patterns the INT8 / FP16 passes leave in FP32, as --keep-fp32")
     stage_timeout: float = Field(
         DEFAULT_STAGE_TIMEOUT,
@@ -84,9 +91,10 @@ class Validation(_Strict):
         description="seconds a stage may run in the worker process before it is stopped and failed",
     )
 
-    @field_validator("dims", "shape_ranges", "tolerances", "accuracy")
+    @field_validator("dims", "shape_ranges", "tolerances", "accuracy", "columns")
     @classmethod
     def _options(cls, texts: list[str], info) -> list[str]:
+        from convert.datasets import parse_columns
         from convert.specs import parse_dim_sizes, parse_shape_ranges
         from convert.validators.tolerances import TolerancePolicy
 
@@ -95,8 +103,16 @@ class Validation(_Strict):
             "shape_ranges": parse_shape_ranges,
             "tolerances": TolerancePolicy,
             "accuracy": lambda texts: TolerancePolicy((), texts),
+            "columns": parse_columns,
         }[info.field_name]
         return _parsed(parse, texts)
+
+    @field_validator("preprocess")
+    @classmethod
+    def _preprocess(cls, text: str | None) -> str | None:
+        from convert.datasets import parse_preprocess
+
+        return _parsed(lambda texts: parse_preprocess(texts[0]), [text]) if text else text
 
 
 class ArtifactBudget(_Strict):
@@ -392,7 +408,13 @@ def _resolved(policy: Policy, folder: Path) -> Policy:
                 "example_inputs": absolute(model.example_inputs),
             }
         ),
-        "validation": policy.validation.model_copy(update={"calibration_data": absolute(policy.validation.calibration_data)}),
+        "validation": policy.validation.model_copy(
+            update={
+                "calibration_data": absolute(policy.validation.calibration_data),
+                "data": absolute(policy.validation.data),
+                "metric": policy.validation.metric and anchored_reference(policy.validation.metric, folder),
+            }
+        ),
         "out": absolute(policy.out),
     }
     if policy.baseline is not None and policy.baseline.report is not None:

@@ -35,6 +35,9 @@ class ValidationCase:
     source_error: str = ""
     reused: bool = False  # its references came from the cache
     generation: GenerationTrace | None = None  # the source's greedy decoding: this case checks the artifact over it
+    labels: list[np.ndarray] | None = None  # the labels of the user's --data samples: task metrics are compared
+    task: rm.TaskResult | None = None  # the source's task metrics on them (``metrics`` with source values only)
+    metric: str | None = None  # the user's --metric, module:function
 
 
 def checks_on(
@@ -92,7 +95,7 @@ def checks_on(
             elif fixed:
                 check.status, check.reason = "skipped", f"not run at this shape: {fixed}"
             else:
-                per_sample = []
+                per_sample, scored = [], []
                 for feed, reference in zip(case.feeds, case.references):
                     try:
                         actual = runner.infer(feed)
@@ -111,11 +114,23 @@ def checks_on(
                             check.shape,
                         )
                     per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
+                    if case.labels is not None:
+                        scored.append(actual)
                 check.samples = len(per_sample)
                 if check.status == "passed":
                     check.outputs = [result.metrics() for result in merge_results(per_sample)]
                     failing = [f"output '{o.name}': {o.reason}" for o in check.outputs if o.status == "failed"]
                     failing += [m.reason for m in check.declared_mismatches]
+                    if case.labels is not None:
+                        check.task = task_result(case, scored, policy)
+                        failing += [
+                            f"task {m.name} drops {m.drop * 100:.2f} points ({m.source:.4f} → {m.artifact:.4f}), over the budget "
+                            f"task_{m.name}_drop<={m.budget * 100:.4g}%"
+                            for m in check.task.metrics
+                            if m.status == "failed"
+                        ]
+                        if check.task.reason and policy.task_budget:
+                            failing.append(f"a task budget was given and {check.task.describe()}")
                     if failing:
                         check.status, check.reason = "failed", "; ".join(failing)
             check.seconds = round(time.perf_counter() - started, 3)
@@ -123,6 +138,38 @@ def checks_on(
     finally:
         runner.deactivate()
     return checks
+
+
+def task_result(case: ValidationCase, outputs: list[dict[str, np.ndarray]], policy: TolerancePolicy) -> rm.TaskResult:
+    """The artifact's task metrics on the labelled samples beside the source's, each drop judged by its budget."""
+    from convert.validators.task_metrics import TaskMetricError, task_scores
+
+    source = case.task
+    if source is None or not source.metrics:
+        return rm.TaskResult(reason=source.reason if source else "the source's task metrics are unknown")
+    try:
+        _, scores = task_scores(outputs, case.labels, user_metric(case.metric), source.output)
+    except TaskMetricError as exc:
+        return rm.TaskResult(output=source.output, reason=str(exc))
+    except Exception as exc:  # the user's metric
+        return rm.TaskResult(output=source.output, reason=f"{case.metric} raised {type(exc).__name__}: {first_line(str(exc))}")
+    metrics = []
+    for reference in source.metrics:
+        value = scores.get(reference.name, float("nan"))
+        drop = reference.source - value
+        budget = policy.task_budget.get(f"task_{reference.name}_drop")
+        status = "not-budgeted" if budget is None else "passed" if drop <= budget + 1e-12 else "failed"
+        metrics.append(reference.model_copy(update={"artifact": value, "drop": drop, "budget": budget, "status": status}))
+    return rm.TaskResult(output=source.output, samples=len(outputs), metrics=metrics)
+
+
+def user_metric(reference: str | None):
+    """The user's ``module:function`` metric (imported where it runs: the worker), or None."""
+    if not reference:
+        return None
+    from convert.sources.request import import_reference
+
+    return import_reference(reference)
 
 
 def _generation_check(runner, runtime: str, device: str, case: ValidationCase, policy: TolerancePolicy, precision: str) -> rm.Check:
@@ -206,7 +253,7 @@ def _symbol_of(cases: list[ValidationCase], name: str, axis: int) -> str | None:
     fed = [case for case in cases if case.feeds and name in case.feeds[0] and case.feeds[0][name].ndim > axis]
     if not fed:
         return None
-    symbols = [s for s in fed[0].shape.sizes if all(c.feeds[0][name].shape[axis] == c.shape.sizes[s] for c in fed)]
+    symbols = [s for s in fed[0].shape.sizes if all(c.feeds[0][name].shape[axis] == c.shape.sizes[s] for c in fed if s in c.shape.sizes)]
     return symbols[0] if len(symbols) == 1 else None
 
 

@@ -106,6 +106,24 @@ class Session:
                 return outputs, f"{type(exc).__name__}: {first_line(str(exc))}"
         return outputs, ""
 
+    def task_scores(self, outputs: list[dict[str, np.ndarray]], labels: list[np.ndarray], metric: str | None):
+        """The scored output and the task metrics of outputs on labelled samples (a --metric is imported here)."""
+        from convert.validation import user_metric
+        from convert.validators.task_metrics import TaskMetricError, task_scores
+
+        try:
+            return task_scores(outputs, labels, user_metric(metric))
+        except TaskMetricError as exc:
+            raise ConvertError(
+                f"cannot score the task on the labelled --data: {exc}", "Check the labels' shape against the model's outputs."
+            ) from None
+        except ConvertError:
+            raise
+        except Exception as exc:
+            raise ConvertError(
+                f"the metric {metric} raised {type(exc).__name__}: {exc}", "It is called as function(outputs, labels): fix it."
+            ) from exc
+
     def generate(self, seed: int, steps: int):
         """The source's greedy decoding of ``steps`` new tokens from its seeded prompts (its cache fed back)."""
         from convert.validators.generation import decode

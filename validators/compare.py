@@ -57,6 +57,7 @@ class OutputResult(OutputMetrics):
     samples: int = 1
     bounds: tuple = Field((), exclude=True)  # the accuracy budget's (metric, op, bound) terms
     exact: bool = Field(False, exclude=True)  # compared exactly (integer and bool outputs)
+    elementwise: bool = Field(True, exclude=True)  # False: judged by a task metric's drop, not by these values
     reasons: list[str] = Field([], exclude=True)
 
     def metrics(self) -> OutputMetrics:
@@ -82,6 +83,7 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
         bounds=tolerance.budget,
         budget=tolerance.describe_budget(),
         budget_source=tolerance.budget_source,
+        elementwise=tolerance.elementwise,
     )
     problems = []
     if _is_float(actual):
@@ -143,7 +145,7 @@ def _finish(result: OutputResult) -> None:
     problems = list(result.reasons)
     if result.bounds and not result.exact:
         problems += _budget_problems(result)
-    elif result.mismatch_count:
+    elif result.mismatch_count and (result.elementwise or result.exact):
         bound = "exactly" if result.exact else f"atol={result.atol:g}, rtol={result.rtol:g}"
         problems.append(
             f"{result.mismatch_count} of {result.elements} values differ beyond {bound} "

@@ -28,7 +28,7 @@ class ShapeCase:
     sizes: dict[str, int]
 
     def describe(self) -> str:
-        return ",".join(f"{k}={v}" for k, v in self.sizes.items()) or "static"
+        return ",".join(f"{k}={v}" for k, v in self.sizes.items()) or ("static" if self.label == "export" else self.label)
 
 
 def plan_shape_cases(

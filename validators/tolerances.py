@@ -31,6 +31,8 @@ BUDGET_DEFAULTS = {
     "int8": {"cosine": (">=", 0.98), "rel_rms": ("<=", 0.2)},
 }
 BUDGET_METRICS = {"cosine": ">=", "rel_rms": "<=", "top1": ">=", "top5": ">=", "max_abs": "<="}
+# a task metric's drop from the source to the artifact on the user's labelled data (a fraction; "0.5%" reads 0.005)
+TASK_BUDGET_METRICS = {f"task_{metric}_drop": "<=" for metric in ("top1", "top5", "token_accuracy", "exact_match", "metric")}
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Tolerance:
     source: str  # e.g. "default fp32" or "--tolerance logits:atol=1e-3"
     budget: tuple[tuple[str, str, float], ...] = ()  # (metric, ">=" or "<=", bound): set for fp16 / int8
     budget_source: str = ""
+    elementwise: bool = True  # False: a reduced-precision output judged by a task metric's drop instead (no default budget)
 
     def describe_budget(self) -> str:
         return ",".join(f"{metric}{op}{bound:.10g}" for metric, op, bound in self.budget)
@@ -79,6 +82,10 @@ class TolerancePolicy:
         self.given = (tuple(overrides), tuple(accuracy))  # what the user asked for (the stage cache keys on it)
         self._tolerances = _Overrides(overrides, _parse_override, "--tolerance")
         self._budgets = _Overrides(accuracy, parse_budget, "--accuracy")
+        self.task_budget: dict[str, float] = {}  # task_METRIC_drop → the largest drop allowed (every artifact)
+        for metric in TASK_BUDGET_METRICS:
+            if metric in self._budgets.all:
+                self.task_budget[metric] = self._budgets.all.pop(metric)[1]
 
     def for_output(self, name: str, precision: str = "fp32") -> Tolerance:
         base = default_tolerance(precision)
@@ -86,9 +93,11 @@ class TolerancePolicy:
         source = self._tolerances.source(name, base.source)
         if precision not in BUDGET_DEFAULTS:
             return Tolerance(values["atol"], values["rtol"], source)
-        bounds = {**BUDGET_DEFAULTS[precision], **self._budgets.for_output(name)}
+        # a task budget judges reduced precision by what the task loses: the default budget no longer applies
+        bounds = {**({} if self.task_budget else BUDGET_DEFAULTS[precision]), **self._budgets.for_output(name)}
         budget = tuple((metric, op, bound) for metric, (op, bound) in bounds.items())
-        return Tolerance(values["atol"], values["rtol"], source, budget, self._budgets.source(name, f"default {precision}"))
+        default = "the task metrics' drop" if self.task_budget else f"default {precision}"
+        return Tolerance(values["atol"], values["rtol"], source, budget, self._budgets.source(name, default), elementwise=bool(budget))
 
     def unknown_outputs(self, outputs: tuple[str, ...] | list[str]) -> list[str]:
         return [name for name in [*self._tolerances.per_output, *self._budgets.per_output] if name not in outputs]
@@ -102,14 +111,18 @@ def parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
         output = output.strip() or None
     bounds: dict[str, tuple[str, float]] = {}
     for item in body.split(","):
-        match = re.fullmatch(r"\s*([a-z_0-9]+)\s*(>=|<=)\s*([0-9.eE+-]+)\s*", item)
+        match = re.fullmatch(r"\s*([a-z_0-9]+)\s*(>=|<=)\s*([0-9.eE+-]+)(%?)\s*", item)
         metric, op = (match.group(1), match.group(2)) if match else ("", "")
         bound = _number(match.group(3)) if match else None
-        if bound is None or BUDGET_METRICS.get(metric) != op:
+        if bound is not None and match.group(4):
+            bound /= 100
+        known = {**BUDGET_METRICS, **({} if output else TASK_BUDGET_METRICS)}
+        if bound is None or known.get(metric) != op:
             raise ConvertError(
                 f"cannot read the accuracy budget {text!r}",
                 "Write it as cosine>=0.995,rel_rms<=0.05,top1>=0.98,top5>=0.99,max_abs<=0.1 for every output, or OUTPUT:cosine>=0.99 "
-                "for one (cosine, top1, top5: >=; rel_rms, max_abs: <=).",
+                "for one (cosine, top1, top5: >=; rel_rms, max_abs: <=); a task metric's drop on labelled --data as "
+                "task_top1_drop<=0.5% (task_top1, task_top5, task_token_accuracy, task_exact_match, task_metric; for every output).",
             )
         bounds[metric] = (op, bound)
     return output, bounds

@@ -38,7 +38,13 @@ class ConvertRequest:
     opset: int | None = None
     tolerances: tuple[str, ...] = ()
     optimize: tuple[str, ...] = ()
+    data: Path | None = None  # the user's samples, validated on besides the generated ones
+    data_samples: int = 500
+    columns: tuple[str, ...] = ()  # INPUT=COLUMN
+    preprocess: str | None = None  # an image folder's preprocessing
+    metric: str | None = None  # module:function of the user's own task metric
     calibration_data: Path | None = None
+    calibration_method: str = "minmax"
     keep_fp32: tuple[str, ...] = ()  # node-name or module-path patterns the reduced-precision passes leave in FP32
     accuracy: tuple[str, ...] = ()  # accuracy budgets of reduced-precision artifacts
     shape_ranges: tuple[str, ...] = ()  # "B=1..8..32": TensorRT profiles and the validation sizes

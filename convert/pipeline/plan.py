@@ -158,5 +158,17 @@ def reads(request: ConvertRequest) -> list[Read]:
     params = request.params if isinstance(request.params, (str, os.PathLike)) else None
     example = request.example_inputs if isinstance(request.example_inputs, (str, os.PathLike)) else None
     return reads_of(
-        request.model, weights=request.weights, params=params, example_inputs=example, calibration_data=request.calibration_data
+        request.model,
+        weights=request.weights,
+        params=params,
+        example_inputs=example,
+        calibration_data=request.calibration_data,
+        data=request.data,
+        metric=_metric_file(request.metric),
     )
+
+
+def _metric_file(reference: str | None) -> Path | None:
+    """The file of a ``file.py:function`` metric (a module's is not the run's to name)."""
+    module = (reference or "").rpartition(":")[0]
+    return Path(module) if module.endswith(".py") else None

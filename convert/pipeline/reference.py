@@ -4,7 +4,6 @@ the calibration feeds and the profile ranges that later stages take from them.""
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import numpy as np
 
@@ -12,6 +11,7 @@ from convert.cache import Lookup
 from convert.errors import ConvertError
 from convert.memory import GIB, check_fits, feed_bytes
 from convert.pipeline.context import RunContext, crashed
+from convert.pipeline.data import calibration_samples, data_case
 from convert.reports import model as rm
 from convert.validation import ValidationCase
 from convert.validators import ShapeCase, generate_feed, plan_shape_cases
@@ -93,6 +93,9 @@ def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, 
             f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
             f"The model's outputs are: {', '.join(outputs)}.",
         )
+    data = data_case(ctx, stage)
+    if data is not None:
+        cases.append(data)
     if source.generation is not None:
         cases.append(_generation_case(ctx, stage))
     return cases
@@ -130,12 +133,10 @@ class CalibrationFeeds(list):
 
 def calibration_feeds(ctx: RunContext) -> CalibrationFeeds:
     """Feeds for calibrated quantization: the user's --calibration-data, or generated from the specs at the export shape."""
-    from convert.sources.request import load_calibration_data
-
     request, source = ctx.request, ctx.source
     feeds = CalibrationFeeds()
     if request.calibration_data is not None:
-        feeds.extend(load_calibration_data(Path(request.calibration_data), source.signature.inputs))
+        feeds.extend(calibration_samples(ctx))
         feeds.origin = f"{request.calibration_data} ({len(feeds)} feeds)"
         return feeds
     sizes = ctx.cases[0].shape.sizes

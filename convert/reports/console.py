@@ -50,6 +50,9 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
             )
         for line in artifact.diagnosis():
             _say(console, f"  [red]{escape(artifact.key)}[/]: {escape(line)}", soft_wrap=True)
+        if artifact.accuracy_control is not None:
+            _say(console, f"  {escape(artifact.key)}: {escape(artifact.accuracy_control.describe())}", soft_wrap=True)
+    _print_task_lines(report, console)
     cache = report.cache
     if cache.reused or cache.rebuilt:
         _say(
@@ -151,6 +154,27 @@ def _num(value: float | None) -> str:
 def _skipped_passes(report: Report) -> dict[str, str]:
     """Why each skipped --optimize pass (or auto candidate) was skipped, by its name."""
     return {s.subject: s.reason for s in report.stages if s.status == "skipped" and s.kind in ("optimize", "auto")}
+
+
+def _print_task_lines(report: Report, console: Console) -> None:
+    """The datasets used, then ``task ARTIFACT RUNTIME DEVICE STATUS METRIC …`` per check on labelled data."""
+    for data in report.data:
+        source = ", ".join(f"{name} {value:.4f}" for name, value in data.source_task.items())
+        _say(
+            console,
+            f"  {data.role} data: {escape(data.path)} ({data.kind}, {len(data.used)} of {data.size} samples, sha256 "
+            f"{data.sha256[:12]})" + (f"; the source's task metrics on output {escape(data.task_output)}: {source}" if source else ""),
+            soft_wrap=True,
+        )
+    for artifact in report.artifacts:
+        for check in artifact.task_checks():
+            failed = any(m.status == "failed" for m in check.task.metrics)
+            status = "failed" if failed else "passed" if check.task.metrics else "skipped"
+            _say(
+                console,
+                f"  task {escape(artifact.key)} {check.runtime} {check.device} [{STYLE[status]}]{status}[/] {escape(check.task.describe())}",
+                soft_wrap=True,
+            )
 
 
 def _print_validation_table(report: Report, console: Console) -> None:

@@ -28,6 +28,51 @@ class DeclaredShapeMismatch(BaseModel):
     reason: str = ""
 
 
+class TaskMetric(BaseModel):
+    """One task metric on the labelled data: the source's, the artifact's, the drop, and the budget that judged it."""
+
+    name: str = Field(description="top1, top5, token_accuracy, exact_match, or metric (the user's --metric)")
+    source: float
+    artifact: float
+    drop: float = Field(description="source - artifact, a fraction (0.005 is half a point)")
+    budget: float | None = Field(None, description="the largest drop allowed (--accuracy task_NAME_drop<=...), None where none")
+    status: Literal["passed", "failed", "not-budgeted"] = "not-budgeted"
+
+
+class TaskResult(BaseModel):
+    """The task metrics of one check on the labelled data."""
+
+    output: str = Field("", description="the output the labels score")
+    samples: int = 0
+    metrics: list[TaskMetric] = []
+    reason: str = Field("", description="why no metric could be computed")
+
+    def describe(self) -> str:
+        if not self.metrics:
+            return f"task metrics not computed: {self.reason}"
+        return "; ".join(
+            f"{m.name} {m.artifact:.4f} vs the source's {m.source:.4f} (drop {m.drop * 100:+.2f} points"
+            + (f", budget {m.budget * 100:.2f}" if m.budget is not None else "")
+            + ")"
+            for m in self.metrics
+        )
+
+
+class DataRecord(BaseModel):
+    """The user's samples a run validated (or calibrated) on, and which of them it used."""
+
+    role: Literal["validation", "calibration"]
+    path: str
+    kind: str = Field(description="npz-folder, npz, hf-datasets, or image-folder")
+    sha256: str
+    size: int = Field(description="samples in the dataset")
+    used: list[int] = Field([], description="the indices of the samples used (chosen with the seed when fewer than size)")
+    labelled: bool = False
+    detail: str = Field("", description="the columns mapped to inputs, or an image folder's classes and preprocessing")
+    source_task: dict[str, float] = Field({}, description="the source model's task metrics on the used samples")
+    task_output: str = ""
+
+
 class Check(BaseModel):
     runtime: str
     device: str
@@ -48,6 +93,7 @@ class Check(BaseModel):
         "shape", description="shape: one shape case's samples; generation: a decoder's greedy decoding with its cache fed back"
     )
     generation: GenerationMetrics | None = None
+    task: TaskResult | None = Field(None, description="task metrics of a check on the labelled --data, with their drop from the source")
 
 
 class Attempt(BaseModel):
@@ -197,6 +243,30 @@ class Sensitivity(BaseModel):
         return f"most sensitive: {worst}; keeping {len(self.keep)} in FP32 meets the budget: {self.suggestion}"
 
 
+class AccuracyControl(BaseModel):
+    """An INT8 pass run under a task-drop budget: the layers it kept in FP32 and why."""
+
+    method: str = Field(description="e.g. NNCF quantize_with_accuracy_control, or ONNX Runtime exclusions by sensitivity")
+    status: Literal["met", "not-met", "not-needed", "skipped"]
+    reason: str = ""
+    metric: str = ""
+    budget: float | None = None
+    plain_drop: float | None = Field(None, description="the drop of the plain INT8 artifact")
+    drop: float | None = Field(None, description="the drop of the artifact with the kept layers")
+    kept_fp32: list[str] = Field([], description="the nodes or operations left in FP32")
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.status in ("skipped", "not-needed"):
+            return f"accuracy control {self.status}: {self.reason}"
+        kept = f"kept {len(self.kept_fp32)} in FP32 ({', '.join(self.kept_fp32[:6])}{', ...' * (len(self.kept_fp32) > 6)})"
+        drops = " → ".join(f"{d * 100:.2f}" for d in (self.plain_drop, self.drop) if d is not None)
+        verdict = "met" if self.status == "met" else "not met"
+        return f"{self.method}: {kept}; {self.metric} drop {drops} points, budget {self.budget * 100:.2f} {verdict}" + (
+            f" ({self.reason})" if self.reason else ""
+        )
+
+
 class ArtifactRecord(BaseModel):
     format: str
     optimization: str = Field("", description="the --optimize pass that made it from the artifact at derived_from")
@@ -229,6 +299,13 @@ class ArtifactRecord(BaseModel):
     reproduce: str = Field("", description="the command that reproduces this artifact")
     divergence: Divergence | None = Field(None, description="where a failing artifact first goes wrong (ONNX artifacts)")
     sensitivity: Sensitivity | None = Field(None, description="a failing reduced-precision artifact's most sensitive nodes")
+    accuracy_control: AccuracyControl | None = Field(
+        None, description="what an INT8 pass kept in FP32 so that the task metric's drop met its budget"
+    )
+
+    def task_checks(self) -> list[Check]:
+        """The checks on the labelled --data, with their task metrics."""
+        return [check for check in self.checks if check.task is not None]
 
     def diagnosis(self) -> list[str]:
         """What the report found about why it failed: where it diverged, which nodes to keep in FP32."""
@@ -396,6 +473,7 @@ class Report(BaseModel):
     environment: Environment
     options: dict = {}
     calibration: str = Field("", description="where the calibration feeds of INT8 passes came from")
+    data: list[DataRecord] = Field([], description="the user's datasets the run validated and calibrated on")
     cache: CacheRecord = CacheRecord()
     stages: list[Stage] = []
     artifacts: list[ArtifactRecord] = []

@@ -1,0 +1,123 @@
+"""The user's own samples in a run: the --data validation case (with the source's outputs and task metrics) and the
+--calibration-data feeds, each recorded in the report with its digest, its size and the samples used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from convert.datasets import Sample, chosen_indices, open_dataset, parse_columns, parse_preprocess
+from convert.errors import ConvertError
+from convert.memory import GIB, available_bytes
+from convert.pipeline.context import RunContext, crashed
+from convert.reports import model as rm
+from convert.safety import sha256_files
+from convert.validation import ValidationCase
+from convert.validators import ShapeCase
+from convert.worker import Session, StageCrashed
+
+DATA_CASE = "data"  # the label of the --data case's checks
+
+
+def read_samples(ctx: RunContext, path: Path, role: str) -> tuple[list[Sample], rm.DataRecord]:
+    """The chosen samples of the dataset at ``path`` (never the whole dataset), and its record in the report."""
+    request = ctx.request
+    dataset = open_dataset(path, ctx.source.signature.inputs, parse_columns(request.columns), parse_preprocess(request.preprocess))
+    if dataset.size == 0:
+        raise ConvertError(f"the data {path} holds no samples", "Point the option at a dataset with at least one sample.")
+    indices = chosen_indices(dataset.size, request.data_samples, request.seed)
+    samples: list[Sample] = []
+    held = 0
+    for sample in dataset.read(indices):
+        samples.append(sample)
+        held += sum(a.nbytes for a in sample.feed.values())
+        if len(samples) == 1 and held * len(indices) * 3 > available_bytes():  # inputs, references and the worker's copy
+            raise ConvertError(
+                f"{len(indices)} samples of {path} take about {held * len(indices) / GIB:.1f} GiB, more than this machine can "
+                "hold with their outputs",
+                f"Use fewer samples with --data-samples (now {len(indices)}).",
+            )
+    record = rm.DataRecord(
+        role=role,
+        path=str(path),
+        kind=dataset.kind,
+        sha256=sha256_files([path]),
+        size=dataset.size,
+        used=indices,
+        labelled=dataset.labelled,
+        detail=dataset.detail,
+    )
+    ctx.report.data.append(record)
+    return samples, record
+
+
+def data_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase | None:
+    """The --data case: the chosen samples, the source's outputs for them and, with labels, its task metrics."""
+    request, policy = ctx.request, ctx.policy
+    if request.metric and not request.trust_code:
+        raise ConvertError(
+            f"--metric {request.metric} runs your code, and that needs --trust-code",
+            "Add --trust-code (model.trust_code in a policy) if you trust the metric's module.",
+        )
+    if request.data is None:
+        if policy.task_budget or request.metric:
+            raise ConvertError(
+                "a task metric is asked for (an --accuracy task_..._drop budget or --metric) but no --data gives labelled samples",
+                "Add --data with labels: an array or column named label, or an image folder of class folders.",
+            )
+        return None
+    samples, record = read_samples(ctx, Path(request.data), "validation")
+    feeds = [sample.feed for sample in samples]
+    lookup = ctx.cache.find(f"reference data {record.sha256[:12]}", ctx.cache.source_packages, feeds)
+    if lookup.hit is not None:
+        arrays, names = lookup.hit.arrays(), lookup.hit.data["outputs"]
+        references, error = [{name: arrays[f"{i}/{name}"] for name in outputs} for i, outputs in enumerate(names)], lookup.hit.data["error"]
+    else:
+        try:
+            references, error = ctx.worker.call(Session.reference, feeds)
+        except StageCrashed as exc:
+            raise ConvertError(f"{crashed(stage, exc)} (the source model ran on the --data samples)", "Check the data's shapes.") from None
+        ctx.cache.keep(
+            lookup,
+            {"error": error, "outputs": [list(outputs) for outputs in references]},
+            arrays={f"{i}/{name}": value for i, outputs in enumerate(references) for name, value in outputs.items()},
+        )
+    if error:
+        failed = samples[len(references)]
+        shapes = ", ".join(f"{n}{list(a.shape)}" for n, a in failed.feed.items())
+        raise ConvertError(
+            f"the source model fails on sample {failed.index} of {request.data} ({shapes}): {error}",
+            "Check that the data is what the model takes (its columns, dtypes and shapes).",
+        )
+    case = ValidationCase(ShapeCase(DATA_CASE, {}), feeds=feeds, references=references, metric=request.metric)
+    if record.labelled:
+        case.labels = [sample.label for sample in samples]
+        case.task = _source_task(ctx, case)
+        record.task_output = case.task.output
+        record.source_task = {m.name: m.source for m in case.task.metrics}
+    elif policy.task_budget or request.metric:
+        raise ConvertError(
+            f"a task metric is asked for, and the data {request.data} has no labels",
+            "Store the labels as an array or column named label (or name it with --columns label=NAME).",
+        )
+    return case
+
+
+def _source_task(ctx: RunContext, case: ValidationCase) -> rm.TaskResult:
+    """The source's task metrics on the labelled samples (in the worker: a --metric is the user's code)."""
+    output, scores = ctx.worker.call(Session.task_scores, case.references, case.labels, case.metric)
+    if not scores:
+        raise ConvertError(f"no task metric applies to output {output} and the labels", "Give labels of one class id per row or per token.")
+    unknown = [name for name in ctx.policy.task_budget if name.removeprefix("task_").removesuffix("_drop") not in scores]
+    if unknown:
+        raise ConvertError(
+            f"the budget {unknown[0]} names a metric these labels do not give (they give {', '.join(scores)})",
+            "Budget one of those: task_NAME_drop<=0.5%.",
+        )
+    metrics = [rm.TaskMetric(name=name, source=value, artifact=value, drop=0.0) for name, value in scores.items()]
+    return rm.TaskResult(output=output, samples=len(case.labels), metrics=metrics)
+
+
+def calibration_samples(ctx: RunContext) -> list[dict]:
+    """The --calibration-data feeds, chosen as --data's are."""
+    samples, _ = read_samples(ctx, Path(ctx.request.calibration_data), "calibration")
+    return [sample.feed for sample in samples]
