@@ -339,6 +339,7 @@ def artifact_data(artifact) -> dict:
         "output_names": list(artifact.output_names),
         "fixed_shape_reason": artifact.fixed_shape_reason,
         "dim_bounds": {k: list(v) for k, v in artifact.dim_bounds.items()},
+        "accuracy_control": artifact.accuracy_control,
     }
 
 
@@ -361,4 +362,5 @@ def cached_artifact(hit: Hit, folder: Path):
         output_names=tuple(data["output_names"]),
         fixed_shape_reason=data["fixed_shape_reason"],
         dim_bounds={k: tuple(v) for k, v in data["dim_bounds"].items()},
+        accuracy_control=data.get("accuracy_control"),
     )

@@ -27,7 +27,8 @@ PASSES = ("int8", "int8-dynamic", "fp16")  # ONNX Runtime's passes, which take -
 
 def rank(optimizer, job, samples: list[tuple[dict, dict]], policy: TolerancePolicy) -> rm.Sensitivity:
     """Measure every candidate alone on the first (feed, reference) sample, then keep the most sensitive in FP32 until
-    the budget holds on every sample."""
+    the budget holds on every sample: the outputs' budget, or with ``job.task`` the task metric's drop on its labelled
+    samples."""
     import onnx
 
     started = time.perf_counter()
@@ -40,7 +41,7 @@ def rank(optimizer, job, samples: list[tuple[dict, dict]], policy: TolerancePoli
     with tempfile.TemporaryDirectory(dir=job.folder) as scratch:
         for node in nodes[:MAX_CANDIDATES]:
             kept = [name for name in every if name != node.name]
-            outputs = _outputs_with(optimizer, job, kept, scratch, samples[:1], policy)
+            outputs = _compared(optimizer, job, kept, scratch, samples[:1], policy)
             if outputs is None:
                 continue
             worst = max(outputs, key=lambda o: o.rel_rms_error or 0.0)
@@ -57,9 +58,16 @@ def rank(optimizer, job, samples: list[tuple[dict, dict]], policy: TolerancePoli
         found.rows = rows
         for count in range(1, min(MAX_KEPT, len(rows)) + 1):
             kept = [row.node for row in rows[:count]]
-            outputs = _outputs_with(optimizer, job, kept, scratch, samples, policy)
-            if outputs is not None and all(o.status == "passed" for o in outputs):
-                found.status, found.keep, found.outputs = "found", kept, [o.metrics() for o in outputs]
+            if job.task is not None:
+                actual = _run_with(optimizer, job, kept, scratch, job.task.feeds)
+                found.drop = job.task.drop(actual, job.task.labels) if actual is not None else None
+                holds = found.drop is not None and found.drop <= job.task.max_drop
+            else:
+                outputs = _compared(optimizer, job, kept, scratch, samples, policy)
+                holds = outputs is not None and all(o.status == "passed" for o in outputs)
+            if holds:
+                found.status, found.keep = "found", kept
+                found.outputs = [o.metrics() for o in outputs] if job.task is None else []
                 found.keep_layers = [row.layer for row in rows[:count]]
                 found.suggestion = f"--optimize {optimizer.name} --keep-fp32 {','.join(glob.escape(name) for name in kept)}"
                 break
@@ -69,9 +77,8 @@ def rank(optimizer, job, samples: list[tuple[dict, dict]], policy: TolerancePoli
     return found
 
 
-def _outputs_with(optimizer, job, kept: list[str], scratch: str, samples: list[tuple[dict, dict]], policy: TolerancePolicy):
-    """The pass run again with ``kept`` in FP32, and its outputs on every sample compared with the source's, merged
-    (None where the pass failed)."""
+def _run_with(optimizer, job, kept: list[str], scratch: str, feeds: list[dict]) -> list[dict] | None:
+    """The pass run again with ``kept`` in FP32, and its outputs for ``feeds`` (None where the pass failed)."""
     from convert.runtimes.onnxruntime import OnnxRuntimeRunner
 
     folder = tempfile.mkdtemp(dir=scratch)
@@ -82,9 +89,18 @@ def _outputs_with(optimizer, job, kept: list[str], scratch: str, samples: list[t
         runner = OnnxRuntimeRunner(outcome.artifact, "cpu")
         runner.activate()
         try:
-            per_sample = [compare_outputs(reference, runner.infer(feed), policy, optimizer.precision) for feed, reference in samples]
+            return [runner.infer(feed) for feed in feeds]
         finally:
             runner.deactivate()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return merge_results(per_sample)
+
+
+def _compared(optimizer, job, kept: list[str], scratch: str, samples: list[tuple[dict, dict]], policy: TolerancePolicy):
+    """The pass's outputs with ``kept`` in FP32 on every sample compared with the source's, merged (None where it failed)."""
+    actual = _run_with(optimizer, job, kept, scratch, [feed for feed, _ in samples])
+    if actual is None:
+        return None
+    return merge_results(
+        [compare_outputs(reference, outputs, policy, optimizer.precision) for (_, reference), outputs in zip(samples, actual)]
+    )

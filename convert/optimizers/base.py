@@ -16,11 +16,37 @@ from convert.exporters.base import Exporter, ExportJob
 
 
 @dataclass
+class TaskControl:
+    """A task metric's drop budget that an INT8 pass must meet on labelled samples (accuracy control)."""
+
+    feeds: list[dict[str, np.ndarray]]
+    labels: list[np.ndarray]
+    output: str  # the output the labels score
+    metric: str  # top1, top5, token_accuracy, exact_match or metric
+    max_drop: float
+    source_value: float  # the source's value of the metric on these samples
+    user_metric: str | None = None  # the user's --metric, module:function
+
+    def score(self, outputs: list[dict[str, np.ndarray]], labels: list[np.ndarray]) -> float:
+        """The metric on these outputs of (a subset of) the samples, and their labels."""
+        from convert.validation import user_metric
+        from convert.validators.task_metrics import task_scores
+
+        _, scores = task_scores(outputs, labels, user_metric(self.user_metric) if self.metric == "metric" else None, self.output)
+        return scores[self.metric]
+
+    def drop(self, outputs: list[dict[str, np.ndarray]], labels: list[np.ndarray]) -> float:
+        return self.source_value - self.score(outputs, labels)
+
+
+@dataclass
 class OptimizeJob(ExportJob):
     base: Artifact | None = None  # the validated artifact the pass starts from
     calibration: list[dict[str, np.ndarray]] = field(default_factory=list)  # feeds for calibrated quantization
     shape_ranges: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # symbol -> (min, opt, max) sizes
     keep_fp32: tuple[str, ...] = ()  # node-name or module-path patterns a reduced-precision pass leaves in FP32
+    calibration_method: str = "minmax"  # how static INT8 sets activation ranges: minmax, entropy or percentile
+    task: TaskControl | None = None  # a task-drop budget the INT8 passes control their accuracy by
 
 
 class Optimizer(Exporter):

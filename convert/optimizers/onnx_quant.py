@@ -82,7 +82,7 @@ class StaticInt8(_Int8):
     call = "quantize_static(QDQ, per-channel)"
 
     def quantizer(self, job: OptimizeJob, path: Path):
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+        from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
 
         class Feeds(CalibrationDataReader):
             def __init__(self, feeds):
@@ -101,6 +101,11 @@ class StaticInt8(_Int8):
             weight_type=QuantType.QInt8,
             use_external_data_format=external_data,
             nodes_to_exclude=kept_in_fp32(job, model),
+            calibrate_method={
+                "minmax": CalibrationMethod.MinMax,
+                "entropy": CalibrationMethod.Entropy,
+                "percentile": CalibrationMethod.Percentile,
+            }[job.calibration_method],
         )
 
 

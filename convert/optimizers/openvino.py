@@ -4,7 +4,10 @@ weights, or INT8 through NNCF post-training quantization on the calibration feed
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
+
+import numpy as np
 
 from convert.artifacts import Artifact
 from convert.backends.openvino import IR_NAME
@@ -27,12 +30,13 @@ class OpenVinoIR(Optimizer):
         if path.exists():
             shutil.rmtree(path)
         path.mkdir(parents=True)
-        model = self.transform(openvino.convert_model(str(job.base.path)), job)
+        model, control = self.transform(openvino.convert_model(str(job.base.path)), job)
         openvino.save_model(model, str(path / IR_NAME), compress_to_fp16=self.precision == "fp16")
-        return Artifact(format=self.format, path=path, files=[path])
+        return Artifact(format=self.format, path=path, files=[path], accuracy_control=control)
 
-    def transform(self, model, job: OptimizeJob):
-        return model
+    def transform(self, model, job: OptimizeJob) -> tuple[object, dict | None]:
+        """The model to save, and what accuracy control kept in FP32 (None where none ran)."""
+        return model, None
 
 
 class OpenVinoFp16(OpenVinoIR):
@@ -46,7 +50,9 @@ class OpenVinoInt8(OpenVinoIR):
     name = "openvino:int8"
     suffix = "_openvino_int8"
     precision = "int8"
-    _detail = " + nncf.quantize (model_type TRANSFORMER where the graph has a Softmax)"
+    _detail = (
+        " + nncf.quantize (model_type TRANSFORMER where the graph has a Softmax; quantize_with_accuracy_control under a task-drop budget)"
+    )
 
     def transform(self, model, job: OptimizeJob):
         import nncf
@@ -54,13 +60,83 @@ class OpenVinoInt8(OpenVinoIR):
         names = [port.get_any_name() for port in model.inputs]
         # NNCF's transformer scheme (SmoothQuant, attention-aware placement) keeps encoders accurate
         transformer = any(op.get_type_name() == "Softmax" for op in model.get_ops())
-        return nncf.quantize(
-            model,
-            nncf.Dataset(job.calibration, lambda feed: {n: feed[n] for n in names}),
-            subset_size=len(job.calibration),
-            model_type=nncf.ModelType.TRANSFORMER if transformer else None,
-            ignored_scope=nncf.IgnoredScope(names=_kept_in_fp32(model, job), validate=False),
-        )
+        settings = {
+            "subset_size": len(job.calibration),
+            "model_type": nncf.ModelType.TRANSFORMER if transformer else None,
+            "ignored_scope": nncf.IgnoredScope(names=_kept_in_fp32(model, job), validate=False),
+        }
+        if job.calibration_method == "percentile":
+            from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+            from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+            settings["advanced_parameters"] = AdvancedQuantizationParameters(
+                activations_range_estimator_params=RangeEstimatorParametersSet.QUANTILE
+            )
+        calibration = nncf.Dataset(job.calibration, lambda feed: {n: feed[n] for n in names})
+        plain = nncf.quantize(model, calibration, **settings)
+        if job.task is None:
+            return plain, None
+        return _accuracy_controlled(model, plain, calibration, names, job, settings)
+
+
+WEIGHTED_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")
+
+
+def _accuracy_controlled(model, plain, calibration, names: list[str], job: OptimizeJob, settings: dict) -> tuple[object, dict]:
+    """Plain INT8 where its task drop meets the budget; else NNCF's accuracy control, which puts back in FP32 the
+    operations that cost the task most until it does (and the report names them)."""
+    import nncf
+    import openvino
+
+    started = time.perf_counter()
+    task, core = job.task, openvino.Core()
+
+    def outputs_of(compiled, feeds):
+        found = []
+        for feed in feeds:
+            values = compiled({n: feed[n] for n in names})
+            found.append({port.get_any_name(): np.asarray(values[port]) for port in compiled.outputs})
+        return found
+
+    def drop_of(candidate) -> float:
+        return task.drop(outputs_of(core.compile_model(candidate, "CPU"), task.feeds), task.labels)
+
+    record = {"method": "NNCF quantize_with_accuracy_control", "metric": task.metric, "budget": task.max_drop, "plain_drop": drop_of(plain)}
+    if record["plain_drop"] <= task.max_drop:
+        reason = f"plain INT8 drops {task.metric} by {record['plain_drop'] * 100:.2f} points, within the budget"
+        return plain, {**record, "status": "not-needed", "reason": reason, "drop": record["plain_drop"]}
+    controlled = nncf.quantize_with_accuracy_control(
+        model,
+        calibration,
+        nncf.Dataset(list(zip(task.feeds, task.labels)), lambda item: {n: item[0][n] for n in names}),
+        lambda compiled, items: task.score(outputs_of(compiled, [feed for feed, _ in items]), [label for _, label in items]),
+        max_drop=task.max_drop,
+        drop_type=nncf.DropType.ABSOLUTE,
+        **settings,
+    )
+    drop = drop_of(controlled)
+    kept = sorted(_quantized_ops(plain) - _quantized_ops(controlled))
+    status = "met" if drop <= task.max_drop else "not-met"
+    return controlled, {**record, "status": status, "drop": drop, "kept_fp32": kept, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _quantized_ops(model) -> set[str]:
+    """The convolutions and matrix products that take a quantized input: a FakeQuantize, or int8 weights (a constant
+    of a low-precision type through the Convert / Subtract / Multiply / Reshape that dequantize it)."""
+
+    def quantized(node, depth: int = 0) -> bool:
+        kind = node.get_type_name()
+        if kind == "FakeQuantize" or (kind == "Constant" and node.get_element_type().get_type_name() in ("i8", "u8", "i4", "u4")):
+            return True
+        if kind in ("Convert", "Subtract", "Multiply", "Reshape", "Transpose") and depth < 6:
+            return any(quantized(node.input_value(i).get_node(), depth + 1) for i in range(node.get_input_size()))
+        return False
+
+    return {
+        op.get_friendly_name()
+        for op in model.get_ops()
+        if op.get_type_name() in WEIGHTED_OPS and any(quantized(op.input_value(i).get_node()) for i in range(op.get_input_size()))
+    }
 
 
 def _kept_in_fp32(model, job: OptimizeJob) -> list[str]:

@@ -77,4 +77,6 @@ def recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | 
     artifact = outcome.artifact
     record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
     record.dim_bounds = {symbol: list(bounds) for symbol, bounds in artifact.dim_bounds.items()}
+    if artifact.accuracy_control is not None:
+        record.accuracy_control = rm.AccuracyControl.model_validate(artifact.accuracy_control)
     return artifact

@@ -4,6 +4,7 @@ artifact. Under --optimize auto the validated result stays staged as a candidate
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 
 from convert.cache import Lookup
 from convert.pipeline.context import RunContext
@@ -54,26 +55,109 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
             calibration=ctx.calibration,
             shape_ranges=ctx.profile_ranges,
             keep_fp32=ctx.request.keep_fp32,
+            calibration_method=ctx.request.calibration_method,
+            task=task_control(ctx) if optimizer.precision == "int8" else None,
         )
-        lookup = (
-            ctx.cache.find(
-                stage.name, entry.packages, name, ctx.stem, base.sha256, ctx.export_feed, ctx.calibration, ctx.profile_ranges, job.keep_fp32
-            )
-            if entry.meta.get("cacheable", True)
-            else Lookup(None)
-        )
-        artifact = recorded(made(ctx, stage, lookup, Session.optimize, name, job), record, stage)
+        artifact = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, job), Session.optimize, name, job), record, stage)
     if artifact is None:
         return
+    if job.task is not None and name in TASK_CONTROLLED:
+        artifact = _excluded_until_the_task_holds(ctx, name, entry, job, artifact, record)
     if candidate:
         validate(ctx, name, artifact, record)
         ctx.candidates[name] = artifact
     else:
         validate_and_publish(ctx, name, artifact, record)
-        if not record.passed:
+        searched = record.accuracy_control is not None and record.accuracy_control.status in ("met", "not-met")
+        if not record.passed and not searched:  # accuracy control has already ranked the nodes
             sensitivity(ctx, name, job, record)
     if ctx.calibration and entry.meta.get("calibrated"):
         ctx.report.calibration = getattr(ctx.calibration, "origin", "")
+
+
+TASK_CONTROLLED = ("int8", "int8-dynamic")  # ONNX Runtime's INT8 passes: accuracy control by excluding nodes
+
+
+def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
+    if not entry.meta.get("cacheable", True):
+        return Lookup(None)
+    return ctx.cache.find(
+        stage.name,
+        entry.packages,
+        name,
+        ctx.stem,
+        ctx.artifacts[entry.meta["takes"]].sha256,
+        ctx.export_feed,
+        ctx.calibration,
+        ctx.profile_ranges,
+        job.keep_fp32,
+        job.calibration_method,
+        job.task and (job.task.feeds, job.task.labels, job.task.metric, job.task.max_drop, job.task.user_metric),
+    )
+
+
+def task_control(ctx: RunContext):
+    """The first task-drop budget with the labelled --data it is measured on (None without both)."""
+    from convert.optimizers.base import TaskControl
+
+    data = next((case for case in ctx.cases if case.labels is not None), None)
+    budgets = [(name.removeprefix("task_").removesuffix("_drop"), bound) for name, bound in ctx.policy.task_budget.items()]
+    if data is None or not budgets:
+        return None
+    metric, bound = budgets[0]
+    source = {m.name: m.source for m in data.task.metrics}
+    return TaskControl(data.feeds, data.labels, data.task.output, metric, bound, source[metric], ctx.request.metric)
+
+
+def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artifact, record: rm.ArtifactRecord):
+    """An ONNX Runtime INT8 artifact under a task-drop budget: where its drop misses the budget, its most sensitive
+    nodes are kept in FP32, one more at a time, until the drop holds; that artifact replaces it (the report says
+    which nodes and why)."""
+    import glob
+
+    from convert.pipeline.localize import diagnosis
+
+    task = job.task
+    validate(ctx, name, artifact, record)
+    drops = [m.drop for check in record.task_checks() for m in check.task.metrics if m.name == task.metric]
+    control = rm.AccuracyControl(
+        method="ONNX Runtime nodes_to_exclude, by sensitivity",
+        status="not-met",
+        metric=task.metric,
+        budget=task.max_drop,
+        plain_drop=max(drops, default=None),
+    )
+    record.accuracy_control = control
+    if not drops or max(drops) <= task.max_drop:
+        control.status, control.drop = "not-needed", control.plain_drop
+        control.reason = "plain INT8 meets the budget" if drops else "no check on the labelled data ran"
+        return artifact
+    data = next(case for case in ctx.cases if case.labels is not None)
+    found = diagnosis(
+        ctx,
+        f"accuracy-control:{name}",
+        lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=why),
+        Session.sensitivity,
+        name,
+        job,
+        list(zip(data.feeds, data.references)),
+        ctx.policy,
+    )
+    control.seconds, control.drop = found.seconds, found.drop
+    if found.status != "found":
+        control.status, control.reason = ("skipped" if found.status == "skipped" else "not-met"), found.reason
+        return artifact
+    kept = replace(job, keep_fp32=(*job.keep_fp32, *(glob.escape(node) for node in found.keep)))
+    with ctx.stages.run(f"optimize:{name} (keeping {len(found.keep)} in FP32)") as stage:
+        rebuilt = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, kept), Session.optimize, name, kept), record, stage)
+    if rebuilt is None:
+        control.status, control.reason = "not-met", "the pass failed with the nodes kept in FP32"
+        return artifact
+    control.status, control.kept_fp32 = "met", found.keep
+    control.reason = (
+        f"most sensitive first: {', '.join(f'{n} ({layer})' if layer else n for n, layer in zip(found.keep, found.keep_layers))}"
+    )
+    return rebuilt
 
 
 def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> None:

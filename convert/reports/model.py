@@ -232,6 +232,7 @@ class Sensitivity(BaseModel):
     keep_layers: list[str] = []
     outputs: list[OutputMetrics] = Field([], description="the outputs with those nodes kept in FP32")
     suggestion: str = Field("", description="the option that builds it")
+    drop: float | None = Field(None, description="under a task budget: the task metric's drop with the last set tried")
     seconds: float = 0.0
 
     def describe(self) -> str:
