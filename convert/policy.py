@@ -150,6 +150,12 @@ class Allowance(_Strict):
 
     accuracy: float = Field(0.25, ge=0, allow_inf_nan=False, description="relative growth of an error (max abs, rel RMS, 1 - cosine)")
     accuracy_abs: float = Field(1e-6, ge=0, allow_inf_nan=False, description="absolute growth of an error on top of the relative one")
+    task_drop: float = Field(
+        0.005,
+        ge=0,
+        allow_inf_nan=False,
+        description="growth of a task metric's drop on the labelled data, in absolute terms (0.005: half a point)",
+    )
     latency: float = Field(0.10, ge=0, allow_inf_nan=False, description="relative growth of p50 latency")
     latency_ms: float = Field(0.02, ge=0, allow_inf_nan=False, description="absolute growth of p50 latency on top of the relative one")
     size: float = Field(0.01, ge=0, allow_inf_nan=False, description="relative growth of the artifact's size")

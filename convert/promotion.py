@@ -375,15 +375,14 @@ def _accuracy_results(key: str, record: rm.ArtifactRecord | None, accuracy: str 
     for output_name, text in texts.items():
         _, bounds = parse_budget(text)
         for metric, (op, bound) in bounds.items():
-            field, larger_better = ACCURACY_FIELDS[metric]
+            field, larger_better = ACCURACY_FIELDS.get(metric, (metric, False))
             limit = f"{op}{bound:.10g}"
             worst: dict[tuple[str, str, str], tuple[float, str]] = {}
             for check in record.checks if record is not None else []:
-                for output in check.outputs:
-                    value = getattr(output, field)
-                    if (output_name not in ("*", output.name)) or value is None:
+                for name, value in _measured(check, field):
+                    if (output_name not in ("*", name)) or value is None:
                         continue
-                    slot = (output.name, check.runtime, check.device)
+                    slot = (name, check.runtime, check.device)
                     if slot not in worst or _worse(value, worst[slot][0], larger_better):
                         worst[slot] = (value, check.shape)
             if not worst:
@@ -415,6 +414,14 @@ def _accuracy_results(key: str, record: rm.ArtifactRecord | None, accuracy: str 
                     )
                 )
     return results
+
+
+def _measured(check: rm.Check, field: str) -> list[tuple[str, float | None]]:
+    """(output, value) of an output metric, or of a task metric's drop (``task_top1_drop``) on the labelled data."""
+    if field.startswith("task_"):
+        name = field.removeprefix("task_").removesuffix("_drop")
+        return [(check.task.output, m.drop) for m in check.task.metrics if m.name == name] if check.task else []
+    return [(output.name, getattr(output, field)) for output in check.outputs]
 
 
 def _worse(value: float, than: float, larger_better: bool) -> bool:
@@ -522,6 +529,9 @@ def _worst_errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], 
                     slot = (metric, output.name, check.runtime, check.device)
                     if slot not in worst or _worse(value, worst[slot], larger_better=False):
                         worst[slot] = value
+        for task in check.task.metrics if check.task else []:
+            slot = (f"task_{task.name}_drop", check.task.output, check.runtime, check.device)
+            worst[slot] = max(worst.get(slot, task.drop), task.drop)
     return worst
 
 
@@ -530,9 +540,8 @@ def _accuracy_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord
     for slot, value in _worst_errors(now).items():
         metric, output, runtime, device = slot
         if slot in previous:
-            yield _delta(
-                key, "accuracy", metric, output, runtime, device, previous[slot], value, allowance.accuracy, allowance.accuracy_abs
-            )
+            relative, absolute = (0.0, allowance.task_drop) if metric.startswith("task_") else (allowance.accuracy, allowance.accuracy_abs)
+            yield _delta(key, "accuracy", metric, output, runtime, device, previous[slot], value, relative, absolute)
 
 
 def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord, allowance: Allowance) -> Iterator[rm.BaselineDelta]:

@@ -99,6 +99,7 @@ def render_html(report: Report) -> str:
     sections = [
         _summary_section(report),
         _artifacts_section(report),
+        _task_section(report),
         _gate_section(report.gate) if report.gate else "",
         _auto_section(report.auto) if report.auto else "",
         *(_artifact_section(report, index, artifact) for index, artifact in enumerate(report.artifacts)),
@@ -430,6 +431,47 @@ def _sensitivity_section(artifact: ArtifactRecord) -> str:
     ]
     table = _table(["node", "op", "layer", "rel_rms alone", "cosine alone", ""], rows) if rows else ""
     return "<h3>Sensitivity</h3>" + f"<p>{_e(found.describe())}</p>" + table
+
+
+def _task_section(report: Report) -> str:
+    """The datasets used, and each artifact's task metrics beside the source's, with their budgets."""
+    if not report.data:
+        return ""
+    data = _table(
+        ["role", "path", "form", "samples used", "sha256", "detail"],
+        [
+            (
+                "",
+                _td(d.role)
+                + f"<td><code>{_e(d.path)}</code></td>"
+                + _td(d.kind)
+                + _td(f"{len(d.used)} of {d.size}", True)
+                + f"<td>{_short_sha(d.sha256)}</td>"
+                + _td(d.detail or "-"),
+            )
+            for d in report.data
+        ],
+    )
+    rows = [
+        (
+            _row_class(m.status),
+            _td(artifact.key)
+            + _td(f"{check.runtime} · {check.device}")
+            + _td(m.name)
+            + _td(_num(m.source, ".4f"), True)
+            + _td(_num(m.artifact, ".4f"), True)
+            + _td(f"{m.drop * 100:+.2f}", True)
+            + _td("-" if m.budget is None else f"≤ {m.budget * 100:.2f}", True)
+            + f"<td>{_badge(m.status)}</td>",
+        )
+        for artifact in report.artifacts
+        for check in artifact.task_checks()
+        for m in check.task.metrics
+    ]
+    control = [f"<p><strong>{_e(a.key)}</strong>: {_e(a.accuracy_control.describe())}</p>" for a in report.artifacts if a.accuracy_control]
+    headers = ["artifact", "runtime · device", "metric", "source", "artifact value", "drop (points)", "budget (points)", "status"]
+    metrics = _table(headers, rows) if rows else "<p>No labels in the data: no task metric was computed.</p>"
+    return "<section><h2>Task metrics on your data</h2>" + data + metrics + "".join(control) + "</section>"
 
 
 def _divergence_svg(found) -> str:

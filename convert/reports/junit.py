@@ -19,7 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from convert.reports.model import ArtifactRecord, BaselineDelta, BudgetResult, Check, GateReason, Report, Stage, Verdict
+from convert.reports.model import ArtifactRecord, BaselineDelta, BudgetResult, Check, GateReason, Report, Stage, TaskMetric, Verdict
 from convert.safety import atomic_write_text
 from convert.text import first_line
 
@@ -58,6 +58,9 @@ def _validation_suite(report: Report) -> ET.Element:
         shown.update((build_name, f"validate:{key}"))
         if artifact.checks:
             cases += [_check_case(f"convert.{key}", check, not_chosen, _divergence_of(artifact, check)) for check in artifact.checks]
+            cases += [
+                _task_case(f"convert.{key}.task", check, m, not_chosen) for check in artifact.task_checks() for m in check.task.metrics
+            ]
         else:
             cases.append(_unvalidated_case(f"convert.{key}", artifact, stages.get(build_name), stages.get(f"validate:{key}"), not_chosen))
     for stage in report.stages:
@@ -89,6 +92,18 @@ def _divergence_of(artifact: ArtifactRecord, check: Check) -> str:
     return "\n".join(
         ["where it diverged: " + found.describe(), *(["sensitivity: " + artifact.sensitivity.describe()] if artifact.sensitivity else [])]
     )
+
+
+def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: bool) -> ET.Element:
+    """One task metric on the labelled data: a failure when its drop is over its budget."""
+    case = _testcase(classname, f"{metric.name} on {check.runtime} on {check.device}" + NOT_CHOSEN * not_chosen)
+    text = f"source {metric.source:.6f}, artifact {metric.artifact:.6f}, drop {metric.drop * 100:+.3f} points" + (
+        f", budget {metric.budget * 100:.3f} points" if metric.budget is not None else ", not budgeted"
+    )
+    if metric.status == "failed":
+        return _failed(case, not_chosen, f"{metric.name} dropped {metric.drop * 100:.2f} points, over the budget", "TaskMetricDrop", text)
+    ET.SubElement(case, "system-out").text = _xml(text)
+    return case
 
 
 def _check_case(classname: str, check: Check, not_chosen: bool, divergence: str = "") -> ET.Element:

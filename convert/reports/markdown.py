@@ -33,7 +33,7 @@ MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]<>|&~])")
 
 
 def render_markdown(report: Report) -> str:
-    sections = [_heading(report), _bullets(report), _checks(report), _benchmarks(report)]
+    sections = [_heading(report), _bullets(report), _checks(report), _task_metrics(report), _benchmarks(report)]
     if report.gate is not None:
         sections += [_budgets(report.gate), _deltas(report.gate)]
     sections.append(_environment(report))
@@ -149,6 +149,44 @@ def _worst_output(check: Check) -> OutputMetrics | None:
         return output.status == "failed", output.nan_count + output.inf_count > 0, error
 
     return max(check.outputs, key=badness, default=None)
+
+
+def _task_metrics(report: Report) -> str:
+    """The datasets used and each artifact's task metrics beside the source's, with their budgets."""
+    if not report.data:
+        return ""
+    used = [f"{d.role}: `{_cell(d.path)}` ({d.kind}, {len(d.used)} of {d.size} samples, sha256 `{d.sha256[:12]}`)" for d in report.data]
+    rows = [
+        (
+            m.status,
+            [
+                _cell(artifact.key),
+                _cell(f"{check.runtime} on {check.device}"),
+                m.name,
+                f"{m.source:.4f}",
+                f"{m.artifact:.4f}",
+                f"{m.drop * 100:+.2f}",
+                "" if m.budget is None else f"≤ {m.budget * 100:.2f}",
+                m.status,
+            ],
+        )
+        for artifact in report.artifacts
+        for check in artifact.task_checks()
+        for m in check.task.metrics
+    ]
+    control = [f"{_cell(a.key)}: {_cell(a.accuracy_control.describe(), BULLET_LIMIT)}" for a in report.artifacts if a.accuracy_control]
+    header = ["artifact", "where", "metric", "source", "artifact", "drop (points)", "budget", "status"]
+    return "\n\n".join(
+        filter(
+            None,
+            [
+                "**Task metrics on your data**",
+                "\n".join(f"- {line}" for line in used),
+                _capped_table(header, rows, "task metrics") if rows else "",
+                "\n".join(f"- {line}" for line in control),
+            ],
+        )
+    )
 
 
 def _benchmarks(report: Report) -> str:

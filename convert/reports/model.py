@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"
 
 
 class DeclaredShapeMismatch(BaseModel):
