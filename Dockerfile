@@ -17,7 +17,7 @@ WORKDIR /opt/model-convert
 COPY pyproject.toml constraints.txt README.md ./
 COPY convert ./convert
 COPY validators ./validators
-RUN python3 -m pip install -c constraints.txt ".[torch,openvino,optimize,tensorrt]" "tensorrt>=10,<11" "cuda-python>=12,<13" \
+RUN python3 -m pip install -c constraints.txt ".[torch,openvino,optimize,data,tensorrt]" "tensorrt>=10,<11" "cuda-python>=12,<13" \
     && python3 -m pip uninstall -y onnxruntime \
     && python3 -m pip install -c constraints.txt onnxruntime-gpu
 WORKDIR /work
