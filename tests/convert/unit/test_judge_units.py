@@ -345,3 +345,25 @@ def test_an_artifact_the_baseline_lacks_is_not_compared():
     assert verdict.promoted
     [delta] = verdict.baseline.deltas
     assert delta.status == "not_compared" and delta.reason == "the baseline has no such artifact"
+
+
+def _task_check(drop: float) -> rm.Check:
+    """A check on labelled --data whose top-1 accuracy fell by ``drop`` from the source's 0.95."""
+    metric = rm.TaskMetric(name="top1", source=0.95, artifact=0.95 - drop, drop=drop)
+    return _check(shape="data", task=rm.TaskResult(output="y", samples=200, metrics=[metric]))
+
+
+def test_a_task_drop_budget_in_the_policy_judges_the_worst_drop():
+    record = _artifact(checks=[_check(), _task_check(0.02)])
+    verdict = judge(_report(record), _policy(budgets={"onnx": {"accuracy": "task_top1_drop<=1%"}}))
+    assert codes(verdict) == ["budget"]
+    [result] = verdict.budgets
+    assert (result.metric, result.value, result.limit, result.shape, result.status) == ("task_top1_drop", 0.02, "<=0.01", "data", "failed")
+    assert judge(_report(_artifact(checks=[_task_check(0.005)])), _policy(budgets={"onnx": {"accuracy": "task_top1_drop<=1%"}})).promoted
+
+
+def test_a_task_drop_grown_beyond_the_allowance_is_a_regression():
+    baseline = _report(_artifact(checks=[_task_check(0.0)]))
+    assert judge(_report(_artifact(checks=[_task_check(0.004)])), _policy(), baseline=baseline).promoted  # within half a point
+    verdict = judge(_report(_artifact(checks=[_task_check(0.02)])), _policy(), baseline=baseline)
+    assert codes(verdict) == ["regression"] and "task_top1_drop 0 → 0.02" in verdict.reasons[0].message
