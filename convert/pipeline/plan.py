@@ -58,6 +58,7 @@ def plan(request: ConvertRequest) -> Plan:
             f"the stage timeout must be a positive number of seconds, not {request.stage_timeout}",
             f"Leave it out for {DEFAULT_STAGE_TIMEOUT:g} s.",
         )
+    check_data_options(request, policy)
     settings = BenchmarkSettings(**{k: v for k, v in (("threads", request.threads), ("batch", request.benchmark_batch)) if v})
     example = request.example_inputs
     if isinstance(example, (str, os.PathLike)):
@@ -71,6 +72,27 @@ def plan(request: ConvertRequest) -> Plan:
     refuse_writes_to_inputs([*writes(out_dir, finals, report_path), *request.writes], [*reads(request), *request.reads])
     refuse_existing([*finals.values(), report_path], request.force)  # again under the output lock, before writing
     return Plan(targets, optimizations, auto, specs, dim_sizes, shape_ranges, policy, settings, example, out_dir, name, report_path, finals)
+
+
+def check_data_options(request: ConvertRequest, policy: TolerancePolicy) -> None:
+    """Refuse what the data options cannot do before any work: a user metric without --trust-code, a task metric
+    without data, fewer than one sample, an unreadable --columns or --preprocess."""
+    from convert.datasets import parse_columns, parse_preprocess
+
+    parse_columns(request.columns)
+    parse_preprocess(request.preprocess)
+    if request.data_samples < 1:
+        raise ConvertError("--data-samples must be at least 1", "Leave it out for up to 500 samples.")
+    if request.metric and not request.trust_code:
+        raise ConvertError(
+            f"--metric {request.metric} runs your code, and that needs --trust-code",
+            "Add --trust-code (model.trust_code in a policy) if you trust the metric's module.",
+        )
+    if (policy.task_budget or request.metric) and request.data is None:
+        raise ConvertError(
+            "a task metric is asked for (an --accuracy task_..._drop budget or --metric) but no --data gives labelled samples",
+            "Add --data with labels: an array or column named label, or an image folder of class folders.",
+        )
 
 
 def check_targets(targets) -> list[str]:

@@ -262,7 +262,7 @@ BAD_INPUTS = [
             _npz(f, "calib.npz", x=np.zeros((2, 3, 8, 8), np.float32)),
         ],
         2,
-        ("calib.npz does not fit the model", "one array per input"),
+        ("calib.npz does not fit the model", "arrays by input name"),
     ),
     Bad(
         "a float among the outputs",

@@ -43,43 +43,6 @@ def _task(artifact: dict) -> dict[str, dict]:
 
 def test_accuracy_control_meets_a_drop_budget_that_plain_int8_misses(made, tmp_path):
     out = tmp_path / "out"
-    run = run_cli(
-        str(made["sensitive"]),
-        "--to",
-        "onnx",
-        "--optimize",
-        "int8,openvino:int8",
-        "--data",
-        str(made["npz"]),
-        "--calibration-data",
-        str(made["npz_folder"]),
-        "--data-samples",
-        "128",
-        "--accuracy",
-        "task_top1_drop<=1%",
-        "--out",
-        str(out),
-    )
-    assert run.returncode == 0, run.output
-    report = load_report(out / "report.json")
-    validation, calibration = report["data"]
-    assert (validation["role"], validation["kind"], validation["size"], len(validation["used"])) == ("validation", "npz", 256, 128)
-    assert (calibration["role"], calibration["kind"]) == ("calibration", "npz-folder")
-    assert validation["source_task"]["top1"] > 0.9  # the model learnt its task: accuracy means something
-    artifacts = {a["optimization"] or a["format"]: a for a in report["artifacts"]}
-    for name, method in (("int8", "ONNX Runtime"), ("openvino:int8", "NNCF")):
-        control = artifacts[name]["accuracy_control"]
-        assert control["method"].startswith(method) and control["status"] == "met", control
-        assert control["plain_drop"] > 0.05 and control["drop"] <= 0.01 and control["kept_fp32"]
-        top1 = _task(artifacts[name])["top1"]
-        assert top1["drop"] <= 0.01 and top1["status"] == "passed" and top1["budget"] == 0.01
-        assert f"{name}: {control['method']}: kept" in run.stdout
-    assert "task int8 onnxruntime cpu passed top1" in run.stdout
-    assert artifacts["int8"]["accuracy_control"]["kept_fp32"][0] in artifacts["int8"]["accuracy_control"]["reason"]
-
-
-def test_an_image_folder_judges_int8_by_its_accuracy_drop(made, tmp_path):
-    out = tmp_path / "out"
     metric = tmp_path / "metric.py"
     metric.write_text(
         "import numpy as np\n"
@@ -88,21 +51,47 @@ def test_an_image_folder_judges_int8_by_its_accuracy_drop(made, tmp_path):
         "    truth = np.concatenate(labels)\n"
         "    return float(np.mean([(predicted[truth == c] == c).mean() for c in np.unique(truth)]))\n"
     )
-    args = [str(made["classifier"]), "--to", "onnx", "--optimize", "int8", "--data", str(made["images"]), "--preprocess", PREPROCESS]
-    refused = run_cli(*args, "--metric", f"{metric}:balanced_accuracy", "--out", str(tmp_path / "refused"))
-    assert refused.returncode == 2 and "--trust-code" in refused.stderr and "Traceback" not in refused.output
-
-    run = run_cli(*args, "--metric", f"{metric}:balanced_accuracy", "--trust-code", "--accuracy", "task_top1_drop<=2%", "--out", str(out))
+    run = run_cli(
+        str(made["sensitive"]),
+        "--to",
+        "onnx",
+        "--optimize",
+        "int8,openvino:int8",
+        "--data",
+        str(made["images"]),
+        "--preprocess",
+        PREPROCESS,
+        "--calibration-data",
+        str(made["npz_folder"]),
+        "--data-samples",
+        "128",
+        "--metric",
+        f"{metric}:balanced_accuracy",
+        "--trust-code",
+        "--accuracy",
+        "task_top1_drop<=2%",
+        "--out",
+        str(out),
+    )
     assert run.returncode == 0, run.output
     report = load_report(out / "report.json")
-    data = report["data"][0]
-    assert data["kind"] == "image-folder" and data["labelled"] and "4 classes" in data["detail"]
+    validation, calibration = report["data"]
+    assert (validation["role"], validation["kind"], validation["size"], len(validation["used"])) == ("validation", "image-folder", 256, 128)
+    assert "4 classes" in validation["detail"] and (calibration["role"], calibration["kind"]) == ("calibration", "npz-folder")
+    assert validation["source_task"]["top1"] > 0.9  # the model learnt its task: accuracy means something
     artifacts = {a["optimization"] or a["format"]: a for a in report["artifacts"]}
-    onnx_task, int8_task = _task(artifacts["onnx"]), _task(artifacts["int8"])
-    assert onnx_task["top1"]["source"] > 0.9 and abs(onnx_task["top1"]["drop"]) < 1e-9  # fp32 loses nothing
-    assert set(int8_task) == {"top1", "metric"} and int8_task["top1"]["drop"] <= 0.02 and int8_task["top1"]["status"] == "passed"
-    assert 0.9 < int8_task["metric"]["source"] <= 1 and int8_task["metric"]["status"] == "not-budgeted"
-    assert artifacts["int8"]["accuracy_control"]["status"] == "not-needed"
+    onnx_task = _task(artifacts["onnx"])
+    assert set(onnx_task) == {"top1", "metric"} and abs(onnx_task["top1"]["drop"]) < 1e-9  # fp32 loses nothing
+    assert 0.9 < onnx_task["metric"]["source"] <= 1 and onnx_task["metric"]["status"] == "not-budgeted"
+    for name, method in (("int8", "ONNX Runtime"), ("openvino:int8", "NNCF")):
+        control = artifacts[name]["accuracy_control"]
+        assert control["method"].startswith(method) and control["status"] == "met", control
+        assert control["plain_drop"] > 0.05 and control["drop"] <= 0.02 and control["kept_fp32"]
+        top1 = _task(artifacts[name])["top1"]
+        assert top1["drop"] <= 0.02 and top1["status"] == "passed" and top1["budget"] == 0.02
+        assert f"{name}: {control['method']}: kept" in run.stdout
+    assert "task int8 onnxruntime cpu passed top1" in run.stdout
+    assert artifacts["int8"]["accuracy_control"]["kept_fp32"][0] in artifacts["int8"]["accuracy_control"]["reason"]
     xml = render_junit(Report.from_json((out / "report.json").read_text()))  # a test case per task metric
     assert 'classname="convert.int8.task" name="top1 on onnxruntime on cpu"' in xml
 
@@ -137,7 +126,15 @@ def test_a_text_classifier_validates_on_a_datasets_folder_of_varying_lengths(mad
     assert check["status"] == "passed" and check["samples"] == 128
 
 
-def test_a_task_budget_without_labelled_data_is_a_clear_error(made, tmp_path):
-    run = run_cli(str(made["classifier"]), "--to", "onnx", "--accuracy", "task_top1_drop<=1%", "--out", str(tmp_path / "out"))
-    assert run.returncode == 2 and "no --data gives labelled samples" in run.stderr and "Traceback" not in run.output
-    assert not (tmp_path / "out" / "image_classifier.onnx").exists()
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--accuracy", "task_top1_drop<=1%"], "no --data gives labelled samples"),
+        (["--data", "samples.npz", "--metric", "metric.py:f"], "needs --trust-code"),
+        (["--data", "samples.npz", "--data-samples", "0"], "--data-samples must be at least 1"),
+    ],
+)
+def test_data_options_that_cannot_work_are_refused_before_any_work(made, tmp_path, args, message):
+    run = run_cli(str(made["classifier"]), "--to", "onnx", *args, "--out", str(tmp_path / "out"), cwd=made["npz"].parent)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.output
+    assert not (tmp_path / "out").exists()
