@@ -64,6 +64,8 @@ def parse_preprocess(text: str | None) -> ImagePreprocess | None:
             if key == "size":
                 height, _, width = raw.lower().partition("x")
                 values["size"] = (int(height), int(width or height))
+                if min(values["size"]) < 1:
+                    raise ValueError
             elif key in ("mean", "std"):
                 values[key] = tuple(float(v) for v in raw.split(","))
                 if key == "std" and not all(v > 0 for v in values[key]):
@@ -166,6 +168,12 @@ def _label_key(names, columns: dict[str, str]) -> str | None:
     return next((name for name in LABEL_NAMES if name in names), None)
 
 
+def _require_label(columns: dict[str, str], labelled: bool, where: Path) -> None:
+    """--columns label=NAME names a column the data must have."""
+    if LABEL_KEY in columns and not labelled:
+        raise ConvertError(f"{where} has no column or array {columns[LABEL_KEY]} for the labels", "Check --columns label=NAME.")
+
+
 def _labels(value, where: str) -> np.ndarray:
     labels = np.asarray(value)
     if not np.issubdtype(labels.dtype, np.integer):
@@ -185,8 +193,12 @@ class _NpzFiles(Dataset):
         if files[0].suffix == ".npy" and len(specs) != 1:
             raise ConvertError(f"{files[0]} is one array, and the model takes {len(specs)} inputs", DATA_HINT)
         if files[0].suffix == ".npz":
-            with np.load(files[0], allow_pickle=False) as first:
-                dataset.labelled = _label_key(first.files, columns) is not None
+            try:
+                with np.load(files[0], allow_pickle=False) as first:
+                    dataset.labelled = _label_key(first.files, columns) is not None
+            except (ValueError, OSError, zipfile.BadZipFile) as exc:
+                raise ConvertError(f"cannot read {files[0]} as arrays ({exc})", DATA_HINT) from exc
+            _require_label(columns, dataset.labelled, files[0])
         return dataset
 
     def read(self, indices: list[int]) -> Iterator[Sample]:
@@ -206,6 +218,7 @@ class _NpzFiles(Dataset):
                         )
                     feed = {s.name: arrays[self.column(s.name)] for s in self.specs}
                     labels = _labels(arrays[label], file.name) if label else None
+                    labels = labels[None] if labels is not None and not labels.ndim else labels
             except (ValueError, OSError, zipfile.BadZipFile) as exc:
                 raise ConvertError(f"cannot read {file} as arrays ({exc})", DATA_HINT) from exc
             yield self.checked(Sample(index, feed, labels))
@@ -237,6 +250,7 @@ class _NpzRows(Dataset):
                 )
             members[spec.name] = name
         label = _label_key(names, columns)
+        _require_label(columns, bool(label), path)
         if label:
             members[LABEL_KEY] = label
         counts = {name: headers[member][0][0] if headers[member][0] else 0 for name, member in members.items()}
@@ -255,10 +269,11 @@ class _NpzRows(Dataset):
             streams = {name: _RowStream(archive, f"{member}.npy") for name, member in self.members.items()}
             for index in indices:
                 rows = {name: stream.row(index) for name, stream in streams.items()}
-                feed = {n: row if row.ndim == ranks[n] else row[None] for n, row in rows.items() if n != LABEL_KEY}
+                batched = any(rows[n].ndim < ranks[n] for n in ranks)  # rows of the input's rank less one: a batch of one
+                feed = {n: row[None] if row.ndim < ranks[n] else row for n, row in rows.items() if n != LABEL_KEY}
                 label = rows.get(LABEL_KEY)
                 if label is not None:
-                    label = _labels(label if label.ndim else label[None], self.path.name)
+                    label = _labels(label[None] if batched or not label.ndim else label, self.path.name)
                 yield self.checked(Sample(index, feed, label))
 
 
@@ -287,10 +302,18 @@ class _RowStream:
         self.next = 0
 
     def row(self, index: int) -> np.ndarray:
-        skip = (index - self.next) * self.row_bytes
-        while skip > 0:  # read and dropped in bounded pieces
-            skip -= len(self.stream.read(min(skip, 1 << 24)))
-        data = self.stream.read(self.row_bytes)
+        try:
+            skip = (index - self.next) * self.row_bytes
+            while skip > 0:  # read and dropped in bounded pieces
+                piece = self.stream.read(min(skip, 1 << 24))
+                if not piece:
+                    break
+                skip -= len(piece)
+            data = self.stream.read(self.row_bytes)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise ConvertError(f"cannot read row {index} of {self.stream.name} ({exc})", DATA_HINT) from exc
+        if skip > 0 or len(data) != self.row_bytes:
+            raise ConvertError(f"{self.stream.name} ends before its row {index}: the archive is truncated", DATA_HINT)
         self.next = index + 1
         return np.frombuffer(data, self.dtype).reshape(self.row_shape).copy()
 
@@ -309,7 +332,10 @@ class _HuggingFaceRows(Dataset):
                 f"{path} is a Hugging Face datasets folder, and the datasets package is not installed",
                 "pip install 'model-convert[data]'",
             ) from None
-        table = datasets.load_from_disk(str(path))
+        try:
+            table = datasets.load_from_disk(str(path))
+        except Exception as exc:  # the library's own errors for a folder it cannot read (KeyError, FileNotFoundError...)
+            raise ConvertError(f"cannot read {path} as a datasets folder ({type(exc).__name__}: {exc})", DATA_HINT) from exc
         names = table.column_names
         missing = [s.name for s in specs if columns.get(s.name, s.name) not in names]
         if missing:
@@ -318,6 +344,7 @@ class _HuggingFaceRows(Dataset):
                 f"Map columns to inputs with --columns, e.g. --columns {missing[0]}={names[0]}.",
             )
         label = _label_key(names, columns)
+        _require_label(columns, bool(label), path)
         used = {s.name: columns.get(s.name, s.name) for s in specs} | ({LABEL_KEY: label} if label else {})
         dataset = cls(path, "hf-datasets", table.num_rows, specs, columns, labelled=bool(label))
         dataset.detail = ", ".join(f"{name}←{column}" for name, column in used.items())
@@ -330,19 +357,22 @@ class _HuggingFaceRows(Dataset):
             row = self.table[index]
             feed = {}
             for spec in self.specs:
-                value = np.asarray(row[self.column(spec.name)])
+                try:
+                    value = np.asarray(row[self.column(spec.name)])
+                except ValueError as exc:  # a ragged nested column
+                    raise ConvertError(f"row {index} of {self.path}: column {self.column(spec.name)} is ragged ({exc})", DATA_HINT) from exc
                 if value.dtype.kind not in "biuf" or not np.can_cast(value.dtype, spec.dtype, "same_kind"):
                     raise ConvertError(
                         f"row {index} of {self.path}: column {self.column(spec.name)} holds {value.dtype}, and the input "
                         f"{spec.name} takes {spec.dtype}",
                         "Map the input to a numeric column with --columns INPUT=COLUMN.",
                     )
-                value = value.astype(spec.dtype)
-                feed[spec.name] = value[None] if value.ndim == len(spec.dims) - 1 else value
+                batched = value.ndim == len(spec.dims) - 1  # a row is one sample: given a batch axis of one
+                feed[spec.name] = value.astype(spec.dtype)[None] if batched else value.astype(spec.dtype)
             labels = None
             if label:
                 labels = _labels(row[label], f"row {index} of {self.path.name}")
-                labels = labels[None] if labels.ndim == feed[self.specs[0].name].ndim - 2 or not labels.ndim else labels
+                labels = labels[None] if batched or not labels.ndim else labels
             yield self.checked(Sample(index, feed, labels))
 
 
@@ -361,6 +391,17 @@ class _ImageFolder(Dataset):
             )
         spec = specs[0]
         layout = preprocess.layout or ("NHWC" if spec.dims[-1] in (1, 3) and spec.dims[1] not in (1, 3) else "NCHW")
+        channels = spec.dims[1] if layout == "NCHW" else spec.dims[-1]
+        if channels not in (1, 3) or not np.issubdtype(np.dtype(spec.dtype), np.floating):
+            raise ConvertError(
+                f"the input spec {spec} is not a float image of 1 or 3 channels in {layout} layout",
+                'Give the layout with --preprocess "layout=NHWC" (or NCHW), or the data as .npz files.',
+            )
+        for name, values in (("mean", preprocess.mean), ("std", preprocess.std)):
+            if len(values) not in (1, channels):
+                raise ConvertError(
+                    f"--preprocess gives {len(values)} {name} values for an image of {channels} channels", f"Give 1 or {channels}."
+                )
         spatial = spec.dims[2:] if layout == "NCHW" else spec.dims[1:3]
         size = preprocess.size or (tuple(spatial) if all(isinstance(d, int) for d in spatial) else None)
         if size is None:

@@ -531,7 +531,8 @@ def _worst_errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], 
                         worst[slot] = value
         for task in check.task.metrics if check.task else []:
             slot = (f"task_{task.name}_drop", check.task.output, check.runtime, check.device)
-            worst[slot] = max(worst.get(slot, task.drop), task.drop)
+            if slot not in worst or _worse(task.drop, worst[slot], larger_better=False):
+                worst[slot] = task.drop
     return worst
 
 

@@ -133,6 +133,12 @@ def checks_on(
                             failing.append(f"a task budget was given and {check.task.describe()}")
                     if failing:
                         check.status, check.reason = "failed", "; ".join(failing)
+            if case.labels is not None and policy.task_budget and check.task is None and check.status == "skipped":
+                # the task budget replaced the default budget of reduced precision: a data check that cannot run fails
+                check.status, check.reason = (
+                    "failed",
+                    f"a task budget judges this artifact and its data check could not run: {check.reason}",
+                )
             check.seconds = round(time.perf_counter() - started, 3)
             checks.append(check)
     finally:

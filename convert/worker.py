@@ -120,6 +120,8 @@ class Session:
         except ConvertError:
             raise
         except Exception as exc:
+            if metric is None:
+                raise
             raise ConvertError(
                 f"the metric {metric} raised {type(exc).__name__}: {exc}", "It is called as function(outputs, labels): fix it."
             ) from exc

@@ -14,13 +14,6 @@ import numpy as np
 
 IGNORED_LABEL = -100  # the label of a position no metric scores (padding), as Hugging Face's losses ignore it
 TOP_K = 5
-NAMES = {
-    "top1": "top-1 accuracy",
-    "top5": "top-5 accuracy",
-    "token_accuracy": "token accuracy",
-    "exact_match": "exact match",
-    "metric": "your metric",
-}
 
 
 class TaskMetricError(ValueError):
@@ -28,11 +21,17 @@ class TaskMetricError(ValueError):
 
 
 def scored_output(outputs: dict[str, np.ndarray], labels: np.ndarray) -> str:
-    """The output the labels score: floating point, shaped as the labels plus one class axis."""
-    for name, value in outputs.items():
-        value = np.asarray(value)
-        if np.issubdtype(value.dtype, np.floating) and value.ndim == labels.ndim + 1 and value.shape[:-1] == labels.shape:
-            return name
+    """The output the labels score: floating point, shaped as the labels plus one class axis; one named like logits
+    first (a pooled embedding can have that shape too)."""
+    fitting = [
+        name
+        for name, value in outputs.items()
+        if np.issubdtype(np.asarray(value).dtype, np.floating)
+        and np.ndim(value) == labels.ndim + 1
+        and np.shape(value)[:-1] == labels.shape
+    ]
+    if fitting:
+        return next((name for name in fitting if "logit" in name.lower()), fitting[0])
     shapes = ", ".join(f"{n} {list(np.shape(v))}" for n, v in outputs.items())
     raise TaskMetricError(f"no output has the labels' shape {list(labels.shape)} plus a class axis (outputs: {shapes})")
 

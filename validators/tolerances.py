@@ -82,10 +82,11 @@ class TolerancePolicy:
         self.given = (tuple(overrides), tuple(accuracy))  # what the user asked for (the stage cache keys on it)
         self._tolerances = _Overrides(overrides, _parse_override, "--tolerance")
         self._budgets = _Overrides(accuracy, parse_budget, "--accuracy")
-        self.task_budget: dict[str, float] = {}  # task_METRIC_drop → the largest drop allowed (every artifact)
-        for metric in TASK_BUDGET_METRICS:
-            if metric in self._budgets.all:
+        self.task_budget: dict[str, float] = {}  # task_METRIC_drop → the largest drop allowed, in the order given
+        for metric in list(self._budgets.all):
+            if metric in TASK_BUDGET_METRICS:
                 self.task_budget[metric] = self._budgets.all.pop(metric)[1]
+        self.task_output: str | None = None  # the output the labels score (set once the data is read)
 
     def for_output(self, name: str, precision: str = "fp32") -> Tolerance:
         base = default_tolerance(precision)
@@ -93,10 +94,12 @@ class TolerancePolicy:
         source = self._tolerances.source(name, base.source)
         if precision not in BUDGET_DEFAULTS:
             return Tolerance(values["atol"], values["rtol"], source)
-        # a task budget judges reduced precision by what the task loses: the default budget no longer applies
-        bounds = {**({} if self.task_budget else BUDGET_DEFAULTS[precision]), **self._budgets.for_output(name)}
+        # a task budget judges the scored output of reduced precision by what the task loses: its default budget no
+        # longer applies (the other outputs keep theirs)
+        by_task = bool(self.task_budget) and name == self.task_output
+        bounds = {**({} if by_task else BUDGET_DEFAULTS[precision]), **self._budgets.for_output(name)}
         budget = tuple((metric, op, bound) for metric, (op, bound) in bounds.items())
-        default = "the task metrics' drop" if self.task_budget else f"default {precision}"
+        default = "the task metrics' drop" if by_task else f"default {precision}"
         return Tolerance(values["atol"], values["rtol"], source, budget, self._budgets.source(name, default), elementwise=bool(budget))
 
     def unknown_outputs(self, outputs: tuple[str, ...] | list[str]) -> list[str]:

@@ -7,7 +7,9 @@ makes them quantizable, so every INT8 pass starts from a pre-processed copy.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import tempfile
 from pathlib import Path
 
 from convert.artifacts import Artifact
@@ -21,17 +23,20 @@ def _quantize_from(job: OptimizeJob, path: Path, preprocess: bool, quantize) -> 
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     external_data = len(job.base.files) > 1
-    model = path.with_name(f".{path.name}.pre.onnx") if preprocess else job.base.path
+    model = (path.with_name(f".{path.name}.pre.onnx") if preprocess else job.base.path).resolve()
     try:
         if preprocess:
-            quant_pre_process(
-                str(job.base.path),
-                str(model),
-                skip_symbolic_shape=False,
-                save_as_external_data=external_data,
-                all_tensors_to_one_file=True,
-                external_data_location=f"{model.name}.data",
-            )
+            # an incomplete symbolic shape inference saves sym_shape_infer_temp.onnx and its data into the working
+            # folder before raising: a scratch folder of its own, never the user's
+            with tempfile.TemporaryDirectory(dir=model.parent) as scratch, contextlib.chdir(scratch):
+                quant_pre_process(
+                    str(job.base.path.resolve()),
+                    str(model),
+                    skip_symbolic_shape=False,
+                    save_as_external_data=external_data,
+                    all_tensors_to_one_file=True,
+                    external_data_location=f"{model.name}.data",
+                )
             gc.collect()  # quant_pre_process leaves its copy of the model in reference cycles: free it before quantizing
         quantize(str(model), external_data)
     finally:

@@ -105,6 +105,7 @@ def _accuracy_controlled(model, plain, calibration, names: list[str], job: Optim
     if record["plain_drop"] <= task.max_drop:
         reason = f"plain INT8 drops {task.metric} by {record['plain_drop'] * 100:.2f} points, within the budget"
         return plain, {**record, "status": "not-needed", "reason": reason, "drop": record["plain_drop"]}
+    advanced = {"advanced_quantization_parameters": settings["advanced_parameters"]} if "advanced_parameters" in settings else {}
     controlled = nncf.quantize_with_accuracy_control(
         model,
         calibration,
@@ -112,7 +113,8 @@ def _accuracy_controlled(model, plain, calibration, names: list[str], job: Optim
         lambda compiled, items: task.score(outputs_of(compiled, [feed for feed, _ in items]), [label for _, label in items]),
         max_drop=task.max_drop,
         drop_type=nncf.DropType.ABSOLUTE,
-        **settings,
+        **{key: value for key, value in settings.items() if key != "advanced_parameters"},
+        **advanced,
     )
     drop = drop_of(controlled)
     kept = sorted(_quantized_ops(plain) - _quantized_ops(controlled))

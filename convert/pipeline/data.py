@@ -82,7 +82,7 @@ def data_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase | None:
     if record.labelled:
         case.labels = [sample.label for sample in samples]
         case.task = _source_task(ctx, case)
-        record.task_output = case.task.output
+        record.task_output = ctx.policy.task_output = case.task.output
         record.source_task = {m.name: m.source for m in case.task.metrics}
     elif policy.task_budget or request.metric:
         raise ConvertError(

@@ -128,9 +128,11 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
         plain_drop=max(drops, default=None),
     )
     record.accuracy_control = control
-    if not drops or max(drops) <= task.max_drop:
-        control.status, control.drop = "not-needed", control.plain_drop
-        control.reason = "plain INT8 meets the budget" if drops else "no check on the labelled data ran"
+    if not drops:
+        control.status, control.reason = "skipped", "no check on the labelled data ran"
+        return artifact
+    if max(drops) <= task.max_drop:
+        control.status, control.drop, control.reason = "not-needed", control.plain_drop, "plain INT8 meets the budget"
         return artifact
     data = next(case for case in ctx.cases if case.labels is not None)
     found = diagnosis(

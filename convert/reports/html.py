@@ -470,7 +470,10 @@ def _task_section(report: Report) -> str:
     ]
     control = [f"<p><strong>{_e(a.key)}</strong>: {_e(a.accuracy_control.describe())}</p>" for a in report.artifacts if a.accuracy_control]
     headers = ["artifact", "runtime · device", "metric", "source", "artifact value", "drop (points)", "budget (points)", "status"]
-    metrics = _table(headers, rows) if rows else "<p>No labels in the data: no task metric was computed.</p>"
+    reasons = sorted({c.task.reason for a in report.artifacts for c in a.task_checks() if c.task.reason})
+    metrics = (
+        _table(headers, rows) if rows else f"<p>No task metric was computed: {_e('; '.join(reasons) or 'the data has no labels')}.</p>"
+    )
     return "<section><h2>Task metrics on your data</h2>" + data + metrics + "".join(control) + "</section>"
 
 

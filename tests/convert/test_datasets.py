@@ -86,6 +86,23 @@ def test_a_datasets_folder_maps_columns_and_keeps_each_row_its_own_length(tmp_pa
     assert "splits/train" in refused.value.paragraph()
 
 
+def test_token_labels_get_the_batch_axis_their_inputs_get(tmp_path):
+    import datasets
+
+    ids = np.arange(12, dtype=np.int64).reshape(2, 6)
+    np.savez(tmp_path / "rows.npz", input_ids=ids, attention_mask=np.ones_like(ids), label=ids + 1)
+    [row] = open_dataset(tmp_path / "rows.npz", TEXT_SPECS).read([1])
+    assert row.feed["input_ids"].shape == row.label.shape == (1, 6) and row.label.tolist() == [list(range(7, 13))]
+    datasets.Dataset.from_dict({"input_ids": ids.tolist(), "attention_mask": ids.tolist(), "labels": (ids + 1).tolist()}).save_to_disk(
+        tmp_path / "tokens"
+    )
+    [row] = open_dataset(tmp_path / "tokens", TEXT_SPECS).read([0])
+    assert row.feed["input_ids"].shape == row.label.shape == (1, 6)
+    np.savez(tmp_path / "one.npz", x=np.zeros((1, 3, 8, 8), np.float32), label=np.int64(3))
+    [one] = open_dataset(tmp_path, IMAGE_SPECS).read([0])
+    assert one.label.tolist() == [3]
+
+
 def test_the_choice_of_samples_is_seeded_and_sorted():
     assert chosen_indices(10, None, 0) == list(range(10)) and chosen_indices(10, 20, 0) == list(range(10))
     chosen = chosen_indices(1000, 5, 3)
@@ -104,15 +121,32 @@ def test_the_choice_of_samples_is_seeded_and_sorted():
         (lambda p: np.savez(p / "d.npz", x=np.zeros((4, 3, 8, 8), np.float32), label=np.zeros(4, np.float32)), "not class or token ids"),
         (lambda p: (p / "d.npz").write_text("not a zip"), "cannot read"),
         (lambda p: (p / "d.npz").mkdir(), "holds no .npz files"),
+        (lambda p: _truncated(p / "d.npz"), "truncated"),
+        (lambda p: np.savez(p / "d.npz", x=np.zeros((4, 3, 8, 8), np.float32), target=np.zeros(4, np.int64)), "no column or array lbl"),
     ],
 )
 def test_bad_data_is_a_clear_error(tmp_path, make, message):
     make(tmp_path)
     with pytest.raises(ConvertError, match=message):
-        list(open_dataset(tmp_path / "d.npz", IMAGE_SPECS).read([0, 1]))
+        list(open_dataset(tmp_path / "d.npz", IMAGE_SPECS, {"label": "lbl"} if "lbl" in message else None).read([0, 3]))
 
 
-@pytest.mark.parametrize("text", ["size=abc", "std=0", "layout=CHW", "colour=1"])
+def _truncated(path: Path) -> None:
+    """An .npz whose x.npy member says 4 rows and holds 2 (stored, so the archive still opens)."""
+    header = {"descr": "<f4", "fortran_order": False, "shape": (4, 3, 8, 8)}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive, archive.open("x.npy", "w") as stream:
+        np.lib.format.write_array_header_2_0(stream, header)
+        stream.write(np.zeros((2, 3, 8, 8), np.float32).tobytes())
+
+
+def test_an_image_folder_refuses_a_preprocessing_that_does_not_fit_the_input(images):
+    with pytest.raises(ConvertError, match="2 mean values for an image of 3 channels"):
+        open_dataset(images[0], IMAGE_SPECS, preprocess=parse_preprocess("mean=0.5,0.5"))
+    with pytest.raises(ConvertError, match="not a float image"):
+        open_dataset(images[0], parse_input_specs(("x:uint8[B,3,8,8]",)))
+
+
+@pytest.mark.parametrize("text", ["size=abc", "size=0x4", "std=0", "layout=CHW", "colour=1"])
 def test_a_bad_preprocessing_spec_is_a_clear_error(text):
     with pytest.raises(ConvertError, match="cannot read the preprocessing spec"):
         parse_preprocess(text)
