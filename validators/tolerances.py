@@ -81,11 +81,11 @@ class TolerancePolicy:
     def __init__(self, overrides: list[str] | tuple[str, ...] = (), accuracy: list[str] | tuple[str, ...] = ()):
         self.given = (tuple(overrides), tuple(accuracy))  # what the user asked for (the stage cache keys on it)
         self._tolerances = _Overrides(overrides, _parse_override, "--tolerance")
-        self._budgets = _Overrides(accuracy, parse_budget, "--accuracy")
         self.task_budget: dict[str, float] = {}  # task_METRIC_drop → the largest drop allowed, in the order given
-        for metric in list(self._budgets.all):
-            if metric in TASK_BUDGET_METRICS:
-                self.task_budget[metric] = self._budgets.all.pop(metric)[1]
+        for text in accuracy:
+            self.task_budget.update({m: bound for m, (_, bound) in parse_budget(text)[1].items() if m in TASK_BUDGET_METRICS})
+        # the output budgets, from the texts without their task terms (a text of task terms only names no output's source)
+        self._budgets = _Overrides(list(filter(None, map(_without_task_terms, accuracy))), parse_budget, "--accuracy")
         self.task_output: str | None = None  # the output the labels score (set once the data is read)
 
     def for_output(self, name: str, precision: str = "fp32") -> Tolerance:
@@ -129,6 +129,13 @@ def parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
             )
         bounds[metric] = (op, bound)
     return output, bounds
+
+
+def _without_task_terms(text: str) -> str:
+    """A budget text without its task_..._drop terms ("" when it had only those); an output's budget has none."""
+    if ":" in text:
+        return text
+    return ",".join(item for item in text.split(",") if item.split("<")[0].split(">")[0].strip() not in TASK_BUDGET_METRICS)
 
 
 def _number(text: str) -> float | None:

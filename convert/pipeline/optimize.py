@@ -61,13 +61,15 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
         artifact = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, job), Session.optimize, name, job), record, stage)
     if artifact is None:
         return
+    validated = False
     if job.task is not None and name in TASK_CONTROLLED:
-        artifact = _excluded_until_the_task_holds(ctx, name, entry, job, artifact, record)
+        artifact, validated = _excluded_until_the_task_holds(ctx, name, entry, job, artifact, record)
     if candidate:
-        validate(ctx, name, artifact, record)
+        if not validated:
+            validate(ctx, name, artifact, record)
         ctx.candidates[name] = artifact
     else:
-        validate_and_publish(ctx, name, artifact, record)
+        validate_and_publish(ctx, name, artifact, record, validated)
         searched = record.accuracy_control is not None and record.accuracy_control.status in ("met", "not-met")
         if not record.passed and not searched:  # accuracy control has already ranked the nodes
             sensitivity(ctx, name, job, record)
@@ -112,7 +114,7 @@ def task_control(ctx: RunContext):
 def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artifact, record: rm.ArtifactRecord):
     """An ONNX Runtime INT8 artifact under a task-drop budget: where its drop misses the budget, its most sensitive
     nodes are kept in FP32, one more at a time, until the drop holds; that artifact replaces it (the report says
-    which nodes and why)."""
+    which nodes and why). Gives the artifact, and whether it has been validated already (the plain one kept)."""
     import glob
 
     from convert.pipeline.localize import diagnosis
@@ -130,10 +132,10 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
     record.accuracy_control = control
     if not drops:
         control.status, control.reason = "skipped", "no check on the labelled data ran"
-        return artifact
+        return artifact, True
     if max(drops) <= task.max_drop:
         control.status, control.drop, control.reason = "not-needed", control.plain_drop, "plain INT8 meets the budget"
-        return artifact
+        return artifact, True
     data = next(case for case in ctx.cases if case.labels is not None)
     found = diagnosis(
         ctx,
@@ -148,18 +150,18 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
     control.seconds, control.drop = found.seconds, found.drop
     if found.status != "found":
         control.status, control.reason = ("skipped" if found.status == "skipped" else "not-met"), found.reason
-        return artifact
+        return artifact, True
     kept = replace(job, keep_fp32=(*job.keep_fp32, *(glob.escape(node) for node in found.keep)))
     with ctx.stages.run(f"optimize:{name} (keeping {len(found.keep)} in FP32)") as stage:
         rebuilt = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, kept), Session.optimize, name, kept), record, stage)
     if rebuilt is None:
         control.status, control.reason = "not-met", "the pass failed with the nodes kept in FP32"
-        return artifact
+        return artifact, True
     control.status, control.kept_fp32 = "met", found.keep
     control.reason = (
         f"most sensitive first: {', '.join(f'{n} ({layer})' if layer else n for n, layer in zip(found.keep, found.keep_layers))}"
     )
-    return rebuilt
+    return rebuilt, False
 
 
 def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> None:

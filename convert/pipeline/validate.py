@@ -18,11 +18,13 @@ from convert.validators import TolerancePolicy
 from convert.worker import Session, StageCrashed
 
 
-def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
-    """Validate a staged artifact, then move it into place and record where it went; where a failing one diverged."""
+def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord, validated: bool = False) -> None:
+    """Validate a staged artifact (unless ``validated`` already), then move it into place and record where it went;
+    where a failing one diverged."""
     from convert.pipeline.localize import REPRODUCER_SUFFIX, localize
 
-    validate(ctx, key, artifact, record)
+    if not validated:
+        validate(ctx, key, artifact, record)
     publish(ctx, key, artifact, record)
     published = ctx.artifacts[key]
     reproducer = published.path.with_name(f"{published.path.name}{REPRODUCER_SUFFIX}")

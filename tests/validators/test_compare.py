@@ -107,3 +107,18 @@ def test_top5_agreement_counts_the_reference_class_among_the_artifacts_top_five(
     result = compare_outputs({"logits": expected}, {"logits": actual}, policy, "int8")[0]
     assert result.top5_agreement == pytest.approx(0.75) and result.top1_agreement == pytest.approx(0.25)
     assert result.status == "failed" and "top5 0.75 misses the budget top5>=0.8" in result.reason
+
+
+def test_a_task_budget_replaces_the_default_budget_of_the_scored_output_only():
+    policy = TolerancePolicy((), ["cosine>=0.99", "task_top1_drop<=1%,task_top5_drop<=0.5%"])
+    assert policy.task_budget == {"task_top1_drop": 0.01, "task_top5_drop": 0.005}
+    policy.task_output = "logits"
+    scored, other = policy.for_output("logits", "int8"), policy.for_output("pooled", "int8")
+    assert scored.budget == (("cosine", ">=", 0.99),) and other.budget == (("cosine", ">=", 0.99), ("rel_rms", "<=", 0.2))
+    assert scored.budget_source == other.budget_source == "--accuracy cosine>=0.99"  # not the text of task terms
+    # the scored output off by far: its rel_rms is not judged, the other output's is
+    expected, actual = np.ones((2, 4), np.float32), np.full((2, 4), 1.3, np.float32)
+    results = {
+        r.name: r for r in compare_outputs({"logits": expected, "pooled": expected}, {"logits": actual, "pooled": actual}, policy, "int8")
+    }
+    assert results["logits"].status == "passed" and results["pooled"].status == "failed" and "rel_rms" in results["pooled"].reason
