@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from convert.artifacts import Artifact
-from convert.backends.openvino import IR_NAME
+from convert.backends.openvino import F32_CPU, IR_NAME
 from convert.optimizers.base import OptimizeJob, Optimizer
 
 
@@ -99,7 +99,7 @@ def _accuracy_controlled(model, plain, calibration, names: list[str], job: Optim
         return found
 
     def drop_of(candidate) -> float:
-        return task.drop(outputs_of(core.compile_model(candidate, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}), task.feeds), task.labels)
+        return task.drop(outputs_of(core.compile_model(candidate, "CPU", F32_CPU), task.feeds), task.labels)
 
     record = {"method": "NNCF quantize_with_accuracy_control", "metric": task.metric, "budget": task.max_drop, "plain_drop": drop_of(plain)}
     if record["plain_drop"] <= task.max_drop:

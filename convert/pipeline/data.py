@@ -8,12 +8,13 @@ from pathlib import Path
 from convert.datasets import Sample, chosen_indices, open_dataset, parse_columns, parse_preprocess
 from convert.errors import ConvertError
 from convert.memory import GIB, available_bytes
-from convert.pipeline.context import RunContext, crashed
+from convert.pipeline.context import RunContext
+from convert.pipeline.reference import source_outputs
 from convert.reports import model as rm
 from convert.safety import sha256_files
 from convert.validation import ValidationCase
 from convert.validators import ShapeCase
-from convert.worker import Session, StageCrashed
+from convert.worker import Session
 
 DATA_CASE = "data"  # the label of the --data case's checks
 
@@ -57,20 +58,9 @@ def data_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase | None:
         return None
     samples, record = read_samples(ctx, Path(request.data), "validation")
     feeds = [sample.feed for sample in samples]
-    lookup = ctx.cache.find(f"reference data {record.sha256[:12]}", ctx.cache.source_packages, feeds)
-    if lookup.hit is not None:
-        arrays, names = lookup.hit.arrays(), lookup.hit.data["outputs"]
-        references, error = [{name: arrays[f"{i}/{name}"] for name in outputs} for i, outputs in enumerate(names)], lookup.hit.data["error"]
-    else:
-        try:
-            references, error = ctx.worker.call(Session.reference, feeds)
-        except StageCrashed as exc:
-            raise ConvertError(f"{crashed(stage, exc)} (the source model ran on the --data samples)", "Check the data's shapes.") from None
-        ctx.cache.keep(
-            lookup,
-            {"error": error, "outputs": [list(outputs) for outputs in references]},
-            arrays={f"{i}/{name}": value for i, outputs in enumerate(references) for name, value in outputs.items()},
-        )
+    references, error, _ = source_outputs(
+        ctx, stage, f"data {record.sha256[:12]}", feeds, "the source model ran on the --data samples", "Check the data's shapes."
+    )
     if error:
         failed = samples[len(references)]
         shapes = ", ".join(f"{n}{list(a.shape)}" for n, a in failed.feed.items())

@@ -11,7 +11,6 @@ from convert.cache import Lookup
 from convert.errors import ConvertError
 from convert.memory import GIB, check_fits, feed_bytes
 from convert.pipeline.context import RunContext, crashed
-from convert.pipeline.data import calibration_samples, data_case
 from convert.reports import model as rm
 from convert.validation import ValidationCase
 from convert.validators import ShapeCase, generate_feed, plan_shape_cases
@@ -22,7 +21,7 @@ CALIBRATION_SAMPLES = 16
 
 def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, ...]]) -> list[ValidationCase]:
     """Inputs for every shape case and the source's own outputs for them, computed once."""
-    source, request, worker, cache = ctx.source, ctx.request, ctx.worker, ctx.cache
+    source, request, worker = ctx.source, ctx.request, ctx.worker
     signature = source.signature
     unknown = [s for s in dim_sizes if s not in signature.symbols]
     if unknown:
@@ -52,22 +51,14 @@ def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, 
             else generate_feed(signature.inputs, shape.sizes, sample, request.seed)
             for sample in range(request.samples)
         ]
-        lookup = cache.find(f"reference {shape.describe()}", cache.source_packages, feeds)
-        if lookup.hit is not None:
-            case.references, error, case.reused = _cached_references(lookup), lookup.hit.data["error"], True
-        else:
-            try:
-                case.references, error = worker.call(Session.reference, feeds)
-            except StageCrashed as exc:
-                raise ConvertError(
-                    f"{crashed(stage, exc)} (the source model ran on inputs of shape {shape.describe()})",
-                    "Run the model on such inputs in a Python shell to see the crash; check the --input specs.",
-                ) from None
-            cache.keep(
-                lookup,
-                {"error": error, "outputs": [list(outputs) for outputs in case.references]},
-                arrays={f"{sample}/{name}": value for sample, outputs in enumerate(case.references) for name, value in outputs.items()},
-            )
+        case.references, error, case.reused = source_outputs(
+            ctx,
+            stage,
+            shape.describe(),
+            feeds,
+            f"the source model ran on inputs of shape {shape.describe()}",
+            "Run the model on such inputs in a Python shell to see the crash; check the --input specs.",
+        )
         case.feeds = feeds[: len(case.references)]
         if error and index == 0:
             raise ConvertError(
@@ -93,12 +84,35 @@ def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, 
             f"--tolerance names the output '{unknown_outputs[0]}', which the model does not have",
             f"The model's outputs are: {', '.join(outputs)}.",
         )
+    from convert.pipeline.data import data_case
+
     data = data_case(ctx, stage)
     if data is not None:
         cases.append(data)
     if source.generation is not None:
         cases.append(_generation_case(ctx, stage))
     return cases
+
+
+def source_outputs(
+    ctx: RunContext, stage: rm.Stage, key: str, feeds: list[dict[str, np.ndarray]], where: str, hint: str
+) -> tuple[list[dict[str, np.ndarray]], str, bool]:
+    """The source's outputs for each feed up to the first that fails, that failure ("" when none did), and whether
+    they came from the cache; computed in the worker and cached under ``key`` otherwise (a crash there is the user's:
+    ``where`` it ran and the ``hint`` say so)."""
+    lookup = ctx.cache.find(f"reference {key}", ctx.cache.source_packages, feeds)
+    if lookup.hit is not None:
+        return _cached_references(lookup), lookup.hit.data["error"], True
+    try:
+        references, error = ctx.worker.call(Session.reference, feeds)
+    except StageCrashed as exc:
+        raise ConvertError(f"{crashed(stage, exc)} ({where})", hint) from None
+    ctx.cache.keep(
+        lookup,
+        {"error": error, "outputs": [list(outputs) for outputs in references]},
+        arrays={f"{sample}/{name}": value for sample, outputs in enumerate(references) for name, value in outputs.items()},
+    )
+    return references, error, False
 
 
 def _generation_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase:
@@ -133,6 +147,8 @@ class CalibrationFeeds(list):
 
 def calibration_feeds(ctx: RunContext) -> CalibrationFeeds:
     """Feeds for calibrated quantization: the user's --calibration-data, or generated from the specs at the export shape."""
+    from convert.pipeline.data import calibration_samples
+
     request, source = ctx.request, ctx.source
     feeds = CalibrationFeeds()
     if request.calibration_data is not None:

@@ -464,9 +464,7 @@ def _task_section(report: Report) -> str:
             + _td("-" if m.budget is None else f"≤ {m.budget * 100:.2f}", True)
             + f"<td>{_badge(m.status)}</td>",
         )
-        for artifact in report.artifacts
-        for check in artifact.task_checks()
-        for m in check.task.metrics
+        for artifact, check, m in report.task_rows()
     ]
     control = [f"<p><strong>{_e(a.key)}</strong>: {_e(a.accuracy_control.describe())}</p>" for a in report.artifacts if a.accuracy_control]
     headers = ["artifact", "runtime · device", "metric", "source", "artifact value", "drop (points)", "budget (points)", "status"]

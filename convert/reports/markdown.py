@@ -170,9 +170,7 @@ def _task_metrics(report: Report) -> str:
                 m.status,
             ],
         )
-        for artifact in report.artifacts
-        for check in artifact.task_checks()
-        for m in check.task.metrics
+        for artifact, check, m in report.task_rows()
     ]
     control = [f"{_cell(a.key)}: {_cell(a.accuracy_control.describe(), BULLET_LIMIT)}" for a in report.artifacts if a.accuracy_control]
     header = ["artifact", "where", "metric", "source", "artifact", "drop (points)", "budget", "status"]

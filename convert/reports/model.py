@@ -483,6 +483,12 @@ class Report(BaseModel):
     error_histogram_edges: list[float] = Field(ERROR_HISTOGRAM_EDGES, description="lower edges of every output's error_histogram bins")
     gate: Verdict | None = Field(None, description="the promotion gate's verdict, when the report was made by 'convert gate'")
 
+    def task_rows(self) -> list[tuple[ArtifactRecord, Check, TaskMetric]]:
+        """Every task metric of every check on the labelled data, with its artifact and check, in report order."""
+        return [
+            (artifact, check, metric) for artifact in self.artifacts for check in artifact.task_checks() for metric in check.task.metrics
+        ]
+
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.backends.openvino import IR_NAME
+from convert.backends.openvino import F32_CPU, IR_NAME
 from convert.runtimes.base import InputMeta, Runner
 
 
@@ -18,9 +18,7 @@ class OpenVinoRunner(Runner):
         import openvino
 
         core = openvino.Core()
-        # one request at a time, as validation and benchmarks run it; f32 for every artifact, INT8 included:
-        # the CPU plugin's default on CPUs with bf16 would run a computation the artifact does not describe
-        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        config = {"PERFORMANCE_HINT": "LATENCY", **F32_CPU}  # one request at a time, as validation and benchmarks run it
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = self.threads
         self.compiled = core.compile_model(core.read_model(str(self.path / IR_NAME)), "CPU", config)
