@@ -23,6 +23,8 @@ __all__ = [
     "INPUT_SPECS",
     "bert_base_encoder",
     "resnet50",
+    "mobilenet_v2",
+    "small_bert",
     "build",
     "example_inputs",
     "input_specs",
@@ -33,6 +35,7 @@ __all__ = [
 BERT_VOCAB = 30522
 BERT_SEQ = 128
 RESNET_HW = 224
+SMALL_BERT_VOCAB = 8000
 
 # ``--input`` spec strings for the tool, per model.
 INPUT_SPECS: dict[str, list] = {
@@ -41,6 +44,8 @@ INPUT_SPECS: dict[str, list] = {
         "attention_mask:int64[B,S]{1..1}",
     ],
     "resnet50": [f"x:float32[B,3,{RESNET_HW},{RESNET_HW}]"],
+    "mobilenet_v2": [f"x:float32[B,3,{RESNET_HW},{RESNET_HW}]"],
+    "small_bert": [f"input_ids:int64[B,S]{{0..{SMALL_BERT_VOCAB - 1}}}", "attention_mask:int64[B,S]{1..1}"],
 }
 
 
@@ -236,13 +241,77 @@ def resnet50(seed: int = 0, calib_batches: int = 2, calib_batch: int = 8, center
     return m
 
 
+# ------------------------------------------------------------------ edge models
+class _InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int):
+        super().__init__()
+        hidden = cin * expand
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6()]
+        layers += [
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class MobileNetV2(nn.Module):
+    """torchvision-layout MobileNetV2 (width 1.0): inverted residuals with depthwise 3x3 convolutions."""
+
+    SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU6()]
+        cin = 32
+        for expand, cout, repeats, stride in self.SETTINGS:
+            for index in range(repeats):
+                layers.append(_InvertedResidual(cin, cout, stride if index == 0 else 1, expand))
+                cin = cout
+        layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6()]
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(1280, classes)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
+def mobilenet_v2(seed: int = 0) -> nn.Module:
+    """MobileNetV2-sized CNN (224x224, ~0.6 GFLOPs a forward), random init with randomised BatchNorm statistics, eval."""
+    torch.manual_seed(seed)
+    model = MobileNetV2()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1)
+                module.running_var.uniform_(0.5, 1.5)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.1)
+    return model.eval()
+
+
+def small_bert(seed: int = 0) -> nn.Module:
+    """A small BERT encoder (4 layers, hidden 256, 4 heads, FFN 1024, vocab 8000), BERT init, eval."""
+    torch.manual_seed(seed)
+    model = BertEncoder(vocab=SMALL_BERT_VOCAB, hidden=256, layers=4, heads=4, ffn=1024)
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+    return model.eval()
+
+
 def build(name: str, **kw) -> nn.Module:
-    """Model by name: 'bert' or 'resnet50'."""
-    if name == "bert":
-        return bert_base_encoder(**kw)
-    if name == "resnet50":
-        return resnet50(**kw)
-    raise KeyError(name)
+    """Model by name: 'bert', 'resnet50', 'mobilenet_v2' or 'small_bert'."""
+    builders = {"bert": bert_base_encoder, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "small_bert": small_bert}
+    return builders[name](**kw)
 
 
 # ------------------------------------------------------------------------ inputs
@@ -254,12 +323,13 @@ def input_specs(name: str) -> list:
 def example_inputs(name: str, batch: int, seed: int = 0, seq: int = BERT_SEQ) -> dict[str, np.ndarray]:
     """Deterministic in-domain random inputs for ``name`` at ``batch``."""
     rng = np.random.default_rng(seed)
-    if name == "bert":
+    if name in ("bert", "small_bert"):
+        vocab = BERT_VOCAB if name == "bert" else SMALL_BERT_VOCAB
         return {
-            "input_ids": rng.integers(0, BERT_VOCAB, size=(batch, seq), dtype=np.int64),
+            "input_ids": rng.integers(0, vocab, size=(batch, seq), dtype=np.int64),
             "attention_mask": np.ones((batch, seq), dtype=np.int64),
         }
-    if name == "resnet50":
+    if name in ("resnet50", "mobilenet_v2"):
         # ImageNet-normalised uniform pixels.
         img = rng.random((batch, 3, RESNET_HW, RESNET_HW), dtype=np.float32)
         mean = np.array([0.485, 0.456, 0.406], np.float32)[:, None, None]

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from convert.errors import ConvertError
 from convert.specs import InputSpec
+
+# How a file or folder someone already has says which format it is: its suffix, else what it holds.
+GIVEN_SUFFIXES = {".onnx": "onnx", ".pt2": "torch_export", ".pte": "executorch", ".tflite": "tflite", ".engine": "tensorrt"}
 
 
 @dataclass
@@ -25,6 +29,7 @@ class Artifact:
     dim_bounds: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the exporter found or changed on the way (the report keeps it)
     accuracy_control: dict | None = None  # an INT8 pass's report.AccuracyControl: what it kept in FP32 for a task budget
+    delegation: dict | None = None  # an edge program's report.Delegation: the operators a backend took over
 
     def fixed_dims_mismatch(self, feed_shapes: dict[str, tuple[int, ...]]) -> str:
         """Why the artifact cannot take inputs of these shapes ("" when it can): a fixed dim, or a size out of bounds."""
@@ -51,3 +56,26 @@ class Artifact:
         moved.path = folder / self.path.name
         moved.files = [folder / f.name for f in self.files]
         return moved
+
+
+def given_format(path: Path) -> str:
+    """The format of an artifact given by path (``convert validate``, a policy's ``require.artifacts``)."""
+    from convert.backends.openvino import IR_NAME
+    from convert.safety import detect_format
+
+    if not path.exists():
+        raise ConvertError(f"the artifact {path} does not exist", "Give the path of an artifact file or folder.")
+    if path.is_dir():
+        if (path / "saved_model.pb").is_file():
+            return "savedmodel"
+        if (path / IR_NAME).is_file():
+            return "openvino"
+    elif path.suffix.lower() in GIVEN_SUFFIXES:
+        return GIVEN_SUFFIXES[path.suffix.lower()]
+    elif detect_format(path) == "torchscript":
+        return "torchscript"
+    raise ConvertError(
+        f"cannot tell which format the artifact {path} is",
+        f"Give a file ending in {', '.join(GIVEN_SUFFIXES)}, a TorchScript archive, a SavedModel folder, or an OpenVINO "
+        f"folder holding {IR_NAME}.",
+    )

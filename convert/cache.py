@@ -43,7 +43,7 @@ ABANDONED_SECONDS = 24 * 3600
 # rebuilds that stage's entries, and only those.
 # Model kinds whose file holds all of the model's code: a pickled module or a module:callable factory runs code from
 # Python files that can change while the model file does not, so their results are not cached.
-SELF_CONTAINED_KINDS = ("pt2", "torchscript", "savedmodel", "keras", "transformers")
+SELF_CONTAINED_KINDS = ("pt2", "torchscript", "savedmodel", "keras", "transformers", "onnx")
 
 
 def default_folder() -> Path:
@@ -265,7 +265,7 @@ class RunCache:
             self.record.folder = None
             self.record.reason = (
                 f"not used for a {info.kind} model: its code lives in Python files that can change while "
-                "the model file does not (a .pt2, TorchScript, SavedModel or .keras file holds all of it)"
+                "the model file does not (a .pt2, TorchScript, SavedModel, .keras or .onnx file holds all of it)"
             )
             return
         self.source_key = digest(
@@ -340,6 +340,7 @@ def artifact_data(artifact) -> dict:
         "fixed_shape_reason": artifact.fixed_shape_reason,
         "dim_bounds": {k: list(v) for k, v in artifact.dim_bounds.items()},
         "accuracy_control": artifact.accuracy_control,
+        "delegation": artifact.delegation,
     }
 
 
@@ -363,4 +364,5 @@ def cached_artifact(hit: Hit, folder: Path):
         fixed_shape_reason=data["fixed_shape_reason"],
         dim_bounds={k: tuple(v) for k, v in data["dim_bounds"].items()},
         accuracy_control=data.get("accuracy_control"),
+        delegation=data.get("delegation"),
     )

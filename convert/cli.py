@@ -42,8 +42,9 @@ class _DefaultGroup(click.Group):
 @click.group(cls=_DefaultGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="convert")
 def main() -> None:
-    """Export a PyTorch (or Hugging Face Transformers), Keras or JAX model to ONNX, TorchScript, torch.export, TF SavedModel and TFLite, optimize it, and
-    validate every artifact numerically against the source model, on every device present; gate its promotion in CI.
+    """Export a PyTorch (or Hugging Face Transformers), Keras or JAX model to ONNX, TorchScript, torch.export, TF SavedModel,
+    TFLite and ExecuTorch, or take an ONNX model as it is; optimize it, and validate every artifact numerically against
+    the source model, on every device present; gate its promotion in CI.
 
     \b
       convert model.pt2 --to onnx,torchscript,torch_export --out out/
@@ -52,6 +53,7 @@ def main() -> None:
       convert ./my-bert/ --to onnx
       convert ./my-llama/ --task text-generation-with-past --to onnx --optimize int8
       convert model.keras --to savedmodel,onnx,tflite
+      convert model.pt2 --to executorch,tflite --optimize executorch:int8
       convert saved_model_dir/ --trust-code --to onnx,tflite
       convert mypkg.model:apply_fn --framework jax --params params.msgpack --input "x:float32[B,28,28,1]" --to onnx,savedmodel,tflite
       convert mypkg.model:make_nnx_model --framework jax --input "tokens:int32[B,S]{0..999}" --to onnx
@@ -62,6 +64,8 @@ def main() -> None:
       convert gate promotion.yaml --baseline reports/last-promoted.json --junit out/junit.xml --markdown "$GITHUB_STEP_SUMMARY"
       convert batch zoo.yaml --workers 2
       convert batch zoo.yaml --engine ray --address auto
+      convert model.onnx --optimize auto
+      convert validate out/model.onnx --against model.pt2
       convert report out/report.json --html out/report.html
       convert doctor
 
@@ -87,13 +91,49 @@ def _formats_help() -> str:
 def export_command(model, quiet, **values):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
-    MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5), a SavedModel folder,
+    MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5, .onnx), a SavedModel folder,
     package.module:callable or path/to/file.py:callable returning the model, or (with --framework jax) a JAX function
     f(params, *inputs).
     """
-    from convert.pipeline import ConvertRequest, run
+    from convert.pipeline import ConvertRequest
 
-    request = ConvertRequest(model=model, **options.from_cli(values), command=shlex.join(["convert", *sys.argv[1:]]))
+    _run_and_exit(ConvertRequest(model=model, **options.from_cli(values), command=shlex.join(["convert", *sys.argv[1:]])), quiet)
+
+
+# what validating an artifact someone already has cannot take: it exports and optimizes nothing
+_NOT_FOR_VALIDATE = ("to", "optimize", "opset", "calibration_data", "calibration_method", "keep_fp32")
+
+
+@main.command("validate")
+@click.argument("artifacts", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--against", "model", required=True, help="The source model, given as to the default command (a file, folder or factory).")
+@options.click_options(tuple(o.name for o in options.OPTIONS if o.name not in _NOT_FOR_VALIDATE))
+@click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
+def validate_command(artifacts, model, quiet, **values):
+    """Validate ARTIFACTS you already have (made by this tool, another exporter or by hand) against the source MODEL.
+
+    Each artifact (.onnx, .pt2, .pte, .tflite, a TorchScript archive, a SavedModel or OpenVINO folder) is checked as it
+    is, with the same specs, shapes, runtimes, devices, metrics, report and exit codes as a conversion; it is never
+    moved or changed. The report names it by its file name.
+    """
+    from convert.pipeline import ConvertRequest
+
+    names = [path.name for path in artifacts]
+    if len(set(names)) != len(names):
+        raise click.UsageError("two artifacts have the same file name: validate them in separate runs, or rename one")
+    request = ConvertRequest(
+        model=model,
+        to=(),
+        given={path.name: path for path in artifacts},
+        **options.from_cli(values),
+        command=shlex.join(["convert", *sys.argv[1:]]),
+    )
+    _run_and_exit(request, quiet)
+
+
+def _run_and_exit(request, quiet: bool) -> None:
+    """Run the pipeline with progress on the terminal, print the summary and every failure, exit with the run's code."""
+    from convert.pipeline import run
     from convert.reports.console import print_summary, stdout_console
     from convert.text import first_line
 
@@ -377,7 +417,12 @@ def _failed_validation(artifact, report_path: str) -> str:
         if check is not None and artifact.fixed_dims and not check.outputs
         else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the conversion is wrong."
     )
-    return f"{problem}. It is kept at {artifact.path} for inspection, not at a final path. {advice} Every check is in {report_path}"
+    where = (
+        f"It is left as it was at {artifact.path}."
+        if artifact.given
+        else f"It is kept at {artifact.path} for inspection, not at a final path."
+    )
+    return f"{problem}. {where} {advice} Every check is in {report_path}"
 
 
 def _guarded(action):

@@ -80,7 +80,7 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "to",
         "--to",
-        "Comma-separated target formats: {formats}.",
+        "Comma-separated target formats: {formats}. An ONNX model needs none: onnx (the model checked and normalised) is then the default.",
         kind="comma-list",
         metavar="FORMATS",
         policy="require.targets",
@@ -457,7 +457,6 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
                 default=option.default,
                 metavar=option.metavar,
                 multiple=option.kind == "multiple",
-                required=option.name == "to",
                 show_default=option.show_default,
                 help=text,
             )(command)

@@ -40,7 +40,7 @@ def _parsed(parse, texts):
 
 class ModelSpec(_Strict):
     path: str = Field(description="a model file or folder, package.module:callable, or path/to/file.py:callable (relative to this file)")
-    framework: Literal["torch", "transformers", "keras", "jax"] | None = None
+    framework: Literal["torch", "transformers", "keras", "jax", "onnx"] | None = None
     task: str | None = Field(None, description="a Hugging Face model's task (Optimum's names), e.g. text-generation-with-past")
     weights: str | None = None
     params: str | None = None
@@ -57,7 +57,12 @@ class ModelSpec(_Strict):
 
 
 class Requirements(_Strict):
-    targets: list[str] = Field(min_length=1, description="artifact formats that must be exported and pass")
+    targets: list[str] = Field([], description="artifact formats that must be exported and pass (an ONNX model: onnx by default)")
+    artifacts: dict[str, str] = Field(
+        {},
+        description="NAME: PATH of artifacts you already have (relative to this file) that must pass against the model, "
+        "validated as they are and never changed; budgets name them by NAME",
+    )
     optimizations: list[str] = Field([], description="--optimize passes whose artifacts must be built and pass")
     devices: list[Device] = Field(["cpu"], min_length=1, description="devices every required artifact must pass on")
     may_skip_devices: list[Device] = Field([], description="required devices that may be absent from the machine")
@@ -182,7 +187,7 @@ class Policy(_Strict):
     out: str = "out"
 
     def required_keys(self) -> list[str]:
-        return [*self.require.targets, *self.require.optimizations]
+        return [*self.require.targets, *self.require.optimizations, *self.require.artifacts]
 
     def timed(self) -> bool:
         return any(budget.timed() for budget in self.budgets.values())
@@ -326,6 +331,11 @@ def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, st
     def problem(path: tuple, text: str) -> None:
         problems.append((_line(lines, path) or 0, f"{_at(lines, path)}{'.'.join(map(str, path))}: {text}"))
 
+    if not policy.require.targets and not policy.require.artifacts and not policy.model.path.lower().endswith(".onnx"):
+        problem(("require",), "give require.targets (formats to export) or require.artifacts (artifacts you already have)")
+    for name in policy.require.artifacts:
+        if name in formats or name in passes:
+            problem(("require", "artifacts", name), f"'{name}' is a format or pass name: name a given artifact otherwise")
     for index, target in enumerate(policy.require.targets):
         if target not in formats:
             problem(("require", "targets", index), f"unknown format '{target}' (known: {', '.join(formats)})")
@@ -421,6 +431,7 @@ def _resolved(policy: Policy, folder: Path) -> Policy:
                 "metric": policy.validation.metric and anchored_reference(policy.validation.metric, folder),
             }
         ),
+        "require": policy.require.model_copy(update={"artifacts": {k: absolute(v) for k, v in policy.require.artifacts.items()}}),
         "out": absolute(policy.out),
     }
     if policy.baseline is not None and policy.baseline.report is not None:

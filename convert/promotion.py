@@ -145,7 +145,12 @@ def _has_benchmarks(report: rm.Report | None) -> bool:
 
 def _request(policy: Policy, out: Path, force: bool, command: str, benchmark: bool) -> ConvertRequest:
     return ConvertRequest(
-        model=policy.model.path, **{**options.from_policy(policy), "out": out}, benchmark=benchmark, force=force, command=command
+        model=policy.model.path,
+        **{**options.from_policy(policy), "out": out},
+        given={name: Path(path) for name, path in policy.require.artifacts.items()},
+        benchmark=benchmark,
+        force=force,
+        command=command,
     )
 
 
@@ -247,6 +252,7 @@ def judge(
         notes=notes,
         required_targets=list(policy.require.targets),
         required_optimizations=list(policy.require.optimizations),
+        required_artifacts=list(policy.require.artifacts),
         required_devices=list(policy.require.devices),
         budgets=budgets,
         baseline=comparison,

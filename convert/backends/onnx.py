@@ -67,6 +67,31 @@ def external_data_locations(model) -> list[str]:
     return sorted({entry.value for tensor in tensors(model.graph) for entry in tensor.external_data if entry.key == "location"})
 
 
+def check_external_data(path: Path) -> list[Path]:
+    """The external data files of a model someone gave, each refused unless it is a file inside the model's folder
+    (an absolute location, ``..`` or a symlink could make a loader read any file on the machine)."""
+    import onnx
+
+    from convert.errors import ConvertError
+
+    folder = path.parent.resolve()
+    files = []
+    for location in external_data_locations(onnx.load(str(path), load_external_data=False)):
+        data = path.parent / location
+        if os.path.isabs(location) or not data.resolve().is_relative_to(folder):
+            raise ConvertError(
+                f"{path} names external data outside its folder: {location!r}",
+                "Refused: put the weights file beside the model and name it by a relative path inside that folder.",
+            )
+        if not data.is_file():
+            raise ConvertError(
+                f"{path} names the external data file {location!r}, which is not in {path.parent}",
+                "Copy the weights file the model was saved with beside it.",
+            )
+        files.append(data)
+    return files
+
+
 def save_onnx(model, path: Path) -> None:
     """Write a model built in memory; its weights go to ``PATH.data`` when they pass ``EXTERNAL_DATA_THRESHOLD``.
     Weights are counted tensor by tensor: the whole model's ``ByteSize()`` raises past 2 GB."""

@@ -1,18 +1,23 @@
 """TensorFlow as every layer uses it: imported quietly on first use, Keras, the serving signature's key, tensors to
-NumPy, and the TFLite interpreter with its serving signature's tensor details."""
+NumPy; and every .tflite file: the interpreter (LiteRT's where it is installed, which needs no TensorFlow), its serving
+signature's tensor details, the symbolic axes a converter fixed, and output axes declared dynamic."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from convert.errors import ArtifactUnsupported, require
+from convert.artifacts import Artifact
+from convert.errors import ArtifactUnsupported, MissingDependency, require
+from convert.specs import InputSpec
 
 SERVING_KEY = "serving_default"
 
@@ -51,11 +56,36 @@ def to_numpy(value) -> np.ndarray:
     return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
 
 
+def tflite_interpreter_class():
+    """LiteRT's interpreter (ai-edge-litert) where it is installed; else TensorFlow's tf.lite.Interpreter, which
+    TensorFlow deprecates in its favour (and whose CPU wheel links no Flex delegate)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        if importlib.util.find_spec("tensorflow") is None:
+            raise MissingDependency("ai_edge_litert", "litert", "Running a .tflite model") from None
+        return tensorflow().lite.Interpreter
+    return Interpreter
+
+
+def tflite_unavailable_reason() -> str | None:
+    """Why no .tflite can run here (neither interpreter is installed), or None; imports neither."""
+    if importlib.util.find_spec("ai_edge_litert") is None and importlib.util.find_spec("tensorflow") is None:
+        return "neither the LiteRT interpreter (ai-edge-litert) nor TensorFlow is installed: pip install 'model-convert[litert]'"
+    return None
+
+
+def interpreter_name(interpreter) -> str:
+    if type(interpreter).__module__.startswith("ai_edge_litert"):
+        return "the LiteRT interpreter (ai-edge-litert)"
+    return "TensorFlow's TFLite interpreter (tf.lite.Interpreter)"
+
+
 def tflite_interpreter(path: Path, allocate: bool = True, threads: int | None = None):
-    tf = tensorflow()
+    interpreter_class = tflite_interpreter_class()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tf.lite.Interpreter warns that it moves to the ai-edge-litert package
-        interpreter = tf.lite.Interpreter(model_path=str(path), num_threads=threads)
+        interpreter = interpreter_class(model_path=str(path), num_threads=threads)
     if allocate:
         try:
             with native_stderr_silenced():  # the first allocation prints an INFO line about the XNNPACK delegate
@@ -63,8 +93,8 @@ def tflite_interpreter(path: Path, allocate: bool = True, threads: int | None = 
         except RuntimeError as exc:
             if "Select TensorFlow op" in str(exc):
                 raise ArtifactUnsupported(
-                    "the model uses TensorFlow ops through SELECT_TF_OPS (Flex), and the TFLite interpreter of this "
-                    "TensorFlow build has no Flex delegate: run it where one is linked in"
+                    f"the model uses TensorFlow ops through SELECT_TF_OPS (Flex), and {interpreter_name(interpreter)} "
+                    "installed here has no Flex delegate: run it where one is linked in"
                 ) from exc
             raise
     return interpreter
@@ -82,6 +112,60 @@ def signature_details(interpreter) -> tuple[dict[str, dict], dict[str, dict]]:
         {name: by_index[index] for name, index in signature["inputs"].items()},
         {name: by_index[index] for name, index in signature["outputs"].items()},
     )
+
+
+def invoke_tflite(interpreter, inputs: dict[str, dict], outputs: dict[str, dict], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the serving signature (its ``signature_details``) on one feed of named arrays."""
+    # strict: only axes the model declares dynamic (-1) may change size; a failure here is the artifact's fault
+    for name, value in feed.items():
+        interpreter.resize_tensor_input(inputs[name]["index"], value.shape, strict=True)
+    interpreter.allocate_tensors()
+    for name, value in feed.items():
+        interpreter.set_tensor(inputs[name]["index"], value)
+    interpreter.invoke()
+    return {name: interpreter.get_tensor(d["index"]).copy() for name, d in outputs.items()}
+
+
+def record_fixed_axes(artifact: Artifact, specs: tuple[InputSpec, ...], converter: str) -> Artifact:
+    """Record the symbolic axes of ``specs`` that the converter fixed in the .tflite's serving signature
+    (shape_signature not -1): the artifact takes them at that size only, and checks at other sizes say why."""
+    details, _ = signature_details(tflite_interpreter(artifact.path, allocate=False))
+    taken, fixed = [], []
+    for spec in specs:
+        signature = [int(n) for n in details[spec.name]["shape_signature"]]
+        dims = tuple(d if isinstance(d, int) or signature[axis] == -1 else signature[axis] for axis, d in enumerate(spec.dims))
+        fixed += [f"{spec.name} axis {axis} ({d})" for axis, d in enumerate(spec.dims) if isinstance(d, str) and dims[axis] != d]
+        taken.append(replace(spec, dims=dims))
+    if fixed:
+        artifact.inputs = tuple(taken)
+        reason = f"{converter} fixed " + ", ".join(fixed)
+        artifact.fixed_shape_reason = "; ".join(filter(None, (artifact.fixed_shape_reason, reason)))
+        artifact.notes.append(reason)
+    return artifact
+
+
+def declare_dynamic_outputs(path: Path, axes: dict[str, list[int]]) -> list[str]:
+    """Declare the given axes of the serving signature's outputs dynamic (-1 in their shape signatures), rewriting the
+    .tflite file where one was declared fixed; what was ("axis 0 of output 'logits' (2)"). The flatbuffer is rebuilt
+    with its buffers inline, as LiteRT's own flatbuffer tools write it (a model past the 2 GB flatbuffer limit cannot be)."""
+    _, outputs = signature_details(tflite_interpreter(path, allocate=False))
+    declared = {name: [int(n) for n in d["shape_signature"]] for name, d in outputs.items()}
+    fixed = {name: [a for a in axes.get(name, ()) if a < len(shape) and shape[a] != -1] for name, shape in declared.items()}
+    fixed = {name: found for name, found in fixed.items() if found}
+    if not fixed:
+        return []
+    from ai_edge_litert.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(str(path))
+    for signature in model.signatureDefs:
+        if signature.signatureKey.decode() == SERVING_KEY:
+            tensors = model.subgraphs[signature.subgraphIndex].tensors
+            for output in signature.outputs:
+                name = output.name.decode()
+                if name in fixed:
+                    tensors[output.tensorIndex].shapeSignature = [-1 if a in fixed[name] else n for a, n in enumerate(declared[name])]
+    flatbuffer_utils.write_model(model, str(path))
+    return [f"axis {a} of output '{name}' ({declared[name][a]})" for name, found in fixed.items() for a in found]
 
 
 class TracedGraph:

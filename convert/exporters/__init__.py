@@ -11,6 +11,7 @@ REGISTRY.add(
     packages=("torch", "onnxscript"),
     extra="torch",
 )
+REGISTRY.add("exporter", "onnx-check", "convert.exporters.onnx_check:OnnxToOnnx", format="onnx", source="onnx", extra="(core)")
 REGISTRY.add(
     "exporter",
     "torch-torchscript",
@@ -64,4 +65,22 @@ REGISTRY.add(
     source="jax",
     packages=("jax2onnx", "tensorflow", "tf2onnx"),
     extra="jax",
+)
+REGISTRY.add(
+    "exporter",
+    "torch-executorch",
+    "convert.exporters.executorch:TorchToExecuTorch",
+    format="executorch",
+    source="torch",
+    packages=("torch", "executorch"),
+    extra="executorch",
+)
+REGISTRY.add(
+    "exporter",
+    "litert-torch",
+    "convert.exporters.litert_torch:TorchToLiteRt",
+    format="tflite",
+    source="torch",
+    packages=("torch", "litert_torch"),
+    extra="litert",
 )

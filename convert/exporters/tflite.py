@@ -8,11 +8,10 @@ the artifact records it and checks at other sizes are skipped with that reason.
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.backends.tf import SERVING_KEY, native_stderr_silenced, signature_details, tensorflow, tflite_interpreter
+from convert.backends.tf import SERVING_KEY, native_stderr_silenced, record_fixed_axes, tensorflow
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.tf_common import write_savedmodel
 
@@ -52,14 +51,4 @@ def write_tflite(job: ExportJob, path: Path, select_tf_ops: bool = False) -> Non
 
 def _with_fixed_axes(artifact: Artifact, job: ExportJob) -> Artifact:
     """Record the symbolic axes the converter fixed (shape_signature not -1)."""
-    details, _ = signature_details(tflite_interpreter(artifact.path, allocate=False))
-    specs, fixed = [], []
-    for spec in job.source.signature.inputs:
-        signature = [int(n) for n in details[spec.name]["shape_signature"]]
-        dims = tuple(d if isinstance(d, int) or signature[axis] == -1 else signature[axis] for axis, d in enumerate(spec.dims))
-        fixed += [f"{spec.name} axis {axis} ({d})" for axis, d in enumerate(spec.dims) if isinstance(d, str) and dims[axis] != d]
-        specs.append(replace(spec, dims=dims))
-    if fixed:
-        artifact.inputs = tuple(specs)
-        artifact.fixed_shape_reason = "the TFLite converter fixed " + ", ".join(fixed)
-    return artifact
+    return record_fixed_axes(artifact, job.source.signature.inputs, "the TFLite converter")

@@ -70,3 +70,14 @@ REGISTRY.add(
     extra="tensorrt",
     calibrated=True,
 )
+REGISTRY.add(
+    "optimizer",
+    "executorch:int8",
+    "convert.optimizers.executorch:ExecuTorchInt8",
+    takes="executorch",
+    format="executorch",
+    packages=("torch", "executorch", "torchao"),
+    requires=("executorch",),
+    extra="executorch",
+    calibrated=True,
+)

@@ -38,6 +38,8 @@ class ConvertRequest:
     opset: int | None = None
     tolerances: tuple[str, ...] = ()
     optimize: tuple[str, ...] = ()
+    # artifacts someone already has, by the name the report gives them: validated against the source as they are
+    given: dict[str, Path] = field(default_factory=dict)
     data: Path | None = None  # the user's samples, validated on besides the generated ones
     data_samples: int = 500
     columns: tuple[str, ...] = ()  # INPUT=COLUMN

@@ -79,4 +79,6 @@ def recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | 
     record.dim_bounds = {symbol: list(bounds) for symbol, bounds in artifact.dim_bounds.items()}
     if artifact.accuracy_control is not None:
         record.accuracy_control = rm.AccuracyControl.model_validate(artifact.accuracy_control)
+    if artifact.delegation is not None:
+        record.delegation = rm.Delegation.model_validate(artifact.delegation)
     return artifact

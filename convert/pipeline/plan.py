@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from convert.artifacts import given_format
 from convert.benchmark import BenchmarkSettings
 from convert.errors import ConvertError, require
 from convert.pipeline.context import ConvertRequest
@@ -35,12 +36,14 @@ class Plan:
     stem: str
     report_path: Path
     finals: dict[str, Path]  # where each artifact lands (and, failed, in the failed folder)
+    given: dict[str, tuple[Path, str]]  # the artifacts given to validate as they are: name -> (path, format)
 
 
 def plan(request: ConvertRequest) -> Plan:
     """Check the request and plan the run; refuse it before any work when it would write over one of its inputs or,
     without --force, over an earlier run's files."""
-    targets = check_targets(request.to)
+    given = {name: (Path(path), given_format(Path(path))) for name, path in request.given.items()}
+    targets = check_targets(request.to or default_targets(request.model)) if request.to or not given else []
     optimizations, auto = check_optimizations(request.optimize, targets)
     out_dir = Path(request.out) if request.out is not None else Path("out")
     specs = parse_input_specs(request.inputs)
@@ -71,7 +74,9 @@ def plan(request: ConvertRequest) -> Plan:
     finals.update({f"{key} (failed)": out_dir / FAILED_FOLDER / path.name for key, path in finals.items()})
     refuse_writes_to_inputs([*writes(out_dir, finals, report_path), *request.writes], [*reads(request), *request.reads])
     refuse_existing([*finals.values(), report_path], request.force)  # again under the output lock, before writing
-    return Plan(targets, optimizations, auto, specs, dim_sizes, shape_ranges, policy, settings, example, out_dir, name, report_path, finals)
+    return Plan(
+        targets, optimizations, auto, specs, dim_sizes, shape_ranges, policy, settings, example, out_dir, name, report_path, finals, given
+    )
 
 
 def check_data_options(request: ConvertRequest, policy: TolerancePolicy) -> None:
@@ -93,6 +98,12 @@ def check_data_options(request: ConvertRequest, policy: TolerancePolicy) -> None
             "a task metric is asked for (an --accuracy task_..._drop budget or --metric) but no --data gives labelled samples",
             "Add --data with labels: an array or column named label, or an image folder of class folders.",
         )
+
+
+def default_targets(model: Any) -> tuple[str, ...]:
+    """What a run without --to makes: an ONNX model's checked and normalised copy; nothing for any other model."""
+    is_onnx_file = isinstance(model, (str, os.PathLike)) and Path(model).suffix.lower() == ".onnx" and Path(model).is_file()
+    return ("onnx",) if is_onnx_file else ()
 
 
 def check_targets(targets) -> list[str]:
@@ -187,7 +198,7 @@ def reads(request: ConvertRequest) -> list[Read]:
         calibration_data=request.calibration_data,
         data=request.data,
         metric=_metric_file(request.metric),
-    )
+    ) + [Read(f"the artifact {name}", Path(path)) for name, path in request.given.items()]
 
 
 def _metric_file(reference: str | None) -> Path | None:

@@ -27,6 +27,7 @@ from convert.pipeline.export import export_target, setup_job
 from convert.pipeline.optimize import optimize
 from convert.pipeline.plan import exporter_for, plan
 from convert.pipeline.reference import calibration_feeds, profile_ranges, reference
+from convert.pipeline.validate import validate_given
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import Staging
@@ -86,6 +87,8 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             export_target(ctx, target, exporters[target])
         for name in the_plan.optimizations:
             optimize(ctx, name, candidate=the_plan.auto)
+        for name, (path, fmt) in the_plan.given.items():
+            validate_given(ctx, name, path, fmt)
         if request.benchmark or the_plan.auto:
             benchmark_plan = plan_benchmark(
                 ctx.source.signature, ctx.cases[0].shape.sizes, ctx.export_feed, the_plan.settings, request.seed

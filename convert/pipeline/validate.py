@@ -5,6 +5,7 @@ validated artifact is then published: moved to its final path, or to the failed 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.cache import RunCache, artifact_data
@@ -34,19 +35,69 @@ def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: 
         localize(ctx, key, published, record)
 
 
-def validate(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:
-    """Validate a staged artifact; an artifact whose declared output shapes did not hold has those dims made dynamic in
-    its graph where its format can be repaired (ONNX), and is validated again (the report records the repair)."""
+def validate_given(ctx: RunContext, name: str, path: Path, fmt: str) -> None:
+    """Validate an artifact someone already has, as it is: against the source, on the same cases as an exported one,
+    never repaired, moved or changed. An ONNX file whose outputs carry other names than the source's, as many of them,
+    is compared output by output in order, and the report says which name met which."""
+    from convert.backends.onnx import check_external_data
+
+    files = [path, *check_external_data(path)] if fmt == "onnx" else [path]
+    # named like the source's outputs in its order where the format names none (a .pte); ONNX files name their own
+    outputs = () if fmt == "onnx" else ctx.source.signature.outputs
+    artifact = Artifact(
+        format=fmt, path=path, files=files, exporter="given", strategy="given", inputs=ctx.source.signature.inputs, output_names=outputs
+    )
+    record = rm.ArtifactRecord(format=fmt, given=name, path=str(path), files=[str(f) for f in files], exporter="given", strategy="given")
+    ctx.report.artifacts.append(record)
+    cases = ctx.cases
+    if fmt == "onnx":
+        cases, matched = _by_the_artifacts_output_names(path, ctx.source.signature.outputs, ctx.cases)
+        if matched:
+            ctx.report.notes.append(f"{name}: its outputs are compared in order, the source's names against its own: {matched}")
+    validate(ctx, name, artifact, record, cases=cases, repair=False)
+    ctx.artifacts[name] = artifact
+
+
+def _by_the_artifacts_output_names(path: Path, outputs: tuple[str, ...], cases: list[ValidationCase]) -> tuple[list[ValidationCase], str]:
+    """The cases with the source's outputs under the ONNX file's output names where they differ but are as many, and
+    which name met which ("" where the names are the same, or cannot be matched: the checks then name what is missing)."""
+    import dataclasses
+
+    import onnx
+
+    names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+    if set(names) == set(outputs) or len(names) != len(outputs):
+        return cases, ""
+    renamed = dict(zip(outputs, names))
+    moved = [
+        dataclasses.replace(case, references=[{renamed.get(k, k): v for k, v in reference.items()} for reference in case.references])
+        for case in cases
+    ]
+    return moved, ", ".join(f"'{a}' ↔ '{b}'" for a, b in renamed.items())
+
+
+def validate(
+    ctx: RunContext,
+    key: str,
+    artifact: Artifact,
+    record: rm.ArtifactRecord,
+    cases: list[ValidationCase] | None = None,
+    repair: bool = True,
+) -> None:
+    """Validate a staged artifact on ``cases`` (the run's by default); an artifact whose declared output shapes did not
+    hold has those dims made dynamic in its graph where its format can be repaired (ONNX) and ``repair`` allows it, and
+    is validated again (the report records the repair)."""
     from convert.validation import declared_repairs, fixed_dims
 
+    cases = ctx.cases if cases is None else cases
     with ctx.stages.run(f"validate:{key}") as stage:
-        record.checks = _checks(ctx, stage, artifact, record)
-        repairs = declared_repairs(record.checks, ctx.cases) if artifact.format == "onnx" else {}
+        record.checks = _checks(ctx, stage, artifact, record, cases)
+        repairs = declared_repairs(record.checks, cases) if artifact.format == "onnx" and repair else {}
         if repairs:
             ctx.worker.call(Session.name_onnx_output_dims, artifact.path, {where: name for where, (name, _) in repairs.items()})
             record.repairs = [why for _, why in repairs.values()]
-            record.checks = _checks(ctx, stage, artifact, record)
-    record.fixed_dims = list(fixed_dims(artifact, ctx.cases))
+            record.checks = _checks(ctx, stage, artifact, record, cases)
+    record.fixed_dims = list(fixed_dims(artifact, cases))
     record.passed = artifact_passed(record)
 
 
@@ -56,11 +107,11 @@ def artifact_passed(record: rm.ArtifactRecord) -> bool:
     return "passed" in statuses and "failed" not in statuses
 
 
-def _checks(ctx: RunContext, stage: rm.Stage, artifact: Artifact, record: rm.ArtifactRecord) -> list[rm.Check]:
+def _checks(ctx: RunContext, stage: rm.Stage, artifact: Artifact, record: rm.ArtifactRecord, cases: list[ValidationCase]) -> list[rm.Check]:
     artifact.sha256 = sha256_files(artifact.files)  # before validation: the cache keys its results on it
     artifact.size_bytes = size_of(artifact.files)
     record.sha256, record.size_bytes = artifact.sha256, artifact.size_bytes
-    return validate_artifact(ctx.worker, stage, artifact, ctx.cases, ctx.policy, ctx.cache, ctx.request.allow_fixed_shapes)
+    return validate_artifact(ctx.worker, stage, artifact, cases, ctx.policy, ctx.cache, ctx.request.allow_fixed_shapes)
 
 
 def publish(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord) -> None:

@@ -40,7 +40,13 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
         _print_auto_lines(report, console)
     for artifact in report.artifacts:
         if artifact.path:
-            kept = "" if artifact.passed else " [red]failed validation: kept for inspection, not at a final path[/]"
+            kept = (
+                ""
+                if artifact.passed
+                else " [red]failed validation: left as it was[/]"
+                if artifact.given
+                else " [red]failed validation: kept for inspection, not at a final path[/]"
+            )
             bounds = "".join(
                 f", {symbol} {low}..{'' if high is None else high} only" for symbol, (low, high) in artifact.dim_bounds.items()
             )
@@ -52,6 +58,8 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
             _say(console, f"  [red]{escape(artifact.key)}[/]: {escape(line)}", soft_wrap=True)
         if artifact.accuracy_control is not None:
             _say(console, f"  {escape(artifact.key)}: {escape(artifact.accuracy_control.describe())}", soft_wrap=True)
+        if artifact.delegation is not None:
+            _say(console, f"  {escape(artifact.key)}: {escape(artifact.delegation.describe())}", soft_wrap=True)
     _print_task_lines(report, console)
     cache = report.cache
     if cache.reused or cache.rebuilt:

@@ -314,6 +314,10 @@ def _artifacts_section(report: Report) -> str:
 def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> str:
     status = "passed" if artifact.passed else "failed"
     details = [("format", _e(artifact.format)), ("precision", _e(artifact.precision))]
+    if artifact.given:
+        details.append(("given", f"<code>{_e(artifact.path)}</code>, validated as it is"))
+    if artifact.delegation is not None:
+        details.append(("delegated", _e(artifact.delegation.describe())))
     if artifact.exporter or artifact.strategy:
         details.append(("exporter", _e(" · ".join(p for p in (artifact.exporter, artifact.strategy) if p))))
     if artifact.dim_bounds or any(a.note for a in artifact.attempts):

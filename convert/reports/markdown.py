@@ -33,7 +33,7 @@ MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]<>|&~])")
 
 
 def render_markdown(report: Report) -> str:
-    sections = [_heading(report), _bullets(report), _checks(report), _task_metrics(report), _benchmarks(report)]
+    sections = [_heading(report), _bullets(report), _checks(report), _delegation(report), _task_metrics(report), _benchmarks(report)]
     if report.gate is not None:
         sections += [_budgets(report.gate), _deltas(report.gate)]
     sections.append(_environment(report))
@@ -185,6 +185,12 @@ def _task_metrics(report: Report) -> str:
             ],
         )
     )
+
+
+def _delegation(report: Report) -> str:
+    """Which operators of each edge program a backend runs, and which stay portable."""
+    lines = [f"{_cell(a.key)}: {_cell(a.delegation.describe(), BULLET_LIMIT)}" for a in report.artifacts if a.delegation]
+    return _bullet_list("Delegated operators", lines) if lines else ""
 
 
 def _benchmarks(report: Report) -> str:

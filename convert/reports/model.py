@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
 
 
 class DeclaredShapeMismatch(BaseModel):
@@ -268,8 +268,29 @@ class AccuracyControl(BaseModel):
         )
 
 
+class Delegation(BaseModel):
+    """Which operators of an edge program a backend took over (delegated), and which stayed on the portable kernels."""
+
+    backend: str = Field(description="e.g. XnnpackBackend")
+    delegated: dict[str, int] = Field({}, description="operator -> how many of its calls the backend runs")
+    portable: dict[str, int] = Field({}, description="operator -> how many of its calls run on the portable (non-delegated) kernels")
+    share: float = Field(0.0, description="delegated calls / all operator calls, 0 to 1")
+
+    def describe(self) -> str:
+        portable = ", ".join(f"{op} x{n}" for op, n in sorted(self.portable.items())) or "none"
+        return (
+            f"{self.share * 100:.0f}% of {sum(self.delegated.values()) + sum(self.portable.values())} operator calls "
+            f"delegated to {self.backend}; portable: {portable}"
+        )
+
+
 class ArtifactRecord(BaseModel):
     format: str
+    given: str = Field(
+        "",
+        description="the name of an artifact someone already had, validated as it is (convert validate, a policy's "
+        "require.artifacts): never moved or changed; path is where it is",
+    )
     optimization: str = Field("", description="the --optimize pass that made it from the artifact at derived_from")
     derived_from: str | None = None
     candidate: bool = Field(False, description="built by --optimize auto: published only when chosen")
@@ -303,6 +324,7 @@ class ArtifactRecord(BaseModel):
     accuracy_control: AccuracyControl | None = Field(
         None, description="what an INT8 pass kept in FP32 so that the task metric's drop met its budget"
     )
+    delegation: Delegation | None = Field(None, description="an edge program's operators a backend runs, and those left portable")
 
     def task_checks(self) -> list[Check]:
         """The checks on the labelled --data, with their task metrics."""
@@ -315,8 +337,8 @@ class ArtifactRecord(BaseModel):
 
     @property
     def key(self) -> str:
-        """How the report, the gate and the renderings name it: its optimization, else its format."""
-        return self.optimization or self.format
+        """How the report, the gate and the renderings name it: the name it was given by, its optimization, else its format."""
+        return self.given or self.optimization or self.format
 
 
 class Stage(BaseModel):
@@ -444,6 +466,7 @@ class Verdict(BaseModel):
     notes: list[str] = Field([], description="what the policy allowed that would otherwise reject, e.g. an absent device it may skip")
     required_targets: list[str] = []
     required_optimizations: list[str] = []
+    required_artifacts: list[str] = Field([], description="the artifacts given by path (require.artifacts) that had to pass")
     required_devices: list[str] = []
     budgets: list[BudgetResult] = []
     baseline: BaselineComparison | None = None

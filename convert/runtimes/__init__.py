@@ -25,11 +25,24 @@ REGISTRY.add(
     extra="tensorflow",
 )
 REGISTRY.add(
-    "runtime", "tflite", "convert.runtimes.tensorflow:TfliteRunner", formats=("tflite",), packages=("tensorflow",), extra="tensorflow"
+    "runtime",
+    "tflite",
+    "convert.runtimes.tensorflow:TfliteRunner",
+    formats=("tflite",),
+    packages=("ai_edge_litert", "tensorflow"),  # the LiteRT interpreter where it is installed, else TensorFlow's
+    extra="litert",
 )
 REGISTRY.add(
     "runtime", "openvino", "convert.runtimes.openvino:OpenVinoRunner", formats=("openvino",), packages=("openvino",), extra="openvino"
 )
 REGISTRY.add(
     "runtime", "tensorrt", "convert.runtimes.tensorrt:TensorRtRunner", formats=("tensorrt",), packages=("tensorrt",), extra="tensorrt"
+)
+REGISTRY.add(
+    "runtime",
+    "executorch",
+    "convert.runtimes.executorch:ExecuTorchRunner",
+    formats=("executorch",),
+    packages=("executorch",),
+    extra="executorch",
 )

@@ -1,4 +1,6 @@
-"""TensorFlow runtimes: a SavedModel's serving signature, and the TFLite interpreter (CPU only).
+"""TensorFlow runtimes: a SavedModel's serving signature, and the TFLite interpreter (CPU only): LiteRT's
+(ai-edge-litert) wherever it is installed, else TensorFlow's tf.lite.Interpreter. A report tells which ran by its
+environment's packages: ai_edge_litert listed there is the interpreter that ran.
 
 Both load only artifacts this run wrote.
 """
@@ -7,7 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.backends.tf import SERVING_KEY, signature_details, tensorflow, tflite_interpreter, to_numpy
+from convert.backends.tf import (
+    SERVING_KEY,
+    invoke_tflite,
+    signature_details,
+    tensorflow,
+    tflite_interpreter,
+    tflite_unavailable_reason,
+    to_numpy,
+)
 from convert.runtimes.base import InputMeta, Runner
 
 _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
@@ -58,6 +68,10 @@ class TfliteRunner(Runner):
     pins_threads = True
     cpu_only = "the TFLite interpreter runs on the CPU only"
 
+    @classmethod
+    def build_unavailable_reason(cls, device: str) -> str | None:
+        return tflite_unavailable_reason()
+
     def activate(self) -> None:
         self.interpreter = tflite_interpreter(self.path, threads=self.threads)
         self.inputs, self.outputs = signature_details(self.interpreter)
@@ -72,15 +86,7 @@ class TfliteRunner(Runner):
         return _tflite_metadata(self.outputs)
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        inputs = self.inputs
-        # strict: only axes the model declares dynamic (-1) may change size; a failure here is the artifact's fault
-        for name, value in feed.items():
-            self.interpreter.resize_tensor_input(inputs[name]["index"], value.shape, strict=True)
-        self.interpreter.allocate_tensors()
-        for name, value in feed.items():
-            self.interpreter.set_tensor(inputs[name]["index"], value)
-        self.interpreter.invoke()
-        return {name: self.interpreter.get_tensor(d["index"]).copy() for name, d in self.outputs.items()}
+        return invoke_tflite(self.interpreter, self.inputs, self.outputs, feed)
 
 
 def _tflite_metadata(details: dict[str, dict]) -> dict[str, InputMeta]:

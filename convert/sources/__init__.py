@@ -40,3 +40,11 @@ REGISTRY.add(
     module=("jax", "jaxlib", "flax", "equinox"),
     takes_callables=True,
 )
+REGISTRY.add(
+    "source",
+    "onnx",
+    "convert.sources.onnx:load_onnx_source",
+    extra="(core)",
+    module="onnx",
+    suffixes=(".onnx",),
+)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from convert.registry import REGISTRY
-from tests.convert import test_e2e_jax, test_e2e_keras, test_e2e_torch, test_optimize
+from tests.convert import test_e2e_jax, test_e2e_keras, test_e2e_torch, test_onnx_source, test_optimize
+from tests.convert.exporters import test_executorch, test_litert
 
 COVERED = (
     {("torch", t) for t in test_e2e_torch.TARGETS}
     | {("keras", t) for t in test_e2e_keras.TARGETS}
     | {("jax", t) for t in test_e2e_jax.TARGETS}
+    | {("torch", t) for t in test_executorch.TARGETS}  # with its INT8 pass, executorch:int8
+    | {("torch", t) for t in test_litert.TARGETS}
+    | {("onnx", t) for t in test_onnx_source.TARGETS}
 )
 
 

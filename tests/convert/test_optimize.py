@@ -11,7 +11,9 @@ import pytest
 from convert.registry import REGISTRY
 from tests.conftest import load_report, run_cli
 
-EVERY_OPTIMIZER = [e.name for e in REGISTRY.entries("optimizer")]
+# every pass that starts from the ONNX artifact (the runs below ask --to onnx); the others are tested with their formats'
+# exporters (tests/convert/exporters/test_executorch.py: executorch:int8)
+EVERY_OPTIMIZER = [e.name for e in REGISTRY.entries("optimizer", takes="onnx")]
 
 
 def _optimized(report: dict) -> dict[str, dict]:

@@ -83,8 +83,8 @@ def test_every_policy_key_is_a_policy_field_and_every_run_setting_of_a_policy_is
         for name in Policy.model_fields[section].annotation.model_fields
     } | {"out"}
     assert declared <= fields
-    # what a policy holds for the gate alone, not for the run
-    gate_only = {"model.path", "require.devices", "require.may_skip_devices"}
+    # what a policy holds for the gate alone, not for the run, or passes to the run itself (the model and given artifacts)
+    gate_only = {"model.path", "require.artifacts", "require.devices", "require.may_skip_devices"}
     assert fields - declared == gate_only
 
 

@@ -268,12 +268,22 @@ def test_a_folder_with_no_model_is_an_error_saying_what_a_saved_model_holds(tmp_
 
 
 def test_a_file_of_no_known_framework_is_an_error_asking_for_framework(tmp_path):
-    path = tmp_path / "model.onnx"
+    path = tmp_path / "model.tflite"
     path.write_bytes(b"\x08\x07\x12\x04test")
     with pytest.raises(ConvertError) as info:
         detect_framework(path)
     assert info.value.problem == f"cannot tell which framework {path} belongs to"
-    assert info.value.next_step == "Pass --framework (torch, transformers, keras, jax)."
+    assert info.value.next_step == "Pass --framework (torch, transformers, keras, jax, onnx)."
+
+
+def test_a_corrupt_onnx_file_is_a_clear_error(tmp_path):
+    from convert.sources.request import SourceRequest
+    from convert.sources.resolve import resolve_source
+
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x08\x07\x12\x04test")
+    with pytest.raises(ConvertError, match=r"model.onnx is not a valid ONNX model"):
+        resolve_source(SourceRequest(model=str(path)))
 
 
 def test_an_object_of_no_known_framework_is_an_error():
