@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from convert.artifacts import Artifact
+from convert.backends import native_stderr_silenced
 from convert.errors import require
 from convert.specs import InputSpec, is_sum
 
@@ -97,8 +98,9 @@ def bounded_dynamic_shapes(convention, inputs: tuple[InputSpec, ...], bounds: di
 def lower(program, path: Path) -> tuple[dict, list[list[int]]]:
     """Lower a torch.export program with the XNNPACK partitioner and write its ``.pte`` at ``path``; what the
     delegate took over (a report.Delegation), and the planned sizes of each flat input (its largest)."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    with native_stderr_silenced():  # torchao, which executorch imports, reports on fd 2 the CUDA kernels it cannot load
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
     edge_program = edge.exported_program()

@@ -4,39 +4,21 @@ signature's tensor details, the symbolic axes a converter fixed, and output axes
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from convert.artifacts import Artifact
+from convert.backends import native_stderr_silenced
 from convert.errors import ArtifactUnsupported, MissingDependency, require
 from convert.specs import InputSpec
 
 SERVING_KEY = "serving_default"
-
-
-@contextlib.contextmanager
-def native_stderr_silenced() -> Iterator[None]:
-    """TensorFlow's C++ side writes to file descriptor 2 on import; keep that off the user's terminal."""
-    try:
-        saved = os.dup(2)
-    except OSError:
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def tensorflow():

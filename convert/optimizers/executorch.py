@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convert.artifacts import Artifact
+from convert.backends import native_stderr_silenced
 from convert.backends.executorch import LOWERING, bounded_dynamic_shapes, in_call_order, lower, require_executorch
 from convert.backends.torch import to_tensors
 from convert.optimizers.base import OptimizeJob, Optimizer
@@ -26,8 +27,10 @@ class ExecuTorchInt8(Optimizer):
 
     def _quantize(self, job: OptimizeJob, path: Path) -> Artifact:
         import torch
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+        with native_stderr_silenced():  # torchao reports on fd 2 the optional CUDA kernels it cannot load here
+            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+            from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         source = job.source
         specs = source.signature.inputs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from convert.backends import native_stderr_silenced
 from convert.backends.executorch import BACKEND, EXTRA
 from convert.backends.torch import to_numpy
 from convert.runtimes.base import FeedMismatch, InputMeta, Runner
@@ -20,18 +21,22 @@ class ExecuTorchRunner(Runner):
     @classmethod
     def build_unavailable_reason(cls, device: str) -> str | None:
         try:
-            from executorch.runtime import Runtime
+            with native_stderr_silenced():  # its cpuinfo probing reports on fd 2 what this machine's /sys lacks
+                from executorch.runtime import Runtime
+
+                available = Runtime.get().backend_registry.is_available(BACKEND)
         except ImportError as exc:
             return f"the executorch runtime cannot be imported ({exc}): pip install 'model-convert[{EXTRA}]'"
-        if not Runtime.get().backend_registry.is_available(BACKEND):
+        if not available:
             return f"this executorch build has no {BACKEND}, which runs the program's delegated operators"
         return None
 
     def activate(self) -> None:
         from executorch.runtime import Runtime
 
-        self.program = Runtime.get().load_program(self.path)  # the method needs its program alive
-        self.method = self.program.load_method("forward")
+        with native_stderr_silenced():
+            self.program = Runtime.get().load_program(self.path)  # the method needs its program alive
+            self.method = self.program.load_method("forward")
         # a .pte names neither its inputs nor its outputs: one given to validate must at least take as many inputs, of
         # the same ranks, as the source, where the runtime's own error would only say 0x12
         meta = self.method.metadata
