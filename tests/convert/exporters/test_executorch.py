@@ -17,6 +17,7 @@ TARGETS = ("executorch",)
 BERT_SPECS = ("--input", "input_ids:int64[B,S]{0..99}", "--input", "attention_mask:int64[B,S]{0..1}")
 BERT_OUTPUTS = ["last_hidden_state", "pooler_output"]
 OFFSET = 0.05  # how far the wrong lowering moves 'scores'
+TRANSFORMER_INT8_BUDGET = "cosine>=0.98,rel_rms<=0.5"
 
 _LIBRARIES = []  # a torch.library registration lasts as long as its Library object
 
@@ -70,6 +71,17 @@ def runs(torch_files, tmp_path_factory) -> dict[str, tuple]:
     commands = {
         "bert": lambda: (str(_keyword_bert(folder / "bert.pt2")), *BERT_SPECS, "--to", "executorch"),
         "cnn": lambda: (str(torch_files / "cnn.pt2"), "--to", "executorch", "--optimize", "executorch:int8"),
+        # a transformer encoder layer at INT8: its pooled logits over one token (S=1) lose more than the default
+        # rel_rms<=0.2 (about 0.29 here), so the budget is the user's
+        "tokens_int8": lambda: (
+            str(torch_files / "tokens.pt2"),
+            "--to",
+            "executorch",
+            "--optimize",
+            "executorch:int8",
+            "--accuracy",
+            TRANSFORMER_INT8_BUDGET,
+        ),
         "wrong": lambda: (f"{os.path.abspath(__file__)}:build_offset_in_lowering", "--input", "x:float32[B,8]", "--to", "executorch"),
         "not_installed": lambda: (str(torch_files / "cnn.pt2"), "--to", "executorch"),
     }
@@ -147,6 +159,20 @@ def test_a_transformers_model_with_keyword_inputs_runs_by_name_within_its_bounds
     delegation = record["delegation"]
     assert 0 < delegation["share"] < 1 and delegation["delegated"]["aten.linear.default"] >= 6
     assert "aten.embedding.default" in delegation["portable"]
+
+
+def test_a_transformer_encoder_at_int8_is_quantized_delegated_and_judged_by_the_budget(runs):
+    run, out, report = runs["tokens_int8"]
+    assert run.returncode == 0, run.output
+    fp32, int8 = (next(a for a in report["artifacts"] if a["optimization"] == o) for o in ("", "executorch:int8"))
+    for record in (fp32, int8):
+        assert record["passed"] is True
+        _assert_within_bounds_at_two_sizes(record)
+    delegated = int8["delegation"]["delegated"]
+    assert delegated["quantized_decomposed.quantize_per_tensor.default"] > 0 and delegated.get("aten.linear.default", 0) >= 4
+    assert int8["delegation"]["share"] > fp32["delegation"]["share"]
+    judged = [o for c in int8["checks"] if c["status"] == "passed" for o in c["outputs"]]
+    assert judged and all(o["cosine_similarity"] >= 0.98 and "rel_rms<=0.5" in o["budget"] for o in judged), judged
 
 
 def test_a_wrong_lowering_fails_validation_and_names_the_output(runs):
