@@ -6,6 +6,7 @@
     result = convert.convert(module, example_inputs=(x,), to=["onnx", "torch_export"])
     result.passed, result.artifacts["onnx"].path, result.report.to_json()
 
+    result = convert.validate("model.onnx", against=module, example_inputs=(x,))   # an artifact you already have
     verdict = convert.gate("promotion.yaml")   # the promotion gate: verdict.promoted, verdict.reasons
 """
 
@@ -43,12 +44,12 @@ _find_numerics_in_checkout()
 
 from convert.errors import ConvertError  # noqa: E402
 
-__all__ = ["convert", "load", "gate", "ConvertError", "Report", "Verdict", "__version__"]
+__all__ = ["convert", "validate", "load", "gate", "ConvertError", "Report", "Verdict", "__version__"]
 
 
 def __getattr__(name: str):
     # The API pulls in the pipeline; load it on first use so that light imports (errors, specs) stay light.
-    if name in ("convert", "load"):
+    if name in ("convert", "validate", "load"):
         from convert import api
 
         return getattr(api, name)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from convert import options
+from convert.errors import ConvertError
 from convert.pipeline import ConversionResult, ConvertRequest, run
 from convert.sources.base import SourceModel
 from convert.sources.request import SourceRequest
@@ -42,6 +44,7 @@ def convert(
     benchmark: bool = False,
     threads: int | None = None,
     benchmark_batch: int = 8,
+    benchmark_seconds: float = 2.0,
     opset: int | None = None,
     tolerance: Sequence[str] = (),
     samples: int = 3,
@@ -81,6 +84,29 @@ def convert(
     values = dict(locals())
     out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))
     request = ConvertRequest(model=model, **{**options.from_api(values), "out": out})
+    return run(request)
+
+
+def validate(artifacts: str | Path | Sequence[str | Path], *, against: Any, **keywords: Any) -> ConversionResult:
+    """Validate artifacts you already have (an ONNX file, a .pt2, .pte or .tflite, a TorchScript archive, a SavedModel
+    or OpenVINO folder) against the source model ``against``, as they are: never moved or changed. ``keywords`` are
+    those of ``convert`` that do not make artifacts (``inputs``, ``example_inputs``, ``dims``, ``tolerance``,
+    ``accuracy``, ``data``, ``benchmark``, ``out``...); the result's report names each artifact by its file name."""
+    paths = [Path(artifacts)] if isinstance(artifacts, (str, Path)) else [Path(a) for a in artifacts]
+    making = sorted(set(keywords) & {"to", "optimize", "opset", "calibration_data", "calibration_method", "keep_fp32"})
+    if making:
+        raise ConvertError(f"validate() makes no artifact, and {making[0]}= asks for one", f"Drop {making[0]}=, or call convert().")
+    unknown = sorted(set(keywords) - set(inspect.signature(convert).parameters))
+    if unknown:
+        raise TypeError(f"validate() got an unexpected keyword argument {unknown[0]!r}")
+    if len({p.name for p in paths}) != len(paths):
+        raise ConvertError("two artifacts have the same file name", "Validate them in separate calls, or rename one.")
+    out = keywords.pop("out", None)
+    request = ConvertRequest(
+        model=against,
+        **{**options.from_api(keywords), "to": (), "out": Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))},
+        given={p.name: p for p in paths},
+    )
     return run(request)
 
 

@@ -106,7 +106,13 @@ _NOT_FOR_VALIDATE = ("to", "optimize", "opset", "calibration_data", "calibration
 
 @main.command("validate")
 @click.argument("artifacts", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--against", "model", required=True, help="The source model, given as to the default command (a file, folder or factory).")
+@click.option(
+    "--against",
+    "model",
+    required=True,
+    metavar="MODEL",
+    help="The source model, given as to the default command (a file, folder or factory).",
+)
 @options.click_options(tuple(o.name for o in options.OPTIONS if o.name not in _NOT_FOR_VALIDATE))
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
 def validate_command(artifacts, model, quiet, **values):

@@ -309,6 +309,17 @@ OPTIONS: tuple[RunOption, ...] = (
         not_reproduced="a measurement setting",
     ),
     RunOption(
+        "benchmark_seconds",
+        "--benchmark-seconds",
+        "Time each measurement (latency, throughput) for at least this many seconds, and at least 10 runs.",
+        type=float,
+        default=2.0,
+        show_default=True,
+        policy="benchmark.seconds",
+        reproduce="never",
+        not_reproduced="a measurement setting",
+    ),
+    RunOption(
         "opset",
         "--opset",
         "ONNX opset version (default: the exporter's).",

@@ -174,6 +174,7 @@ class Baseline(_Strict):
 class BenchmarkOptions(_Strict):
     threads: int | None = Field(None, ge=1, le=4096)
     batch: int = Field(8, ge=1, le=1_000_000)
+    seconds: float = Field(2.0, gt=0, le=3600, description="each measurement's least duration, as --benchmark-seconds")
 
 
 class Policy(_Strict):

@@ -53,6 +53,7 @@ class ConvertRequest:
     benchmark: bool = False
     threads: int | None = None  # intra-op threads of every benchmarked runtime (default: every core)
     benchmark_batch: int = 8
+    benchmark_seconds: float = 2.0  # each measurement's least duration
     samples: int = 3
     allow_fixed_shapes: bool = False  # an artifact that fixes a dim asked dynamic passes, its checks there skipped
     seed: int = 0

@@ -56,13 +56,17 @@ def plan(request: ConvertRequest) -> Plan:
         raise ConvertError("--samples must be at least 1", "Use 3 or more samples per shape.")
     if request.threads is not None and request.threads < 1 or request.benchmark_batch < 1:
         raise ConvertError("--threads and --benchmark-batch must be at least 1", "Leave them out for every core and a batch of 8.")
+    if not request.benchmark_seconds > 0:
+        raise ConvertError(f"--benchmark-seconds must be positive, not {request.benchmark_seconds}", "Leave it out for 2 seconds.")
     if request.stage_timeout is not None and not request.stage_timeout > 0:
         raise ConvertError(
             f"the stage timeout must be a positive number of seconds, not {request.stage_timeout}",
             f"Leave it out for {DEFAULT_STAGE_TIMEOUT:g} s.",
         )
     check_data_options(request, policy)
-    settings = BenchmarkSettings(**{k: v for k, v in (("threads", request.threads), ("batch", request.benchmark_batch)) if v})
+    settings = BenchmarkSettings(
+        **{k: v for k, v in (("threads", request.threads), ("batch", request.benchmark_batch)) if v}, seconds=request.benchmark_seconds
+    )
     example = request.example_inputs
     if isinstance(example, (str, os.PathLike)):
         example = load_example_inputs(Path(example))

@@ -34,6 +34,7 @@ def report(tmp_path_factory) -> Report:
         to=["torch_export", "onnx"],
         optimize=["trt:fp16"],
         benchmark=True,
+        benchmark_seconds=0.2,
         threads=1,
         out=tmp_path_factory.mktemp("console"),
     )

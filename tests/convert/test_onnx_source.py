@@ -47,7 +47,7 @@ def auto_runs(onnx_files, tmp_path_factory):
 
     def run(name: str):
         out = tmp_path_factory.mktemp(f"auto_{name}")
-        return run_cli(str(onnx_files / f"{name}.onnx"), "--optimize", "auto", "--out", str(out)), out
+        return run_cli(str(onnx_files / f"{name}.onnx"), "--optimize", "auto", "--benchmark-seconds", "0.2", "--out", str(out)), out
 
     with ThreadPoolExecutor(2) as pool:
         runs = dict(zip(THIRD_PARTY, pool.map(run, THIRD_PARTY)))
@@ -158,3 +158,12 @@ def test_graph_specs_keep_named_dims_name_the_others_and_bound_token_ids():
     ids, bias = graph_specs(graph)
     assert str(ids) == "ids:int64[batch_size,ids_1]{0..29}"
     assert str(bias) == "bias:float32[1,1,4]"
+
+
+def test_the_python_api_validates_an_artifact_and_refuses_options_that_make_one(onnx_files, tmp_path):
+    import convert
+
+    result = convert.validate(onnx_files / "torch_plain.onnx", against=str(onnx_files / "torch_cnn.pt2"), out=tmp_path / "out")
+    assert result.passed and [a.given for a in result.report.artifacts] == ["torch_plain.onnx"]
+    with pytest.raises(convert.ConvertError, match="validate\\(\\) makes no artifact, and optimize= asks for one"):
+        convert.validate(onnx_files / "torch_plain.onnx", against=str(onnx_files / "torch_cnn.pt2"), optimize=["int8"])

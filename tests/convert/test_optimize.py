@@ -101,6 +101,8 @@ def test_a_harsh_budget_fails_int8_and_only_artifacts_that_passed_are_benchmarke
         "--accuracy",
         "cosine>=0.9999999",
         "--benchmark",
+        "--benchmark-seconds",
+        "0.2",
         "--threads",
         "1",
         "--benchmark-batch",
@@ -134,7 +136,17 @@ def test_a_harsh_budget_fails_int8_and_only_artifacts_that_passed_are_benchmarke
 
 def test_auto_publishes_the_fastest_candidate_within_budget_and_ranks_the_rest(torch_files, tmp_path):
     run = run_cli(
-        str(torch_files / "cnn.pt2"), "--to", "onnx", "--optimize", "auto", "--accuracy", "cosine>=0.999999999", "--out", str(tmp_path)
+        str(torch_files / "cnn.pt2"),
+        "--to",
+        "onnx",
+        "--optimize",
+        "auto",
+        "--accuracy",
+        "cosine>=0.999999999",
+        "--benchmark-seconds",
+        "0.2",
+        "--out",
+        str(tmp_path),
     )
     assert run.returncode == 0, run.output
     report = load_report(tmp_path / "report.json")

@@ -40,6 +40,7 @@ NON_DEFAULT = {
     "benchmark": True,
     "threads": 2,
     "benchmark_batch": 4,
+    "benchmark_seconds": 0.5,
     "opset": 18,
     "tolerances": ("atol=1e-3,rtol=1e-2",),
     "samples": 5,

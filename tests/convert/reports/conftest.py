@@ -31,6 +31,8 @@ def exported_report(torch_files, tmp_path_factory) -> Path:
         "--optimize",
         "fp16",
         "--benchmark",
+        "--benchmark-seconds",
+        "0.2",
         "--dim",
         "d0=2,1,4",
         "--out",
