@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from convert import options
+from convert.artifacts import given_by_name
 from convert.errors import ConvertError
 from convert.pipeline import ConversionResult, ConvertRequest, run
 from convert.sources.base import SourceModel
@@ -92,20 +93,18 @@ def validate(artifacts: str | Path | Sequence[str | Path], *, against: Any, **ke
     or OpenVINO folder) against the source model ``against``, as they are: never moved or changed. ``keywords`` are
     those of ``convert`` that do not make artifacts (``inputs``, ``example_inputs``, ``dims``, ``tolerance``,
     ``accuracy``, ``data``, ``benchmark``, ``out``...); the result's report names each artifact by its file name."""
-    paths = [Path(artifacts)] if isinstance(artifacts, (str, Path)) else [Path(a) for a in artifacts]
-    making = sorted(set(keywords) & {"to", "optimize", "opset", "calibration_data", "calibration_method", "keep_fp32"})
+    paths = [artifacts] if isinstance(artifacts, (str, Path)) else list(artifacts)
+    making = sorted(set(keywords) & {options.BY_NAME[name].keyword for name in options.MAKES_ARTIFACTS})
     if making:
         raise ConvertError(f"validate() makes no artifact, and {making[0]}= asks for one", f"Drop {making[0]}=, or call convert().")
-    unknown = sorted(set(keywords) - set(inspect.signature(convert).parameters))
+    unknown = sorted(set(keywords) - (set(inspect.signature(convert).parameters) - {"model"}))
     if unknown:
-        raise TypeError(f"validate() got an unexpected keyword argument {unknown[0]!r}")
-    if len({p.name for p in paths}) != len(paths):
-        raise ConvertError("two artifacts have the same file name", "Validate them in separate calls, or rename one.")
+        raise TypeError(f"validate() got an unexpected keyword argument {unknown[0]!r} (the source model is against=)")
     out = keywords.pop("out", None)
     request = ConvertRequest(
         model=against,
         **{**options.from_api(keywords), "to": (), "out": Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))},
-        given={p.name: p for p in paths},
+        given=given_by_name(paths),
     )
     return run(request)
 

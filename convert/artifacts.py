@@ -9,7 +9,7 @@ from convert.errors import ConvertError
 from convert.specs import InputSpec
 
 # How a file or folder someone already has says which format it is: its suffix, else what it holds.
-GIVEN_SUFFIXES = {".onnx": "onnx", ".pt2": "torch_export", ".pte": "executorch", ".tflite": "tflite", ".engine": "tensorrt"}
+GIVEN_SUFFIXES = {".onnx": "onnx", ".pt2": "torch_export", ".pte": "executorch", ".tflite": "tflite"}
 
 
 @dataclass
@@ -58,6 +58,14 @@ class Artifact:
         return moved
 
 
+def given_by_name(paths) -> dict[str, Path]:
+    """Artifacts given to validate, by the name the report gives them: their file names, which must differ."""
+    found = {Path(path).name: Path(path) for path in paths}
+    if len(found) != len(paths):
+        raise ConvertError("two of the artifacts have the same file name", "Validate them in separate runs, or rename one.")
+    return found
+
+
 def given_format(path: Path) -> str:
     """The format of an artifact given by path (``convert validate``, a policy's ``require.artifacts``)."""
     from convert.backends.openvino import IR_NAME
@@ -65,6 +73,11 @@ def given_format(path: Path) -> str:
 
     if not path.exists():
         raise ConvertError(f"the artifact {path} does not exist", "Give the path of an artifact file or folder.")
+    if path.suffix.lower() in (".engine", ".plan"):
+        raise ConvertError(
+            f"{path} is a TensorRT engine, which is not taken: deserializing an engine runs its plugins' native code",
+            "Give the ONNX file it was built from, with --optimize trt to build and validate an engine here.",
+        )
     if path.is_dir():
         if (path / "saved_model.pb").is_file():
             return "savedmodel"

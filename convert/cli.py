@@ -100,10 +100,6 @@ def export_command(model, quiet, **values):
     _run_and_exit(ConvertRequest(model=model, **options.from_cli(values), command=shlex.join(["convert", *sys.argv[1:]])), quiet)
 
 
-# what validating an artifact someone already has cannot take: it exports and optimizes nothing
-_NOT_FOR_VALIDATE = ("to", "optimize", "opset", "calibration_data", "calibration_method", "keep_fp32")
-
-
 @main.command("validate")
 @click.argument("artifacts", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
@@ -113,7 +109,7 @@ _NOT_FOR_VALIDATE = ("to", "optimize", "opset", "calibration_data", "calibration
     metavar="MODEL",
     help="The source model, given as to the default command (a file, folder or factory).",
 )
-@options.click_options(tuple(o.name for o in options.OPTIONS if o.name not in _NOT_FOR_VALIDATE))
+@options.click_options(tuple(o.name for o in options.OPTIONS if o.name not in options.MAKES_ARTIFACTS))
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
 def validate_command(artifacts, model, quiet, **values):
     """Validate ARTIFACTS you already have (made by this tool, another exporter or by hand) against the source MODEL.
@@ -122,15 +118,13 @@ def validate_command(artifacts, model, quiet, **values):
     is, with the same specs, shapes, runtimes, devices, metrics, report and exit codes as a conversion; it is never
     moved or changed. The report names it by its file name.
     """
+    from convert.artifacts import given_by_name
     from convert.pipeline import ConvertRequest
 
-    names = [path.name for path in artifacts]
-    if len(set(names)) != len(names):
-        raise click.UsageError("two artifacts have the same file name: validate them in separate runs, or rename one")
     request = ConvertRequest(
         model=model,
         to=(),
-        given={path.name: path for path in artifacts},
+        given=_guarded(lambda: given_by_name(artifacts)),
         **options.from_cli(values),
         command=shlex.join(["convert", *sys.argv[1:]]),
     )

@@ -311,7 +311,7 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "benchmark_seconds",
         "--benchmark-seconds",
-        "Time each measurement (latency, throughput) for at least this many seconds, and at least 10 runs.",
+        "Time each measurement (latency, throughput) for at least this many seconds and 10 runs (at most 500 runs).",
         type=float,
         default=2.0,
         show_default=True,
@@ -474,6 +474,10 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
         return command
 
     return decorate
+
+
+# the options of a run that make artifacts: validating artifacts someone already has takes none of them
+MAKES_ARTIFACTS = ("to", "optimize", "opset", "calibration_data", "calibration_method", "keep_fp32")
 
 
 def from_cli(values: dict[str, Any]) -> dict[str, Any]:

@@ -57,7 +57,9 @@ class ModelSpec(_Strict):
 
 
 class Requirements(_Strict):
-    targets: list[str] = Field([], description="artifact formats that must be exported and pass (an ONNX model: onnx by default)")
+    targets: list[str] = Field(
+        [], description="artifact formats that must be exported and pass (an .onnx model requiring nothing else: [onnx])"
+    )
     artifacts: dict[str, str] = Field(
         {},
         description="NAME: PATH of artifacts you already have (relative to this file) that must pass against the model, "
@@ -180,7 +182,7 @@ class BenchmarkOptions(_Strict):
 class Policy(_Strict):
     version: Literal[1] = 1
     model: ModelSpec
-    require: Requirements
+    require: Requirements = Requirements()
     validation: Validation = Validation()
     budgets: dict[str, ArtifactBudget] = Field({}, description="by artifact key: a target format or an optimization")
     benchmark: BenchmarkOptions = BenchmarkOptions()
@@ -253,11 +255,20 @@ POLICY_HINT = "Fix those keys; the README's 'Promotion gate' section lists every
 
 
 def _validated(data: dict, lines: dict[tuple, int], name: str, what: str = "policy", hint: str = POLICY_HINT) -> Policy:
-    policy = validated(data, lines, name, Policy, what, hint)
+    policy = _with_default_targets(validated(data, lines, name, Policy, what, hint))
     problems = [problem for _, problem in sorted(_cross_checks(policy, lines), key=lambda item: item[0])]
     if problems:
         raise ConvertError(f"{name} is not a valid {what}: {'; '.join(problems)}", hint)
     return policy
+
+
+def _with_default_targets(policy: Policy) -> Policy:
+    """An ONNX model's policy that requires nothing requires its checked and normalised onnx artifact: what a run of it
+    makes without --to, so that its budgets, passes and verdict have an artifact to judge."""
+    require = policy.require
+    if require.targets or require.artifacts or not policy.model.path.lower().endswith(".onnx"):
+        return policy
+    return policy.model_copy(update={"require": require.model_copy(update={"targets": ["onnx"]})})
 
 
 def _problems(exc: ValidationError, data: dict, lines: dict[tuple, int], schema: type[BaseModel]) -> list[str]:
@@ -332,7 +343,7 @@ def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, st
     def problem(path: tuple, text: str) -> None:
         problems.append((_line(lines, path) or 0, f"{_at(lines, path)}{'.'.join(map(str, path))}: {text}"))
 
-    if not policy.require.targets and not policy.require.artifacts and not policy.model.path.lower().endswith(".onnx"):
+    if not policy.require.targets and not policy.require.artifacts:  # an ONNX model's default target is set by now
         problem(("require",), "give require.targets (formats to export) or require.artifacts (artifacts you already have)")
     for name in policy.require.artifacts:
         if name in formats or name in passes:

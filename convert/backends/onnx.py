@@ -71,12 +71,20 @@ def check_external_data(path: Path) -> list[Path]:
     """The external data files of a model someone gave, each refused unless it is a file inside the model's folder
     (an absolute location, ``..`` or a symlink could make a loader read any file on the machine)."""
     import onnx
+    from google.protobuf.message import DecodeError
 
     from convert.errors import ConvertError
 
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, OSError) as exc:
+        raise ConvertError(
+            f"{path} is not a valid ONNX model: it cannot be read ({type(exc).__name__}: {exc})",
+            "Check that the file is complete and was written by an ONNX exporter.",
+        ) from None
     folder = path.parent.resolve()
     files = []
-    for location in external_data_locations(onnx.load(str(path), load_external_data=False)):
+    for location in external_data_locations(model):
         data = path.parent / location
         if os.path.isabs(location) or not data.resolve().is_relative_to(folder):
             raise ConvertError(

@@ -45,8 +45,8 @@ class TorchToLiteRt(Exporter):
         return strategies
 
     def _convert(self, job: ExportJob, path: Path) -> Artifact:
-        program, bounded = export_program(job)  # what bounds or fixes each symbol, and which output axes follow them
-        artifact = record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, bounded)
+        program, why = export_program(job)  # what bounds or fixes each symbol, and which output axes follow them
+        artifact = record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, why)
         specs = artifact.inputs or job.source.signature.inputs
         shapes = _dynamic_shapes_by_name(job, specs, artifact.dim_bounds)
         try:

@@ -43,6 +43,7 @@ def plan(request: ConvertRequest) -> Plan:
     """Check the request and plan the run; refuse it before any work when it would write over one of its inputs or,
     without --force, over an earlier run's files."""
     given = {name: (Path(path), given_format(Path(path))) for name, path in request.given.items()}
+    check_given_trust(given, request.trust_code)
     targets = check_targets(request.to or default_targets(request.model)) if request.to or not given else []
     optimizations, auto = check_optimizations(request.optimize, targets)
     out_dir = Path(request.out) if request.out is not None else Path("out")
@@ -102,6 +103,25 @@ def check_data_options(request: ConvertRequest, policy: TolerancePolicy) -> None
             "a task metric is asked for (an --accuracy task_..._drop budget or --metric) but no --data gives labelled samples",
             "Add --data with labels: an array or column named label, or an image folder of class folders.",
         )
+
+
+def check_given_trust(given: dict[str, tuple[Path, str]], trust_code: bool) -> None:
+    """Refuse a given artifact whose loading runs code unless --trust-code, as the same file as a source would be."""
+    from convert.sources.torch import TRUST_HINT
+
+    for path, fmt in given.values():
+        if fmt == "torchscript":
+            runs_code = "it is TorchScript, whose code runs when it loads"
+        elif fmt == "savedmodel":
+            runs_code = "it is a SavedModel, whose graph can run any TensorFlow op, file access included"
+        elif fmt == "torch_export":
+            from convert.sources.torch import pt2_code_reasons
+
+            runs_code = "; ".join(pt2_code_reasons(path))
+        else:
+            continue
+        if runs_code and not trust_code:
+            raise ConvertError(f"loading the artifact {path} runs code: {runs_code}", TRUST_HINT)
 
 
 def default_targets(model: Any) -> tuple[str, ...]:
@@ -194,15 +214,32 @@ def reads(request: ConvertRequest) -> list[Read]:
     """Every path the run reads."""
     params = request.params if isinstance(request.params, (str, os.PathLike)) else None
     example = request.example_inputs if isinstance(request.example_inputs, (str, os.PathLike)) else None
-    return reads_of(
-        request.model,
-        weights=request.weights,
-        params=params,
-        example_inputs=example,
-        calibration_data=request.calibration_data,
-        data=request.data,
-        metric=_metric_file(request.metric),
-    ) + [Read(f"the artifact {name}", Path(path)) for name, path in request.given.items()]
+    return (
+        reads_of(
+            request.model,
+            weights=request.weights,
+            params=params,
+            example_inputs=example,
+            calibration_data=request.calibration_data,
+            data=request.data,
+            metric=_metric_file(request.metric),
+        )
+        + [
+            Read(f"the {what}'s external data", data)
+            for what, path in [("model", request.model), *((f"artifact {name}", p) for name, p in request.given.items())]
+            for data in _onnx_external_data(path)
+        ]
+        + [Read(f"the artifact {name}", Path(path)) for name, path in request.given.items()]
+    )
+
+
+def _onnx_external_data(path: Any) -> list[Path]:
+    """The external data files an ONNX model given by path names, each checked to lie inside its folder."""
+    from convert.backends.onnx import check_external_data
+
+    if not isinstance(path, (str, os.PathLike)) or Path(path).suffix.lower() != ".onnx" or not Path(path).is_file():
+        return []
+    return check_external_data(Path(path))
 
 
 def _metric_file(reference: str | None) -> Path | None:

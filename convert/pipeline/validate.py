@@ -38,7 +38,7 @@ def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: 
 def validate_given(ctx: RunContext, name: str, path: Path, fmt: str) -> None:
     """Validate an artifact someone already has, as it is: against the source, on the same cases as an exported one,
     never repaired, moved or changed. An ONNX file whose outputs carry other names than the source's, as many of them,
-    is compared output by output in order, and the report says which name met which."""
+    and none in common, is compared output by output in order, and the report says which name met which."""
     from convert.backends.onnx import check_external_data
 
     files = [path, *check_external_data(path)] if fmt == "onnx" else [path]
@@ -66,7 +66,7 @@ def _by_the_artifacts_output_names(path: Path, outputs: tuple[str, ...], cases: 
     import onnx
 
     names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
-    if set(names) == set(outputs) or len(names) != len(outputs):
+    if set(names) & set(outputs) or len(names) != len(outputs):  # a shared name is matched by name, never moved
         return cases, ""
     renamed = dict(zip(outputs, names))
     moved = [

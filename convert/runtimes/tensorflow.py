@@ -2,7 +2,7 @@
 (ai-edge-litert) wherever it is installed, else TensorFlow's tf.lite.Interpreter. A report tells which ran by its
 environment's packages: ai_edge_litert listed there is the interpreter that ran.
 
-Both load only artifacts this run wrote.
+Both load artifacts this run wrote, or that the user gave to validate (a SavedModel folder only with --trust-code).
 """
 
 from __future__ import annotations

@@ -112,6 +112,11 @@ def graph_specs(graph) -> tuple[InputSpec, ...]:
             raise ConvertError(
                 f"the ONNX input '{value.name}' is not a tensor (a sequence or map)", "Give a graph whose inputs are tensors."
             )
+        if not tensor.HasField("shape"):
+            raise ConvertError(
+                f"the ONNX input '{value.name}' declares no shape, not even its rank",
+                f'Give its spec with --input, e.g. --input "{value.name}:float32[B,3,224,224]".',
+            )
         dims = tuple(
             dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else _symbol(dim.dim_param or f"{value.name}_{axis}")
             for axis, dim in enumerate(tensor.shape.dim)
