@@ -10,6 +10,7 @@ pytree; no other module is imported on a file's say-so.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import zipfile
 import zlib
@@ -296,3 +297,55 @@ def _module_path(node) -> str:
 
 def _is_tensor(node) -> bool:
     return hasattr(node.meta.get("val"), "shape")
+
+
+TRUST_HINT = "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a torch.export .pt2 without pickled parts, or as a state dict for a module:callable factory."
+
+
+def pt2_code_reasons(path: Path) -> list[str]:
+    """Why loading this .pt2 would run code (empty when it holds only JSON graphs and raw tensors).
+
+    torch.export.load unpickles weights and constants flagged ``use_pickle``, custom and opaque objects,
+    and falls back from weights_only=True to a full unpickle of the sample inputs if the former fails;
+    it also loads AOTInductor shared libraries.
+    """
+    try:
+        return _pt2_code_reasons(path)
+    except (ValueError, AttributeError, TypeError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
+        raise ConvertError(
+            f"{path} is a torch.export archive that cannot be read: {type(exc).__name__}: {exc}",
+            "The file may be truncated or corrupt: export it again with torch.export.save.",
+        ) from exc
+
+
+def _pt2_code_reasons(path: Path) -> list[str]:
+    torch = require_torch()
+    reasons: list[str] = []
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        for name in names:
+            inner = name.split("/", 1)[-1]
+            if inner.startswith("data/aotinductor/"):
+                reasons.append("it holds compiled AOTInductor code")
+                break
+        for name in names:
+            inner = name.split("/", 1)[-1]
+            if inner.endswith("_config.json") and (inner.startswith("data/weights/") or inner.startswith("data/constants/")):
+                config = json.loads(archive.read(name)).get("config", {})
+                for fqn, meta in config.items():
+                    if meta.get("use_pickle"):
+                        reasons.append(f"'{fqn}' is stored as a pickle")
+                    if str(meta.get("path_name", "")).startswith(("custom_obj", "opaque_obj")):
+                        reasons.append(f"'{fqn}' is a pickled custom object")
+            elif inner.startswith("data/sample_inputs/"):
+                try:
+                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                except Exception:
+                    reasons.append("its sample inputs are not plain tensors (torch would unpickle them fully)")
+            elif (
+                inner.startswith(("data/weights/", "data/constants/"))
+                and inner.endswith(".pt")
+                and "/" not in inner[len("data/weights/") :]
+            ):
+                reasons.append(f"it uses the legacy pickled layout ({inner})")
+    return sorted(set(reasons))

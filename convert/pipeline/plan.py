@@ -107,7 +107,7 @@ def check_data_options(request: ConvertRequest, policy: TolerancePolicy) -> None
 
 def check_given_trust(given: dict[str, tuple[Path, str]], trust_code: bool) -> None:
     """Refuse a given artifact whose loading runs code unless --trust-code, as the same file as a source would be."""
-    from convert.sources.torch import TRUST_HINT
+    from convert.backends.torch import TRUST_HINT, pt2_code_reasons
 
     for path, fmt in given.values():
         if fmt == "torchscript":
@@ -115,8 +115,6 @@ def check_given_trust(given: dict[str, tuple[Path, str]], trust_code: bool) -> N
         elif fmt == "savedmodel":
             runs_code = "it is a SavedModel, whose graph can run any TensorFlow op, file access included"
         elif fmt == "torch_export":
-            from convert.sources.torch import pt2_code_reasons
-
             runs_code = "; ".join(pt2_code_reasons(path))
         else:
             continue

@@ -10,26 +10,21 @@ A .pt2 whose input or output tree names a type of a well-known library imports t
 from __future__ import annotations
 
 import inspect
-import io
-import json
 import pickle
 import zipfile
-import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from convert.backends.torch import CallConvention, TorchSource, load_program, require_torch, to_numpy
+from convert.backends.torch import TRUST_HINT, CallConvention, TorchSource, load_program, pt2_code_reasons, require_torch, to_numpy
 from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_file
 from convert.sources.base import SourceInfo
 from convert.sources.request import SourceRequest
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
 from convert.specs import InputSpec
-
-TRUST_HINT = "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a torch.export .pt2 without pickled parts, or as a state dict for a module:callable factory."
 
 
 def load_torch_source(request: SourceRequest) -> TorchSource:
@@ -172,55 +167,6 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
         f"{path} is not a PyTorch model file that this tool can read (its bytes look like: {kind})",
         "Give a torch.export .pt2, a TorchScript file, a torch.save'd module (with --trust-code) or a factory with --weights.",
     )
-
-
-def pt2_code_reasons(path: Path) -> list[str]:
-    """Why loading this .pt2 would run code (empty when it holds only JSON graphs and raw tensors).
-
-    torch.export.load unpickles weights and constants flagged ``use_pickle``, custom and opaque objects,
-    and falls back from weights_only=True to a full unpickle of the sample inputs if the former fails;
-    it also loads AOTInductor shared libraries.
-    """
-    try:
-        return _pt2_code_reasons(path)
-    except (ValueError, AttributeError, TypeError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
-        raise ConvertError(
-            f"{path} is a torch.export archive that cannot be read: {type(exc).__name__}: {exc}",
-            "The file may be truncated or corrupt: export it again with torch.export.save.",
-        ) from exc
-
-
-def _pt2_code_reasons(path: Path) -> list[str]:
-    torch = require_torch()
-    reasons: list[str] = []
-    with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
-        for name in names:
-            inner = name.split("/", 1)[-1]
-            if inner.startswith("data/aotinductor/"):
-                reasons.append("it holds compiled AOTInductor code")
-                break
-        for name in names:
-            inner = name.split("/", 1)[-1]
-            if inner.endswith("_config.json") and (inner.startswith("data/weights/") or inner.startswith("data/constants/")):
-                config = json.loads(archive.read(name)).get("config", {})
-                for fqn, meta in config.items():
-                    if meta.get("use_pickle"):
-                        reasons.append(f"'{fqn}' is stored as a pickle")
-                    if str(meta.get("path_name", "")).startswith(("custom_obj", "opaque_obj")):
-                        reasons.append(f"'{fqn}' is a pickled custom object")
-            elif inner.startswith("data/sample_inputs/"):
-                try:
-                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
-                except Exception:
-                    reasons.append("its sample inputs are not plain tensors (torch would unpickle them fully)")
-            elif (
-                inner.startswith(("data/weights/", "data/constants/"))
-                and inner.endswith(".pt")
-                and "/" not in inner[len("data/weights/") :]
-            ):
-                reasons.append(f"it uses the legacy pickled layout ({inner})")
-    return sorted(set(reasons))
 
 
 def _load_weights(module, path: Path) -> None:
