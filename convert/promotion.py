@@ -23,6 +23,7 @@ from convert.policy import Allowance, ArtifactBudget, Policy, load_policy
 from convert.protected_inputs import Write, reads_of, refuse_writes_to_inputs
 from convert.reports import model as rm
 from convert.reports.render import check_writable, render_files
+from convert.timing import describe_ratio, paired_ratio
 from convert.validators.tolerances import parse_budget
 
 EXIT_PROMOTE, EXIT_REJECT = 0, 1
@@ -87,6 +88,7 @@ def gate(
         benchmark=policy_model.timed() or _has_benchmarks(baseline_report),
     )
     request.reads, request.writes = tuple(reads), tuple(writes)
+    request.baseline = (baseline_report, baseline_path) if baseline_report is not None else None
 
     def verdict_of(report: rm.Report, report_path: Path) -> rm.Verdict:
         verdict = judge(report, policy_model, name, baseline_report, baseline_path, allowance)
@@ -239,6 +241,7 @@ def judge(
                             + (f" ({delta.delta_pct:+.1f}%)" if delta.delta_pct is not None else "")
                             + (f" [{where}]" if where else "")
                             + f", beyond the allowance {delta.allowed}"
+                            + (f" ({delta.reason})" if delta.reason else "")
                         ),
                     )
                 )
@@ -475,9 +478,24 @@ def _timed_results(
         if value is None:
             result.reason = f"not measured: the benchmark {bench.status}" + (f": {bench.reason}" if bench.reason else "")
         else:
-            result.status = "passed" if (value >= limit if op == ">=" else value <= limit) else "failed"
+            result.interval = {"latency_ms_p50": bench.latency_ms_interval, "throughput_per_s": bench.throughput_interval}.get(metric)
+            result.status, result.reason = _judge_timed(value, result.interval, op, limit)
         results.append(result)
     return results
+
+
+def _judge_timed(value: float, interval: list[float] | None, op: str, limit: float) -> tuple[str, str]:
+    """A figure misses its bound only when its whole 95% interval does: one whose interval holds the bound is within
+    the noise of it, and passes, saying so."""
+    within = value >= limit if op == ">=" else value <= limit
+    if within:
+        return "passed", ""
+    if interval is not None and interval[0] <= limit <= interval[1]:
+        return (
+            "passed",
+            f"{value:.4g} misses {op}{limit:g}, but within the noise: its 95% interval {interval[0]:.4g}–{interval[1]:.4g} holds the bound",
+        )
+    return "failed", "" if interval is None else f"its whole 95% interval {interval[0]:.4g}–{interval[1]:.4g} misses the bound"
 
 
 def compare_with_baseline(
@@ -552,13 +570,15 @@ def _accuracy_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord
 
 
 def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord, allowance: Allowance) -> Iterator[rm.BaselineDelta]:
-    """p50 against p50 on the same runtime and device.
-
-    Within a run the median of thousands of timings is steady; between runs the machine's load and clock drift
-    dominate, which no within-run spread measures: hence a fixed allowance the policy sets for its runners."""
+    """p50 against p50 on the same runtime and device, regressed only when the whole 95% interval is beyond the
+    allowance. Where the baseline's artifact was timed beside this one in this run (``baseline_benchmarks``), the
+    interval is that of their paired ratio; else the recorded p50 is all there is of the baseline, from another run
+    whose machine load no interval of this one measures: hence the allowance the policy sets for its runners."""
     previous = {(b.runtime, b.device): b.latency_ms_p50 for b in before.benchmarks if b.latency_ms_p50 is not None}
+    beside = {(b.runtime, b.device): b for b in now.baseline_benchmarks if b.status == "ok"}
     for bench in now.benchmarks:
-        base = previous.get((bench.runtime, bench.device))
+        slot = (bench.runtime, bench.device)
+        base = previous.get(slot)
         if base is None:
             continue
         if bench.latency_ms_p50 is None:
@@ -573,18 +593,21 @@ def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord,
                 reason=f"not measured now: {bench.reason or bench.status}",
             )
             continue
-        yield _delta(
-            key,
-            "latency",
-            "latency_ms_p50",
-            "",
-            bench.runtime,
-            bench.device,
-            base,
-            bench.latency_ms_p50,
-            allowance.latency,
-            allowance.latency_ms,
-        )
+        delta = _delta(key, "latency", "latency_ms_p50", "", *slot, base, bench.latency_ms_p50, allowance.latency, allowance.latency_ms)
+        ratio = paired_ratio(beside[slot], bench) if slot in beside else None
+        if ratio is not None and ratio.paired:
+            side = beside[slot].latency_ms_p50
+            delta.baseline, delta.delta = side, bench.latency_ms_p50 - side
+            delta.delta_pct, delta.interval, delta.side_by_side = 100.0 * delta.delta / side, ratio.interval, True
+            limit = 1 + allowance.latency + allowance.latency_ms / side
+            delta.status = "regressed" if ratio.interval[0] > limit else "improved" if ratio.interval[1] < 1 else "ok"
+            delta.reason = f"timed beside the baseline's artifact in this run: {describe_ratio(ratio)} its p50"
+        elif bench.latency_ms_interval is not None:
+            delta.interval = bench.latency_ms_interval
+            if delta.status == "regressed" and bench.latency_ms_interval[0] <= base * (1 + allowance.latency) + allowance.latency_ms:
+                delta.status = "ok"
+                delta.reason = "beyond the allowance at p50, but its 95% interval reaches within it: noise, not a regression"
+        yield delta
 
 
 def _delta(

@@ -181,16 +181,15 @@ class Session:
 
         name_onnx_output_dims(path, dims)
 
-    def benchmark_source(self, plan, settings) -> rm.Benchmark:
-        from convert.benchmark import benchmark_source
-
-        return benchmark_source(self.source, plan, settings)
-
-    def benchmark_artifact(self, runtime: str, artifact, device: str, plan, settings) -> rm.Benchmark:
-        from convert.benchmark import benchmark_artifact
+    def benchmark_session(self, entries: list[tuple[str | None, object, str]], plan, settings, session: str) -> list[rm.Benchmark]:
+        """Time the source (runtime None) and artifacts (runtime, artifact, device) interleaved (convert/benchmark.py)."""
+        from convert.benchmark import Entry, benchmark_session
         from convert.registry import REGISTRY
 
-        return benchmark_artifact(REGISTRY.get("runtime", runtime).load(), artifact, device, plan, settings)
+        resolved = [
+            Entry(REGISTRY.get("runtime", runtime).load() if runtime else None, artifact, device) for runtime, artifact, device in entries
+        ]
+        return benchmark_session(self.source, resolved, plan, settings, session)
 
 
 class InProcessWorker:

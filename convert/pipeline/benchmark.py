@@ -1,33 +1,98 @@
-"""The benchmark stage: the source's own run, then every artifact that passed, on every device where it passed."""
+"""The benchmark stage: per device, one interleaved session of the source's own run (CPU), every artifact that passed
+on every runtime where it passed, and the gate baseline's artifacts beside their successors."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import uuid
+from pathlib import Path
 
+from convert.artifacts import Artifact
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings
+from convert.hardware import compute_limit
 from convert.pipeline.context import RunContext, crashed
 from convert.reports import model as rm
+from convert.safety import sha256_files
 from convert.worker import Session, StageCrashed
 
 
 def benchmark(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings) -> None:
     report = ctx.report
-    with ctx.stages.run("benchmark:source") as stage:
-        report.source_benchmark = [_job(ctx, stage, f"{report.source.framework} (source)", "cpu", Session.benchmark_source, plan, settings)]
     by_key = {**ctx.artifacts, **ctx.candidates}
+    ctx.baseline_artifacts = _baseline_artifacts(ctx, by_key)
+    # (where its record goes, runtime or None for the source, artifact, device), grouped by device
+    slots: dict[str, list[tuple[list[rm.Benchmark], str | None, object, str]]] = {"cpu": [(report.source_benchmark, None, None, "cpu")]}
     for record in report.artifacts:
         artifact = by_key.get(record.key)
         if artifact is None or not record.passed:
             continue
-        with ctx.stages.run(f"benchmark:{record.key}") as stage:
-            for runtime, device in dict.fromkeys((c.runtime, c.device) for c in record.checks if c.status == "passed"):
-                record.benchmarks.append(
-                    _job(ctx, stage, runtime, device, Session.benchmark_artifact, runtime, artifact, device, plan, settings)
-                )
+        for runtime, device in dict.fromkeys((c.runtime, c.device) for c in record.checks if c.status == "passed"):
+            slots.setdefault(device, []).append((record.benchmarks, runtime, artifact, device))
+            baseline = ctx.baseline_artifacts.get(record.key)
+            if baseline is not None:
+                slots[device].append((record.baseline_benchmarks, runtime, baseline, device))
+    report.environment.benchmark_threads = settings.threads
+    for device, entries in slots.items():
+        with ctx.stages.run(f"benchmark:{device}") as stage:
+            for (records, *_), measured in zip(entries, _session(ctx, stage, device, entries, plan, settings)):
+                records.append(measured)
+    for record in report.artifacts:
+        for measured in record.benchmarks:
+            measured.compute_limit = compute_limit(record.precision, measured.device, report.environment.cpu)
 
 
-def _job(ctx: RunContext, stage: rm.Stage, runtime: str, device: str, method: Callable, *args) -> rm.Benchmark:
+def _session(
+    ctx: RunContext, stage: rm.Stage, device: str, entries: list, plan: BenchmarkPlan, settings: BenchmarkSettings
+) -> list[rm.Benchmark]:
+    """All of a device's entries timed together; if that session crashes, each alone, so that one crash costs only its own."""
+    jobs = [(runtime, artifact, entry_device) for _, runtime, artifact, entry_device in entries]
     try:
-        return ctx.worker.call(method, *args)
+        return ctx.worker.call(Session.benchmark_session, jobs, plan, settings, f"{device}-{uuid.uuid4().hex[:8]}")
     except StageCrashed as exc:
-        return rm.Benchmark(runtime=runtime, device=device, status="failed", reason=crashed(stage, exc))
+        ctx.report.notes.append(f"the interleaved benchmark session on {device} did not finish ({exc}); each was then timed alone")
+    results = []
+    for runtime, artifact, entry_device in jobs:
+        try:
+            results += ctx.worker.call(Session.benchmark_session, [(runtime, artifact, entry_device)], plan, settings, uuid.uuid4().hex[:8])
+        except StageCrashed as exc:
+            name = runtime or f"{ctx.report.source.framework} (source)"
+            results.append(rm.Benchmark(runtime=name, device=entry_device, status="failed", reason=crashed(stage, exc)))
+    return results
+
+
+# formats whose loading runs no code of the file's own: a baseline's artifact of another format is timed beside only
+# with --trust-code, as a given artifact would be validated
+CODE_FREE_FORMATS = ("onnx", "openvino", "tflite", "executorch", "tensorrt")
+
+
+def _baseline_artifacts(ctx: RunContext, by_key: dict[str, Artifact]) -> dict[str, Artifact]:
+    """The gate baseline's artifacts that are still where its report says, unchanged (same sha256), for the keys this
+    run benchmarks; the report notes why any other is compared with its recorded figures instead."""
+    if ctx.request.baseline is None:
+        return {}
+    baseline, baseline_path = ctx.request.baseline
+    found = {}
+    for record in baseline.artifacts:
+        current = by_key.get(record.key)
+        if current is None or not record.path or not record.benchmarks:
+            continue
+        path = Path(record.path)
+        if not path.is_absolute() and baseline_path is not None:
+            path = baseline_path.parent / path
+        files = [Path(f) if Path(f).is_absolute() or baseline_path is None else baseline_path.parent / f for f in record.files] or [path]
+        why = ""
+        if record.format != current.format:
+            why = f"it is {record.format}, this run's is {current.format}"
+        elif not all(f.exists() for f in files):
+            why = f"{path} is not there any more"
+        elif record.format not in CODE_FREE_FORMATS and not ctx.request.trust_code:
+            why = f"loading a {record.format} artifact runs code, which needs --trust-code (model.trust_code)"
+        elif sha256_files(files) != record.sha256:
+            why = f"{path} changed since the baseline was made (its sha256 differs)"
+        if why:
+            ctx.report.notes.append(
+                f"{record.key}: the baseline's artifact is not timed beside this one ({why}); its recorded figures are used"
+            )
+            continue
+        found[record.key] = dataclasses.replace(current, path=path, files=files, sha256=record.sha256, size_bytes=record.size_bytes)
+    return found

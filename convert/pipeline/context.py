@@ -67,6 +67,8 @@ class ConvertRequest:
     command: str = ""
     reads: tuple[Read, ...] = ()  # what the caller reads besides the model's files (the gate's policy and baseline)
     writes: tuple[Write, ...] = ()  # what the caller writes besides the run's outputs (the gate's renderings)
+    # the gate's baseline report and its path: those of its artifacts still on disk are timed beside their successors
+    baseline: tuple[rm.Report, Path | None] | None = None
     judge: Callable[[rm.Report, Path], rm.Verdict] | None = None  # the gate's verdict, written into the report
     # called once the report is written, still under the output lock (the gate's renderings and MLflow run); what it
     # changes in the report is written again
@@ -143,6 +145,7 @@ class RunContext:
     profile_ranges: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     artifacts: dict[str, Artifact] = field(default_factory=dict)  # published, by key
     candidates: dict[str, Artifact] = field(default_factory=dict)  # --optimize auto's, staged until one is chosen
+    baseline_artifacts: dict[str, Artifact] = field(default_factory=dict)  # the gate baseline's, by key, timed beside
 
 
 def crashed(stage: rm.Stage, exc: StageCrashed) -> str:

@@ -11,6 +11,7 @@ from convert import __version__, options
 from convert.benchmark import plan_benchmark
 from convert.cache import RunCache
 from convert.devices import cuda_gpus, present_devices
+from convert.hardware import cpu_info
 from convert.pipeline.auto import choose
 from convert.pipeline.benchmark import benchmark
 from convert.pipeline.context import (
@@ -131,6 +132,7 @@ def environment() -> rm.Environment:
         python=sys.version.split()[0],
         platform=platform.platform(),
         packages=packages,
+        cpu=cpu_info(),
         devices=list(present_devices()),
         device_names=list(cuda_gpus()),
     )

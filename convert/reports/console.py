@@ -270,11 +270,23 @@ def _print_benchmarks(report: Report, console: Console) -> None:
         return
     source_p50 = _source_p50(report)
     table = Table(title=BENCHMARK_TITLE)
-    for column in ("artifact", "runtime", "device", "threads", "p50 ms", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB"):
+    for column in (
+        "artifact",
+        "runtime",
+        "device",
+        "threads",
+        "p50 ms",
+        "95% interval",
+        "p90 ms",
+        "p99 ms",
+        "vs source",
+        "throughput/s",
+        "peak MB",
+    ):
         table.add_column(column, overflow="fold")
     for name, b in rows:
         if b.status != "ok":
-            table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", cell(b.reason, 60))
+            table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", "", cell(b.reason, 60))
             continue
         speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
         table.add_row(
@@ -283,6 +295,7 @@ def _print_benchmarks(report: Report, console: Console) -> None:
             b.device,
             str(b.threads or "default"),
             f"{b.latency_ms_p50:.3f}",
+            b.spread() or "-",
             f"{b.latency_ms_p90:.3f}",
             f"{b.latency_ms_p99:.3f}",
             speedup,
@@ -304,7 +317,10 @@ def _print_benchmark_lines(report: Report, console: Console) -> None:
         if b.status == "ok":
             speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
             line += (
-                f" threads={b.threads or 'default'} p50_ms={b.latency_ms_p50:.3f} p90_ms={b.latency_ms_p90:.3f} "
+                f" threads={b.threads or 'default'} p50_ms={b.latency_ms_p50:.3f}"
+                + (f" p50_interval_ms={b.latency_ms_interval[0]:.4g}-{b.latency_ms_interval[1]:.4g}" if b.latency_ms_interval else "")
+                + (" unstable" if b.unstable else "")
+                + f" p90_ms={b.latency_ms_p90:.3f} "
                 f"p99_ms={b.latency_ms_p99:.3f} vs_source={speedup} throughput_per_s={b.throughput_per_s:g} "
                 f"throughput_shape={b.throughput_shape} peak_mb={b.peak_memory_mb:g}"
             )

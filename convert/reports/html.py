@@ -730,13 +730,13 @@ def _benchmark_table(benchmarks: list[Benchmark], references: list[Benchmark]) -
                 + _td(benchmark.threads or "default", numeric=True)
                 + _td(benchmark.shape)
                 + _td(benchmark.runs, numeric=True)
-                + "".join(
-                    _td(_num(v), numeric=True) for v in (benchmark.latency_ms_p50, benchmark.latency_ms_p90, benchmark.latency_ms_p99)
-                )
+                + _td(_num(benchmark.latency_ms_p50), numeric=True)
+                + _td(benchmark.spread() or "–")
+                + "".join(_td(_num(v), numeric=True) for v in (benchmark.latency_ms_p90, benchmark.latency_ms_p99))
                 + _td(speedup, numeric=True)
                 + _td(throughput)
                 + _td(memory)
-                + _td(benchmark.reason),
+                + _td("; ".join(t for t in (benchmark.reason, benchmark.compute_limit) if t)),
             )
         )
     headers = [
@@ -747,12 +747,13 @@ def _benchmark_table(benchmarks: list[Benchmark], references: list[Benchmark]) -
         "shape",
         "runs",
         "p50 ms",
+        "95% interval",
         "p90 ms",
         "p99 ms",
         "vs source",
         "throughput / s",
         "peak memory",
-        "reason",
+        "note",
     ]
     return _table(headers, rows)
 
@@ -937,6 +938,8 @@ def _environment_section(environment: Environment) -> str:
         [
             ("python", _e(environment.python)),
             ("platform", _e(environment.platform)),
+            ("CPU", _e(environment.cpu.describe() if environment.cpu else "–")),
+            ("benchmark threads", _e(environment.benchmark_threads or "–")),
             ("devices", _e(", ".join(environment.devices) or "–")),
             ("device names", _e(", ".join(environment.device_names) or "–")),
         ]

@@ -198,14 +198,14 @@ def _benchmarks(report: Report) -> str:
     if not rows:
         return ""
     source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
-    header = ["artifact", "runtime", "device", "p50 ms", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB", "note"]
+    header = ["artifact", "runtime", "device", "p50 ms", "95% interval", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB", "note"]
     return "### Benchmarks\n\n" + _table(header, [_benchmark_cells(name, b, source_p50) for name, b in rows])
 
 
 def _benchmark_cells(name: str, benchmark: Benchmark, source_p50: float | None) -> list[str]:
     cells = [_cell(name), _cell(benchmark.runtime), _cell(benchmark.device)]
     if benchmark.status != "ok":
-        return cells + [""] * 6 + [_cell(f"{benchmark.status}: {benchmark.reason}")]
+        return cells + [""] * 7 + [_cell(f"{benchmark.status}: {benchmark.reason}")]
     p50 = benchmark.latency_ms_p50
     speedup = f"{source_p50 / p50:.2f}x" if source_p50 and p50 else ""
     throughput = _number(benchmark.throughput_per_s, ".4g")
@@ -213,12 +213,13 @@ def _benchmark_cells(name: str, benchmark: Benchmark, source_p50: float | None) 
         throughput += f" at {_cell(benchmark.throughput_shape)}"
     return cells + [
         _number(p50, ".4g"),
+        _cell(benchmark.spread()),
         _number(benchmark.latency_ms_p90, ".4g"),
         _number(benchmark.latency_ms_p99, ".4g"),
         speedup,
         throughput,
         _number(benchmark.peak_memory_mb, ".4g"),
-        "",
+        _cell(benchmark.compute_limit),
     ]
 
 
@@ -282,7 +283,9 @@ def _environment(report: Report) -> str:
     rebuilt = f", {len(cache.rebuilt)} rebuilt" if cache.rebuilt else ""
     return _cell(
         f"Environment: convert {report.tool_version} (report schema {report.schema_version}), {report.created_at}, "
-        f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}{reused}{rebuilt}",
+        f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}"
+        + (f"; CPU: {environment.cpu.describe()}" if environment.cpu else "")
+        + f"{reused}{rebuilt}",
         BULLET_LIMIT,
     )
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "1.7"
+SCHEMA_VERSION = "1.8"
 
 
 class DeclaredShapeMismatch(BaseModel):
@@ -118,10 +118,38 @@ class Benchmark(BaseModel):
     latency_ms_p50: float | None = None
     latency_ms_p90: float | None = None
     latency_ms_p99: float | None = None
+    latency_ms_interval: list[float] | None = Field(
+        None, description="[low, high]: the 95% confidence interval of the p50, from the medians of the rounds"
+    )
+    latency_cv: float | None = Field(None, description="coefficient of variation of the rounds' medians")
+    rounds: int = Field(0, description="interleaved rounds: in each, every benchmark of the session ran a block of runs in turn")
+    round_ms: list[float] = Field([], description="each round's median latency; rounds of one session ran side by side (paired)")
+    session: str = Field("", description="benchmarks with the same session were timed interleaved, round by round, in one process")
+    unstable: bool = Field(False, description="the p50's interval is too wide to rank it against another figure (see reason)")
+    compute_limit: str = Field("", description="why this artifact's precision cannot compute faster than FP32 on this device's CPU")
     throughput_shape: str = ""
     throughput_per_s: float | None = Field(None, description="batch items per second at throughput_shape")
+    throughput_interval: list[float] | None = Field(None, description="[low, high]: the 95% confidence interval of throughput_per_s")
+
+    def spread(self) -> str:
+        """The p50's 95% interval, and whether it is too wide to rank, for the renderings ("" where not measured)."""
+        if self.latency_ms_interval is None:
+            return ""
+        low, high = self.latency_ms_interval
+        return f"{low:.4g}–{high:.4g}" + (" unstable" if self.unstable else "")
+
     peak_memory_mb: float | None = Field(None, description="peak resident memory growth while measuring (see memory_scope)")
     memory_scope: str = ""
+
+
+class PairedRatio(BaseModel):
+    """One benchmark's p50 over another's, from the ratios of their medians in the same rounds (timed interleaved)."""
+
+    ratio: float
+    interval: list[float] = Field(description="[low, high]: the 95% confidence interval of the ratio")
+    rounds: int
+    paired: bool = Field(True, description="false: not timed in one session, so the interval is that of the two p50s' intervals")
+    within_noise: bool = Field(description="the interval holds 1: the two are as fast as each other within the noise")
 
 
 class AutoCandidate(BaseModel):
@@ -133,13 +161,20 @@ class AutoCandidate(BaseModel):
     reason: str = ""
     device: str = ""
     latency_ms_p50: float | None = None
+    latency_ms_interval: list[float] | None = None
+    unstable: bool = False
     throughput_per_s: float | None = None
     speedup_vs_source: float | None = None
+    vs_chosen: PairedRatio | None = Field(None, description="this candidate's p50 over the chosen one's, paired round by round")
+    compute_limit: str = Field("", description="why its precision cannot compute faster than FP32 on this CPU")
 
 
 class AutoSelection(BaseModel):
     chosen: str | None = None
-    criterion: str = "lowest p50 latency at the export shape among candidates that passed validation within their accuracy budget"
+    criterion: str = (
+        "lowest p50 latency at the export shape among candidates that passed validation within their accuracy budget; "
+        "where the fastest is as fast as a simpler candidate within the noise (their paired interval holds 1), the simpler one"
+    )
     candidates: list[AutoCandidate] = []
 
 
@@ -318,6 +353,9 @@ class ArtifactRecord(BaseModel):
     )
     checks: list[Check] = []
     benchmarks: list[Benchmark] = []
+    baseline_benchmarks: list[Benchmark] = Field(
+        [], description="the gate baseline's artifact of the same key, timed interleaved with this one in this run"
+    )
     reproduce: str = Field("", description="the command that reproduces this artifact")
     divergence: Divergence | None = Field(None, description="where a failing artifact first goes wrong (ONNX artifacts)")
     sensitivity: Sensitivity | None = Field(None, description="a failing reduced-precision artifact's most sensitive nodes")
@@ -391,9 +429,33 @@ class SourceRecord(BaseModel):
     outputs: list[str] = []
 
 
+class CpuInfo(BaseModel):
+    """The CPU and the instruction-set features that decide inference speed (convert/hardware.py)."""
+
+    model: str = ""
+    architecture: str = ""
+    logical_cores: int = 1
+    usable_cores: int = Field(1, description="the cores this process may run on (its affinity)")
+    features: list[str] = Field(
+        [], description="of avx2, fma, avx512f, avx512_vnni, avx_vnni, avx512_bf16, avx512_fp16, amx*, dotprod, i8mm, bf16, fp16, sve"
+    )
+    int8_compute: bool = Field(False, description="integer dot-product instructions: an INT8 artifact can compute faster than FP32")
+    fp16_compute: bool = Field(False, description="FP16 arithmetic: an FP16 artifact can compute faster than FP32")
+    known: bool = Field(False, description="the features were read from the operating system; false: unknown, nothing is inferred")
+
+    def describe(self) -> str:
+        features = ", ".join(self.features) if self.known else "features unknown"
+        return (
+            f"{self.model} ({self.architecture}), {self.usable_cores} of {self.logical_cores} cores; {features or 'no listed feature'}; "
+            f"INT8 compute {'yes' if self.int8_compute else 'no'}, FP16 compute {'yes' if self.fp16_compute else 'no'}"
+        )
+
+
 class Environment(BaseModel):
     python: str
     platform: str
+    cpu: CpuInfo | None = None
+    benchmark_threads: int | None = Field(None, description="the intra-op threads every benchmark asked its runtime for")
     packages: dict[str, str] = {}
     devices: list[str] = []
     device_names: list[str] = []
@@ -421,6 +483,7 @@ class BudgetResult(BaseModel):
     runtime: str = ""
     device: str = ""
     shape: str = ""
+    interval: list[float] | None = Field(None, description="latency, throughput: the measurement's 95% interval; judged on it")
     status: Literal["passed", "failed", "skipped"]
     reason: str = ""
 
@@ -439,6 +502,12 @@ class BaselineDelta(BaseModel):
     delta: float | None = Field(None, description="current - baseline")
     delta_pct: float | None = Field(None, description="100 * delta / baseline")
     allowed: str = Field("", description="the noise allowance: how much worse current may be, e.g. '+10% +0.05'")
+    interval: list[float] | None = Field(
+        None,
+        description="latency: the 95% interval of current / baseline (side_by_side) or of the current p50; "
+        "regressed only when all of it is beyond the allowance",
+    )
+    side_by_side: bool = Field(False, description="latency: the baseline's artifact was timed interleaved with this one in this run")
     status: Literal["ok", "improved", "regressed", "not_compared"]
     reason: str = ""
 

@@ -169,6 +169,9 @@ def test_a_regression_against_the_baseline_rejects(tmp_path, promoted, kind):
     elif kind == "latency":
         for bench in onnx["benchmarks"]:
             bench["latency_ms_p50"] /= 100
+            bench["latency_ms_interval"] = [t / 100 for t in bench["latency_ms_interval"]]
+        # its artifact is no longer on disk: its recorded figures are what the new one is compared with
+        onnx["path"] = onnx["files"][0] = str(tmp_path / "gone.onnx")
     else:
         onnx["size_bytes"] = onnx["size_bytes"] // 2
     (tmp_path / "last-promoted.json").write_text(json.dumps(baseline))
@@ -185,16 +188,40 @@ def test_a_regression_against_the_baseline_rejects(tmp_path, promoted, kind):
 
 
 def test_the_same_model_against_its_own_report_shows_the_deltas(tmp_path, promoted):
-    policy = write_policy(tmp_path, require={"targets": ["onnx"], "optimizations": ["fp16"]}, baseline={"allowance": {"latency": 10.0}})
+    """With the default 10% latency allowance: the baseline's artifacts are timed beside the new ones, interleaved, so
+    the same model is the same speed within the noise, however loaded the machine."""
+    policy = write_policy(tmp_path, require={"targets": ["onnx"], "optimizations": ["fp16"]})
     run, verdict = gate(policy, "--baseline", str(promoted[0] / "out" / "report.json"))
     assert run.returncode == 0, run.output
     comparison = verdict["baseline"]
     assert comparison["same_environment"] and not comparison["same_source"]  # a factory has no file to hash
     kinds = {(d["artifact"], d["kind"]) for d in comparison["deltas"]}
     assert {("onnx", "accuracy"), ("onnx", "latency"), ("onnx", "size"), ("fp16", "accuracy"), ("fp16", "size")} <= kinds
+    latency = [d for d in comparison["deltas"] if d["kind"] == "latency"]
+    assert latency and all(d["side_by_side"] and d["status"] != "regressed" and d["interval"][0] <= 1.1 for d in latency)
     accuracy = [d for d in comparison["deltas"] if d["kind"] == "accuracy"]
     assert all(d["delta"] == 0 and d["status"] == "ok" for d in accuracy)  # same model, same seeds: the same errors
     assert "Against the baseline" in run.stdout
+
+
+def test_a_really_slower_model_is_rejected_against_its_baseline_timed_beside_it(tmp_path):
+    """The released MLP, then the same MLP 4x deeper: the baseline's ONNX file is timed interleaved with the new one in
+    the same run, and the paired interval says the slowdown is real."""
+    mlp = {"path": "fixtures.torch_models:build_feature_mlp", "inputs": ["input:float32[B,512]"]}
+    released, changed = tmp_path / "released", tmp_path / "changed"
+    released.mkdir(), changed.mkdir()
+    timed = {"budgets": {"onnx": {"latency_ms_p50": 1000}}, "benchmark": {"seconds": 0.2}}
+    run, verdict = gate(write_policy(released, model=mlp, **timed))
+    assert run.returncode == 0, run.output
+    deeper = {**mlp, "path": "fixtures.torch_models:build_deeper_feature_mlp"}
+    run, verdict = gate(
+        write_policy(changed, model=deeper, benchmark={"seconds": 0.2}), "--baseline", str(released / "out" / "report.json")
+    )
+    assert run.returncode == 1, run.output
+    (latency,) = [d for d in verdict["baseline"]["deltas"] if d["kind"] == "latency"]
+    assert latency["side_by_side"] and latency["status"] == "regressed" and latency["interval"][0] > 1.1
+    messages = [r["message"] for r in verdict["reasons"]]
+    assert set(codes(verdict)) == {"regression"} and any("latency regressed" in m and "timed beside the baseline's" in m for m in messages)
 
 
 @pytest.mark.parametrize(

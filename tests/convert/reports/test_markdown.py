@@ -10,7 +10,19 @@ from convert.reports.markdown import MAX_ROWS, render_markdown, write_markdown
 from tests.convert.reports.conftest import TRICKY, load, with_hand_made_verdict
 
 CHECK_HEADER = ["artifact", "runtime", "device", "shape", "status", "worst output", "max abs error", "cosine", "reason"]
-BENCHMARK_HEADER = ["artifact", "runtime", "device", "p50 ms", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB", "note"]
+BENCHMARK_HEADER = [
+    "artifact",
+    "runtime",
+    "device",
+    "p50 ms",
+    "95% interval",
+    "p90 ms",
+    "p99 ms",
+    "vs source",
+    "throughput/s",
+    "peak MB",
+    "note",
+]
 
 
 class _Rendered(HTMLParser):
@@ -64,7 +76,7 @@ def test_a_passing_report_renders_its_checks_and_benchmarks_as_tables(exported_r
     output = report.artifacts[0].checks[0].outputs[0]
     assert onnx[4:8] == ["✅ passed", "output", f"{output.max_abs_error:.2e}", f"{output.cosine_similarity:.6f}"]
     assert [row[0] for row in benchmarks[1:]] == ["source"] + [a.optimization or a.format for a in report.artifacts for _ in a.benchmarks]
-    assert all(row[3] and row[6].endswith("x") for row in benchmarks[1:])
+    assert all(row[3] and row[4] and row[7].endswith("x") for row in benchmarks[1:])
     counts = [sum(c.status == status for a in report.artifacts for c in a.checks) for status in ("passed", "failed", "skipped")]
     assert rendered.headings[1] == "Validation ({} passed, {} failed, {} skipped)".format(*counts)
 

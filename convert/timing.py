@@ -1,0 +1,78 @@
+"""How far timings taken on a shared, noisy machine can be trusted.
+
+Benchmarks of one session are timed in interleaved rounds (convert/benchmark.py): within a round every contender
+runs a block of runs in turn, so a slow moment of the machine falls on all of them alike. The median of each round
+is one sample of a contender's speed; the p50's interval comes from those samples, and two contenders of one session
+are compared by the ratio of their medians round by round (a paired comparison), which cancels what the rounds share.
+
+The intervals are distribution-free: order statistics of the samples, chosen so that the median lies within them with
+at least 95% confidence (fewer than 6 samples cannot give that, and their interval is their whole range).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from convert.reports import model as rm
+
+CONFIDENCE = 0.95
+# a p50 whose interval is wider than this share of it cannot be ranked against a figure that close: it is "unstable"
+UNSTABLE_WIDTH = 0.2
+
+
+def median_interval(samples: list[float]) -> tuple[float, float]:
+    """[low, high] holding the samples' population median with ≥ 95% confidence (binomial order statistics)."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    tail = (1 - CONFIDENCE) / 2
+    k = 0  # number of samples cut from each end
+    while k + 1 < n / 2 and _binomial_tail(n, k + 2) <= tail:
+        k += 1
+    return ordered[k], ordered[n - 1 - k]
+
+
+def _binomial_tail(n: int, k: int) -> float:
+    """P(X < k) for X ~ Binomial(n, 1/2): the chance that fewer than k samples fall below the median (cutting k - 1
+    samples from each end leaves an interval that misses the median with twice this chance)."""
+    return sum(math.comb(n, i) for i in range(k)) / 2**n
+
+
+def is_unstable(p50: float, interval: tuple[float, float] | list[float] | None) -> bool:
+    return interval is not None and p50 > 0 and (interval[1] - interval[0]) / p50 > UNSTABLE_WIDTH
+
+
+def coefficient_of_variation(samples: list[float]) -> float | None:
+    if len(samples) < 2 or statistics.fmean(samples) <= 0:
+        return None
+    return statistics.stdev(samples) / statistics.fmean(samples)
+
+
+def paired_ratio(base: rm.Benchmark, other: rm.Benchmark) -> rm.PairedRatio | None:
+    """``other``'s p50 over ``base``'s with its interval: round by round where both were timed in one session, else
+    from their two intervals (the widest ratio they allow). None where either has no p50."""
+    if not (base.latency_ms_p50 and other.latency_ms_p50):
+        return None
+    ratio = other.latency_ms_p50 / base.latency_ms_p50
+    if base.session and base.session == other.session and len(base.round_ms) == len(other.round_ms) >= 2:
+        ratios = [b / a for a, b in zip(base.round_ms, other.round_ms) if a > 0]
+        low, high = median_interval(ratios)
+        return _ratio(statistics.median(ratios), low, high, len(ratios), paired=True)
+    base_low, base_high = base.latency_ms_interval or (base.latency_ms_p50,) * 2
+    other_low, other_high = other.latency_ms_interval or (other.latency_ms_p50,) * 2
+    return _ratio(ratio, other_low / base_high, other_high / base_low, min(base.rounds, other.rounds), paired=False)
+
+
+def _ratio(ratio: float, low: float, high: float, rounds: int, paired: bool) -> rm.PairedRatio:
+    return rm.PairedRatio(
+        ratio=round(ratio, 4),
+        interval=[round(low, 4), round(high, 4)],
+        rounds=rounds,
+        paired=paired,
+        within_noise=low <= 1.0 <= high,
+    )
+
+
+def describe_ratio(ratio: rm.PairedRatio) -> str:
+    how = f"paired over {ratio.rounds} rounds" if ratio.paired else "from the two p50s' intervals"
+    return f"{ratio.ratio:.2f}x (95% interval {ratio.interval[0]:.2f}–{ratio.interval[1]:.2f}, {how})"
