@@ -8,6 +8,7 @@ from importlib import metadata
 
 from convert.devices import ALL_DEVICES, cuda_gpus
 from convert.errors import ConvertError
+from convert.hardware import cpu_info
 from convert.registry import REGISTRY
 
 
@@ -58,7 +59,7 @@ def runtime_rows() -> list[Row]:
 
 
 def device_rows() -> list[Row]:
-    rows = [Row("cpu", "-", "present", "")]
+    rows = [Row("cpu", "-", "present", cpu_info().describe())]
     gpus = cuda_gpus()
     rows.append(Row("cuda", "-", "present" if gpus else "absent", "; ".join(gpus) or "nvidia-smi lists no GPU"))
     return rows

@@ -311,7 +311,8 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "benchmark_seconds",
         "--benchmark-seconds",
-        "Time each measurement (latency, throughput) for at least this many seconds and 10 runs (at most 500 runs).",
+        "Time each measurement (latency, throughput) for about this many seconds, spread over 20 interleaved rounds "
+        "(at least one run a round, at most 500 runs).",
         type=float,
         default=2.0,
         show_default=True,
