@@ -374,7 +374,7 @@ def matmul_peak_gflops(
     the (backend, size) pairs -- ``torch.mm`` and (optionally) ``numpy`` matmul of square float32 matrices -- are timed
     in ``passes`` interleaved passes, the order rotated every pass, each pair ``reps`` times a pass; each pair keeps its
     fastest run over all passes (its best GFLOP/s) and the peak is the highest of those. ``details`` (if given) receives
-    ``{(backend, n): best gflops}``. About 25 s at 2 threads on a 90 GFLOP/s machine. torch threads are restored after.
+    ``{(backend, n): best gflops}``. About 20-25 s at 2 threads on a shared 2-core machine. torch threads are restored after.
     """
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -25,6 +25,7 @@ from convert.artifacts import Artifact
 from convert.reports import model as rm
 from convert.validators import generate_feed
 
+
 @dataclass(frozen=True)
 class BenchmarkSettings:
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
