@@ -42,6 +42,7 @@ bench: install $(OPTIMUM_STAMP)
 	$(PY) -m benchmarks.localize
 	$(PY) -m benchmarks.batch
 	$(PY) -m benchmarks.transformers_export --optimum-python $(OPTIMUM_VENV)/bin/python
+	$(PY) -m benchmarks.overhead
 
 # Optimum's ONNX exporter, for the Transformers comparison, in an environment of its own: optimum-onnx pins
 # transformers < 4.58, and this tool's environment has transformers 5.

@@ -95,9 +95,11 @@ def export_command(model, quiet, **values):
     package.module:callable or path/to/file.py:callable returning the model, or (with --framework jax) a JAX function
     f(params, *inputs).
     """
+    keywords = options.from_cli(values)
+    _start_worker_ahead(model, keywords)
     from convert.pipeline import ConvertRequest
 
-    _run_and_exit(ConvertRequest(model=model, **options.from_cli(values), command=shlex.join(["convert", *sys.argv[1:]])), quiet)
+    _run_and_exit(ConvertRequest(model=model, **keywords, command=shlex.join(["convert", *sys.argv[1:]])), quiet)
 
 
 @main.command("validate")
@@ -118,6 +120,8 @@ def validate_command(artifacts, model, quiet, **values):
     is, with the same specs, shapes, runtimes, devices, metrics, report and exit codes as a conversion; it is never
     moved or changed. The report names it by its file name.
     """
+    keywords = options.from_cli(values)
+    _start_worker_ahead(model, keywords)
     from convert.artifacts import given_by_name
     from convert.pipeline import ConvertRequest
 
@@ -125,10 +129,19 @@ def validate_command(artifacts, model, quiet, **values):
         model=model,
         to=(),
         given=_guarded(lambda: given_by_name(artifacts)),
-        **options.from_cli(values),
+        **keywords,
         command=shlex.join(["convert", *sys.argv[1:]]),
     )
     _run_and_exit(request, quiet)
+
+
+def _start_worker_ahead(model: str, keywords: dict) -> None:
+    """Start the run's worker process now: it imports what loading the model takes while this process imports the
+    pipeline and plans the run."""
+    if keywords["isolate"]:
+        from convert.worker import start_ahead
+
+        start_ahead(model, keywords["framework"])
 
 
 def _run_and_exit(request, quiet: bool) -> None:

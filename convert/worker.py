@@ -5,7 +5,8 @@ pipeline sends to one worker process, which keeps the source model loaded betwee
 worker (a segfault or abort in a framework's native code, the kernel's out-of-memory killer) or runs past the stage
 timeout ends that job only: its stage fails with the signal, and the next job starts a fresh worker, which loads
 the source model again. Fork is not an option: a process forked after PyTorch, TensorFlow or JAX started their
-thread pools hangs in them (OpenMP, XLA), so the worker is a new interpreter.
+thread pools hangs in them (OpenMP, XLA), so the worker is a new interpreter. The command line starts it ahead of
+its run (``start_ahead``), to import the model's framework while the pipeline imports its own code and plans.
 
 A model given as a Python object (the Python API) cannot be sent to another process; its jobs run in-process, and
 the report says so.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import io
 import os
 import pickle
@@ -27,6 +29,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from convert.errors import ConvertError
@@ -232,28 +235,19 @@ class ChildWorker:
     def close(self, kill: bool = False) -> None:
         process, connection = self._process, self._connection
         self._process = self._connection = None
-        if process is None:
-            return
-        with contextlib.suppress(OSError):
-            connection.close()  # the worker exits when its end of the connection closes
-        if not kill:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=5)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        if process is not None:
+            _stop(process, connection, kill)
 
     def _start(self) -> None:
-        ours, theirs = socket.socketpair()
-        with ours, theirs:
-            self._process = subprocess.Popen(
-                [sys.executable, "-c", "from convert.worker import serve; serve()", str(theirs.fileno()), str(os.getpid())],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-            )
-            self._connection = Connection(os.dup(ours.fileno()))
-        with contextlib.suppress(OSError):  # a worker that died at start is reported by the first job
-            self._connection.send(list(sys.path))
+        global _ahead
+        ahead, _ahead = _ahead, None
+        if ahead is not None:
+            process, connection, path = ahead
+            if process.poll() is None and path == sys.path:
+                self._process, self._connection = process, connection
+                return
+            _stop(process, connection, kill=True)  # it died starting, or it would import from another sys.path
+        self._process, self._connection = _spawn()
 
     def _exchange(self, method: str, args: tuple) -> Any:
         try:
@@ -294,6 +288,47 @@ def _death(code: int) -> tuple[str, str | None]:
     return f"the worker process exited with status {code}", None
 
 
+def _spawn(model: str | None = None, framework: str | None = None) -> tuple[subprocess.Popen, Connection]:
+    """A new worker process and the pipeline's end of its connection; given the run's model, the worker imports what
+    loading it takes while it waits for its first job."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        process = subprocess.Popen(
+            [sys.executable, "-c", "from convert.worker import serve; serve()", str(theirs.fileno()), str(os.getpid())]
+            + ([model, framework or ""] if model else []),
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+        )
+        connection = Connection(os.dup(ours.fileno()))
+    with contextlib.suppress(OSError):  # a worker that died at start is reported by the first job
+        connection.send(list(sys.path))
+    return process, connection
+
+
+def _stop(process: subprocess.Popen, connection: Connection, kill: bool) -> None:
+    """End a worker: it exits once its connection closes; it is killed where it has not within 5 s, or at once (``kill``)."""
+    with contextlib.suppress(OSError):
+        connection.close()  # the worker exits when its end of the connection closes
+    if not kill:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+# start_ahead's worker, with the sys.path it was given, until the run's ChildWorker takes it
+_ahead: tuple[subprocess.Popen, Connection, list[str]] | None = None
+
+
+def start_ahead(model: str, framework: str | None) -> None:
+    """Start the worker of the run the command line is about to make before the pipeline's imports and planning (half
+    a second and more), so that the worker imports what loading the model takes meanwhile. The run's first
+    ChildWorker takes it; a run that takes none (refused, or in-process) leaves it to exit with this process."""
+    global _ahead
+    _ahead = (*_spawn(model, framework), list(sys.path))
+
+
 def start(request, timeout: float | None, isolate: bool = True) -> InProcessWorker | ChildWorker:
     """A child worker for this SourceRequest, unless the model is a Python object (or isolation is off) and must
     stay in this process."""
@@ -321,11 +356,17 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the pipeline handles it
     connection = Connection(int(sys.argv[1]))
     sys.path[:] = connection.recv()
+    if len(sys.argv) > 3:
+        _import_ahead(sys.argv[3], sys.argv[4] or None)
+        gc.freeze()  # the modules just imported live as long as this process: no collection need walk them
     session = Session()
     while True:
         try:
             method, args = connection.recv()
         except EOFError:
+            # the interpreter's teardown collects what is left, frozen objects aside (with torch loaded: 1.6 s, frozen
+            # 0.3 s, while the pipeline waits for the exit); the OS frees them all, and the exit handlers still run
+            gc.freeze()
             return
         try:
             reply = ("ok", getattr(Session, method)(session, *args))
@@ -336,6 +377,28 @@ def serve() -> None:
         connection.send(reply)
         del reply
         gc.collect()  # libraries leave whole model copies in reference cycles (GBs for a large model): free them now
+        if method == Session.load.__name__:
+            # what outlives the load (the frameworks' modules, the source model) lives as long as this worker: the
+            # collection after each later job need not walk it again (0.2 s a job with torch loaded, while the
+            # pipeline waits for the next reply)
+            gc.freeze()
+
+
+def _import_ahead(model: str, framework: str | None) -> None:
+    """Import the source loaders and, for a model file or folder, the framework its source loads it with
+    (``framework_import`` in the source's registry entry), before the load job comes: what the pipeline plans
+    meanwhile costs no time. A user's factory is not imported ahead: its module may set up the framework before
+    importing it. Whatever fails here is left to the load job to report."""
+    with contextlib.suppress(Exception):
+        from convert.registry import REGISTRY
+        from convert.sources.resolve import detect_framework
+
+        if not Path(model).exists():
+            return
+        function = REGISTRY.get("source", framework or detect_framework(Path(model))).meta.get("framework_import")
+        if function:
+            module, _, name = function.partition(":")
+            getattr(importlib.import_module(module), name)()
 
 
 def _die_with_parent(parent: int) -> None:

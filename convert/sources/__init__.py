@@ -1,4 +1,7 @@
-"""Source adapters: one per framework. Each turns what the user gave into a SourceModel."""
+"""Source adapters: one per framework. Each turns what the user gave into a SourceModel.
+
+``framework_import`` names the function that imports the framework a model file of that source is loaded with: a
+worker started ahead of its run calls it while the pipeline plans (convert/worker.py)."""
 
 from convert.registry import REGISTRY
 
@@ -9,6 +12,7 @@ REGISTRY.add(
     extra="torch",
     packages=("torch", "safetensors"),
     module="torch",
+    framework_import="convert.backends.torch:require_torch",
     suffixes=(".pt", ".pth", ".pt2", ".ts", ".jit", ".bin"),
 )
 REGISTRY.add(
@@ -17,6 +21,7 @@ REGISTRY.add(
     "convert.sources.transformers:load_transformers_source",
     extra="transformers",
     packages=("torch", "transformers", "safetensors"),
+    framework_import="convert.backends.torch:require_torch",
     folder_marker="config.json",
     folder_name="a Hugging Face model folder",
 )
@@ -27,6 +32,7 @@ REGISTRY.add(
     extra="tensorflow",
     packages=("tensorflow", "keras"),
     module=("keras", "tensorflow"),
+    framework_import="convert.backends.tf:keras",
     suffixes=(".keras", ".h5", ".hdf5"),
     folder_marker="saved_model.pb",
     folder_name="a SavedModel folder",

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import functools
+from importlib import metadata
+
 import pytest
 
 from convert import doctor
@@ -43,3 +46,24 @@ def test_a_missing_package_is_listed_with_the_extra_that_installs_it(monkeypatch
     monkeypatch.setattr(doctor, "package_version", lambda name: "-" if name == "onnxslim" else "1.0")
     row = next(r for r in doctor.package_rows() if r.name == "onnxslim")
     assert (row.status, row.detail) == ("missing", "pip install 'model-convert[optimize]'")
+
+
+def test_a_package_is_versioned_by_the_distribution_that_provides_it_whatever_its_name(tmp_path, monkeypatch):
+    """As tensorflow-cpu provides tensorflow: a distribution that declares the package (top_level.txt), or one whose
+    files hold it; a package that nothing provides and nothing can import is missing."""
+    for package, distribution, listing, text in (
+        ("declared_package", "declaring-distribution", "top_level.txt", "declared_package\n"),
+        ("listed_package", "listing-distribution", "RECORD", "listed_package/__init__.py,,\n"),
+    ):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        info = tmp_path / f"{distribution.replace('-', '_')}-1.2.3.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.2.3\n")
+        (info / listing).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # each read once per process: fresh ones, that see this test's distributions
+    monkeypatch.setattr(doctor, "_distributions", functools.cache(metadata.packages_distributions))
+    monkeypatch.setattr(doctor, "package_version", functools.cache(doctor.package_version.__wrapped__))
+    assert doctor.package_version("declared_package") == doctor.package_version("listed_package") == "1.2.3"
+    assert doctor.package_version("no_such_package_here") == "-"

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from convert import worker as worker_module
 from convert.errors import ConvertError
 from convert.sources.request import SourceRequest
-from convert.worker import ChildWorker, InProcessWorker, Session, StageCrashed, WorkerError, _death, start
+from convert.worker import ChildWorker, InProcessWorker, Session, StageCrashed, WorkerError, _death, start, start_ahead
+from tests.conftest import REPO
 
 FAKES = '''
 import os, signal, time
@@ -260,3 +265,64 @@ def test_closing_the_child_ends_its_process(fakes):
     worker.close()
     assert not _alive(pid)
     worker.close()  # closing twice is harmless
+
+
+# a worker started ahead of its run (by the command line)
+
+
+@pytest.fixture
+def started_ahead(fakes):
+    """The process of a worker started ahead for a fakes' factory; stopped after the test if no ChildWorker took it."""
+    start_ahead(f"{fakes}:pid_recording_factory_fake", None)
+    process, connection, _ = worker_module._ahead
+    yield process
+    if worker_module._ahead is not None:
+        worker_module._ahead = None
+        worker_module._stop(process, connection, kill=True)
+
+
+def test_the_first_child_worker_takes_the_worker_started_ahead_and_the_next_starts_its_own(started_ahead, fakes):
+    workers = [ChildWorker(timeout=60), ChildWorker(timeout=60)]
+    try:
+        for worker in workers:
+            with pytest.raises(ConvertError, match="cannot tell which framework"):
+                worker.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+    finally:
+        for worker in workers:
+            worker.close()
+    first, second = _pids(fakes)
+    assert first == started_ahead.pid and second not in (first, os.getpid())
+    assert not _alive(first)
+
+
+@pytest.mark.parametrize("why", ["it died", "sys.path changed"])
+def test_a_worker_started_ahead_is_not_taken_when_it_died_or_sys_path_changed(started_ahead, fakes, tmp_path, monkeypatch, why):
+    if why == "it died":
+        started_ahead.kill()
+        started_ahead.wait()
+    else:
+        monkeypatch.syspath_prepend(str(tmp_path))
+    worker = ChildWorker(timeout=60)
+    try:
+        with pytest.raises(ConvertError, match="cannot tell which framework"):
+            worker.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+    finally:
+        worker.close()
+    assert _pids(fakes)[0] != started_ahead.pid
+    assert started_ahead.poll() is not None, "the worker not taken was stopped"
+
+
+def test_a_worker_started_ahead_imports_the_framework_of_a_model_file_but_not_a_factory(tmp_path):
+    archive = tmp_path / "model.pt2"
+    with zipfile.ZipFile(archive, "w") as written:
+        written.writestr("model/archive_format", "pt2")  # a torch.export archive to detect_format
+    probe = "import sys; from convert.worker import _import_ahead; _import_ahead(sys.argv[1], None); print('torch' in sys.modules)"
+    for model, imported in ((str(archive), "True"), (f"{tmp_path / 'factory.py'}:build", "False")):
+        done = subprocess.run(
+            [sys.executable, "-c", probe, model],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=300,
+        )
+        assert done.stdout.strip() == imported, done.stderr
