@@ -11,8 +11,8 @@ section of RESULTS_FILE as it is. Writes benchmarks/results/optimize.md by defau
 
 Every figure comes from the tool's own report (``convert.convert(..., optimize=["auto"], threads=THREADS)``): the
 p50 latency at the export shape and the median latency behind the batch-8 throughput figure, each with its 95%
-interval from the interleaved rounds, and the tool's paired ratios. Rows are ranked by p50; rows whose intervals
-overlap their neighbour's share a rank (tied within the noise).
+interval from the interleaved rounds, and the tool's paired ratios. Rows are ranked by p50; rows as fast as their
+neighbour within the noise (paired where they were timed in one session) share a rank.
 
 The compute lower bound is the model's FLOPs (torch's FlopCounterMode) over the FP32 matmul peak, measured at the
 same thread count before and after the models (best of interleaved passes, the higher of the two), and it bounds FP32
@@ -156,19 +156,16 @@ def _interval(bench: rm.Benchmark) -> tuple[float, float]:
 
 # ----------------------------------------------------------------------------------------------------------- judging
 def tied_ranks(figures: list[rm.Benchmark]) -> list[str]:
-    """Rank labels for ``figures`` sorted by p50: a figure whose interval overlaps the one before it shares its rank,
-    and a shared rank is written ``k=`` (tied within the noise: their order may change from run to run)."""
+    """Rank labels for ``figures`` sorted by p50: a figure as fast as the one before it within the noise shares its
+    rank, written ``k=`` (their order may change from run to run). Within the noise: the interval of their ratio holds
+    1, paired round by round where both were timed in one session, else from their two intervals (which overlap)."""
     ranks: list[int] = []
     for index, figure in enumerate(figures):
-        if index and _overlap(_interval(figures[index - 1]), _interval(figure)):
+        if index and timing.paired_ratio(figures[index - 1], figure).within_noise:
             ranks.append(ranks[-1])
         else:
             ranks.append(index + 1)
     return [f"{r}=" if ranks.count(r) > 1 else str(r) for r in ranks]
-
-
-def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def bound_ms(flops: float, peak_gflops: float) -> float:
@@ -290,7 +287,8 @@ def render(all_rows: list[dict], autos: dict[str, dict], peak: Peak) -> str:
         "Latency: the p50 after warm-up, with its 95% interval in parentheses (from the medians of the interleaved "
         "rounds the tool timed every contender in, round by round), from the tool's report; batch 8 is the median "
         "latency behind the throughput figure, with its interval. `unstable`: the interval is wider than 20% of the "
-        "p50. `rank`: by p50; `k=` marks rows whose intervals overlap their neighbour's, tied within the noise (their "
+        "p50. `rank`: by p50; `k=` marks rows as fast as their neighbour within the noise, paired round by round at batch 1 "
+        "(the interval of their ratio holds 1), from overlapping intervals at batch 8 (their "
         "order may change from run to run). Ratios: `x bound` = latency / compute lower bound (FP32 rows only); "
         "`vs best FP32` = the best FP32 artifact's latency / this one's; `vs eager` = torch eager's latency / this "
         "one's; each with its 95% interval, paired round by round at batch 1 (one session), from the two intervals at "
@@ -375,7 +373,10 @@ def _render_model(title: str, rows: list[dict], auto: dict, peak: Peak, cpu: rm.
     ]
     candidates = auto["candidates"]
     timed = [c for c in candidates if c.latency_ms_p50]
-    ranks = dict(zip((c.name for c in timed), tied_ranks([_candidate_figure(c) for c in timed])))
+    # the report ranks them; the chosen one and those as fast as it within the noise (paired) share the best rank of them
+    tied = [c for c in timed if c.status == "chosen" or (c.vs_chosen and c.vs_chosen.within_noise)]
+    shared = f"{min(c.rank or 1 for c in tied)}=" if len(tied) > 1 else None
+    ranks = {c.name: shared if shared and c in tied else str(c.rank) for c in timed}
     for c in candidates:
         vs_chosen = timing.describe_ratio(c.vs_chosen) if c.vs_chosen else ("-" if c.status != "chosen" else "")
         speed = f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-"
@@ -527,7 +528,7 @@ def render_edge(rows: list[dict], thread_counts: tuple[int, ...]) -> str:
         "median latency behind the throughput figure), each with its 95% interval in parentheses, from the interleaved "
         "rounds (`unstable` names the figures whose interval is wider than 20% of their p50), with every runtime that can be told pinned to "
         "that many intra-op threads (`pinned` says the count the runtime took; `-` where it cannot be told). `rank`: by "
-        "batch-2 p50; `k=` marks rows whose intervals overlap their neighbour's, tied within the noise. `vs onnx` = ONNX "
+        "batch-2 p50; `k=` marks rows as fast as their neighbour within the noise (paired at the export shape). `vs onnx` = ONNX "
         "Runtime FP32's p50 / this one's, in the same run, paired round by round, with its 95% interval. `delegated` is "
         "the share of the .pte's operator calls that XNNPACK runs. litert-torch keeps no dynamic dim of these models: "
         "their .tflite is fixed at the export shape (run with --allow-fixed-shapes; `passed` says so) and timed there. "

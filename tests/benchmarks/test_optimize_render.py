@@ -142,11 +142,12 @@ def test_the_candidates_table_carries_the_paired_ratio_to_the_chosen():
     paired = rm.PairedRatio(ratio=1.01, interval=[0.98, 1.04], rounds=20, paired=True, within_noise=True)
     candidates = [
         rm.AutoCandidate(
-            name="none", format="onnx", status="chosen", latency_ms_p50=12.0, latency_ms_interval=[11.6, 12.4], reason="simpler"
+            name="none", format="onnx", rank=1, status="chosen", latency_ms_p50=12.0, latency_ms_interval=[11.6, 12.4], reason="simpler"
         ),
         rm.AutoCandidate(
             name="simplify",
             format="onnx",
+            rank=2,
             status="lost",
             latency_ms_p50=12.1,
             latency_ms_interval=[11.7, 12.5],
