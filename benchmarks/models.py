@@ -365,16 +365,18 @@ def matmul_peak_gflops(
     sizes=(1024, 2048, 3072),
     reps: int = 3,
     passes: int = 5,
-    use_numpy: bool = True,
     details: dict | None = None,
 ) -> float:
     """Measured FP32 GEMM peak (GFLOP/s) at ``threads``: the best any backend reached at any size.
 
-    A peak measured once falls wherever the machine's slow moments fall, and a bound from a low peak is no bound. So
-    the (backend, size) pairs -- ``torch.mm`` and (optionally) ``numpy`` matmul of square float32 matrices -- are timed
-    in ``passes`` interleaved passes, the order rotated every pass, each pair ``reps`` times a pass; each pair keeps its
-    fastest run over all passes (its best GFLOP/s) and the peak is the highest of those. ``details`` (if given) receives
-    ``{(backend, n): best gflops}``. About 20-25 s at 2 threads on a shared 2-core machine. torch threads are restored after.
+    The backends are ``torch.mm``, ``numpy`` matmul and one-MatMul models in ONNX Runtime and OpenVINO (FP32 pinned):
+    the runtimes being bounded have GEMM kernels of their own, which can be twice as fast as the BLAS that torch and
+    numpy were built with (AVX-512 against AVX2), and a peak below what a runtime reaches is no bound. A peak measured
+    once falls wherever the machine's slow moments fall, so the (backend, size) pairs of square float32 matrices are
+    timed in ``passes`` interleaved passes, the order rotated every pass, each pair ``reps`` times a pass; each pair keeps
+    its fastest run over all passes (its best GFLOP/s) and the peak is the highest of those. ``details`` (if given)
+    receives ``{(backend, n): best gflops}``. About 30-40 s at 2 threads on a shared 2-core machine. torch threads are
+    restored after.
     """
     prev = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -384,9 +386,9 @@ def matmul_peak_gflops(
         for n in sizes:
             a, b, c = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
             runs.append((("torch", n), lambda a=a, b=b, c=c: torch.mm(a, b, out=c)))
-            if use_numpy:
-                an, bn, cn = a.numpy(), b.numpy(), np.empty((n, n), np.float32)
-                runs.append((("numpy", n), lambda an=an, bn=bn, cn=cn: np.matmul(an, bn, out=cn)))
+            an, bn, cn = a.numpy(), b.numpy(), np.empty((n, n), np.float32)
+            runs.append((("numpy", n), lambda an=an, bn=bn, cn=cn: np.matmul(an, bn, out=cn)))
+            runs += _runtime_matmuls(an, bn, threads)
         with torch.inference_mode(), _numpy_threads(threads):
             for index in range(passes):
                 shift = index % len(runs)
@@ -398,6 +400,43 @@ def matmul_peak_gflops(
     if details is not None:
         details.update(best)
     return max(best.values(), default=0.0)
+
+
+def _runtime_matmuls(a: np.ndarray, b: np.ndarray, threads: int) -> list:
+    """``a @ b`` in ONNX Runtime and in OpenVINO (FP32 inference precision), ``b`` a constant of the model as a weight
+    is, each pinned to ``threads`` intra-op threads, as ``((backend, n), run)``."""
+    import onnx
+    import onnxruntime as ort
+    import openvino as ov
+    import openvino.opset13 as ops
+    from onnx import helper
+
+    n = a.shape[0]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])],
+        "matmul",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [n, n])],
+        [onnx.numpy_helper.from_array(b, "b")],
+    )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+        options,
+        providers=["CPUExecutionProvider"],
+    )
+    parameter = ops.parameter([n, n], np.float32)
+    compiled = ov.Core().compile_model(
+        ov.Model([ops.matmul(parameter, ops.constant(b), False, False)], [parameter]),
+        "CPU",
+        {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads},
+    )
+    request = compiled.create_infer_request()
+    return [
+        (("onnxruntime", n), lambda: session.run(None, {"a": a})),
+        (("openvino", n), lambda: request.infer({0: a})),
+    ]
 
 
 class _numpy_threads:

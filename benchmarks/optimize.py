@@ -15,9 +15,10 @@ interval from the interleaved rounds, and the tool's paired ratios. Rows are ran
 neighbour within the noise (paired where they were timed in one session) share a rank.
 
 The compute lower bound is the model's FLOPs (torch's FlopCounterMode) over the FP32 matmul peak, measured at the
-same thread count before and after the models (best of interleaved passes, the higher of the two), and it bounds FP32
-rows only. Where an FP32 row ran faster than that bound, the peak was measured in a slow moment: that model gets no
-bound. The targets (best FP32 ≤ 1.3x the bound, best INT8 ≥ 2x faster than best FP32) are judged on the intervals,
+same thread count before and after the models (best of interleaved passes over torch, numpy, ONNX Runtime and
+OpenVINO GEMMs, the higher of the two), and it bounds FP32 rows only. Where an FP32 row ran faster than that bound,
+the peak missed what this CPU can do (measured in a slow moment, or no backend's GEMM reached a kernel the model's
+runtime used): that model gets no bound. The targets (best FP32 ≤ 1.3x the bound, best INT8 ≥ 2x faster than best FP32) are judged on the intervals,
 and the INT8 one only on a CPU with integer dot-product instructions (report.environment.cpu.int8_compute).
 """
 
@@ -193,7 +194,7 @@ def invalid_peak(rows: list[dict], flops: dict[int, float], peak_gflops: float) 
         ms, at = _interval(figure)[0], "in its fastest rounds, the low end of its p50's 95% interval"
     return (
         f"the measured peak ({peak_gflops:.1f} GFLOP/s) is below what {_name(r)} at batch {batch} achieved "
-        f"({flops[batch] / ms / 1e6:.1f} GFLOP/s {at}): it was measured in a slow moment, so no compute bound is given"
+        f"({flops[batch] / ms / 1e6:.1f} GFLOP/s {at}): the peak missed what this CPU can do, so no compute bound is given"
     )
 
 
@@ -278,11 +279,13 @@ def render(all_rows: list[dict], autos: dict[str, dict], peak: Peak) -> str:
         "",
         cpu_line(cpu, threads),
         "",
-        f"FP32 matmul peak at {THREADS} threads, the best of interleaved passes over torch.mm and numpy matmul: "
+        f"FP32 matmul peak at {THREADS} threads, the best of interleaved passes over torch.mm, numpy matmul and one-MatMul "
+        "models in ONNX Runtime and OpenVINO (FP32): "
         f"{peak.before:.1f} GFLOP/s before the models, {peak.after:.1f} GFLOP/s after; the bound uses the higher, "
         f"**{peak.gflops:.1f} GFLOP/s** (per backend and size, before / after: {details or 'not recorded'}). The compute "
         "lower bound of a model is its FLOPs over that peak; it bounds FP32 compute only. Where an FP32 row ran faster "
-        "than it, the peak was measured in a slow moment and that model gets no bound.",
+        "than it, the peak missed what this CPU can do (a slow moment, or a faster kernel than any of these GEMMs) and that "
+        "model gets no bound.",
         "",
         "Latency: the p50 after warm-up, with its 95% interval in parentheses (from the medians of the interleaved "
         "rounds the tool timed every contender in, round by round), from the tool's report; batch 8 is the median "

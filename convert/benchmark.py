@@ -163,7 +163,11 @@ def measure(
             record.status, record.reason = "failed", f"{type(result).__name__}: {result}"
             continue
         runs = np.array(result.runs_ms)
-        interval = timing.median_interval(result.round_ms)
+        p50 = float(np.percentile(runs, 50))
+        # the p50 pools every run, its interval comes from the rounds' medians: widened to hold the p50 where a
+        # lopsided spread of runs within rounds would put it outside
+        low, high = timing.median_interval(result.round_ms)
+        interval = (min(low, p50), max(high, p50))
         record.shape, record.warmup, record.runs, record.rounds, record.session = (
             plan.latency_shape,
             settings.warmup,
@@ -190,9 +194,12 @@ def measure(
         record = contender.record
         if isinstance(result, Exception):
             record.status, record.reason = "failed", f"throughput at {plan.throughput_shape}: {type(result).__name__}: {result}"
+            # no throughput at the batch: the figure from the latency runs must not stand in for it in a budget
+            record.throughput_shape, record.throughput_per_s, record.throughput_interval = "", None, None
             continue
         seconds = statistics.median(result.runs_ms) / 1e3
         low, high = timing.median_interval(result.round_ms)
+        low, high = min(low, seconds * 1e3), max(high, seconds * 1e3)
         record.throughput_shape, record.throughput_per_s = plan.throughput_shape, round(plan.throughput_items / seconds, 2)
         record.throughput_interval = [round(plan.throughput_items * 1e3 / high, 2), round(plan.throughput_items * 1e3 / low, 2)]
 

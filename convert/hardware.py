@@ -95,8 +95,8 @@ def compute_limit(precision: str, device: str, cpu: rm.CpuInfo | None = None) ->
         return ""
     if precision == "int8" and not cpu.int8_compute:
         return (
-            "this CPU has no integer dot-product instructions (VNNI, AMX-INT8, Arm dot product): INT8 runs widened, "
-            "so it cannot be faster than FP32 here; its gain is the smaller file"
+            "this CPU has no integer dot-product instructions (VNNI, AMX-INT8, Arm dot product): INT8 runs on widening "
+            "multiply-adds, so a speed-up over FP32 is small at best and not assured here; its sure gain is the smaller file"
         )
     if precision == "fp16" and not cpu.fp16_compute:
         return (

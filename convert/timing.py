@@ -54,8 +54,8 @@ def paired_ratio(base: rm.Benchmark, other: rm.Benchmark) -> rm.PairedRatio | No
     if not (base.latency_ms_p50 and other.latency_ms_p50):
         return None
     ratio = other.latency_ms_p50 / base.latency_ms_p50
-    if base.session and base.session == other.session and len(base.round_ms) == len(other.round_ms) >= 2:
-        ratios = [b / a for a, b in zip(base.round_ms, other.round_ms) if a > 0]
+    ratios = [b / a for a, b in zip(base.round_ms, other.round_ms) if a > 0]
+    if base.session and base.session == other.session and len(base.round_ms) == len(other.round_ms) and len(ratios) >= 2:
         low, high = median_interval(ratios)
         return _ratio(statistics.median(ratios), low, high, len(ratios), paired=True)
     base_low, base_high = base.latency_ms_interval or (base.latency_ms_p50,) * 2

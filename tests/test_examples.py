@@ -35,7 +35,7 @@ def _environment(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _copy_example(tmp_path: Path) -> Path:
     folder = tmp_path / "examples" / "gate"
-    shutil.copytree(REPO / "examples" / "gate", folder, ignore=shutil.ignore_patterns("out", "models", "reports"))
+    shutil.copytree(REPO / "examples" / "gate", folder, ignore=shutil.ignore_patterns("out", "models", "reports", "promoted"))
     return folder
 
 
@@ -62,9 +62,15 @@ def test_the_github_actions_workflow_commands_gate_then_compare_with_the_promote
         report = json.loads((workdir / "out" / "report.json").read_text())
         assert report["gate"]["decision"] == "promote"
         assert (report["gate"]["baseline"] is None) == (attempt == "first promotion")
+        if attempt != "first promotion":
+            # the promoted artifacts were kept beside their report: timed beside the new ones, but for the TorchScript
+            # file, whose loading runs code (the policy does not trust it), which is compared with its recorded p50
+            latency = {d["artifact"]: d["side_by_side"] for d in report["gate"]["baseline"]["deltas"] if d["kind"] == "latency"}
+            assert latency == {"onnx": True, "fp16": True, "torchscript": False}, report["notes"]
+            assert any("torchscript: the baseline's artifact is not timed beside" in n and "--trust-code" in n for n in report["notes"])
         assert (workdir / "out" / "junit.xml").stat().st_size and (workdir / "out" / "report.html").stat().st_size
         shutil.rmtree(workdir / "out")  # a fresh runner
-    assert (workdir / "reports" / "last-promoted.json").exists()
+    assert (workdir / "promoted" / "report.json").exists()
     assert summary.read_text().count("✅ PROMOTE") == 2  # each run appended its summary
 
 

@@ -96,8 +96,13 @@ def _why(entry: rm.AutoCandidate, chosen: rm.AutoCandidate, fastest: rm.AutoCand
             f"as fast as the fastest ({fastest.name}) within the noise: its p50 is {describe_ratio(_ratio(timed_on, fastest, chosen))} "
             f"{fastest.name}'s; the simpler candidate is chosen"
         )
-    if entry is fastest or entry in ties:
-        return f"as fast as the chosen within the noise of the fastest: p50 {describe_ratio(entry.vs_chosen)} the chosen's; {chosen.name} is simpler"
+    if entry is fastest:
+        return f"the fastest, as fast as {chosen.name} within the noise: p50 {describe_ratio(entry.vs_chosen)} the chosen's; {chosen.name} is simpler"
+    if entry in ties:
+        return (
+            f"as fast as the fastest ({fastest.name}) within the noise: p50 {describe_ratio(_ratio(timed_on, fastest, entry))} "
+            f"{fastest.name}'s; {chosen.name} is simpler"
+        )
     if chosen is fastest:
         return f"slower: p50 {entry.latency_ms_p50:.4g} ms on {entry.device}, {describe_ratio(entry.vs_chosen)} the chosen's {chosen.latency_ms_p50:.4g} ms"
     return (

@@ -76,10 +76,8 @@ def _baseline_artifacts(ctx: RunContext, by_key: dict[str, Artifact]) -> dict[st
         current = by_key.get(record.key)
         if current is None or not record.path or not record.benchmarks:
             continue
-        path = Path(record.path)
-        if not path.is_absolute() and baseline_path is not None:
-            path = baseline_path.parent / path
-        files = [Path(f) if Path(f).is_absolute() or baseline_path is None else baseline_path.parent / f for f in record.files] or [path]
+        path = _now_at(record.path, baseline, baseline_path)
+        files = [_now_at(f, baseline, baseline_path) for f in record.files] or [path]
         why = ""
         if record.format != current.format:
             why = f"it is {record.format}, this run's is {current.format}"
@@ -96,3 +94,17 @@ def _baseline_artifacts(ctx: RunContext, by_key: dict[str, Artifact]) -> dict[st
             continue
         found[record.key] = dataclasses.replace(current, path=path, files=files, sha256=record.sha256, size_bytes=record.size_bytes)
     return found
+
+
+def _now_at(recorded: str, baseline: rm.Report, baseline_path: Path | None) -> Path:
+    """Where a file the baseline report names is now: where it says (a relative path from the report's folder), or,
+    the report having been moved or copied with the output folder it was written to, at the same place under the
+    report's folder (the sha256 still decides whether it is the same file)."""
+    path = Path(recorded)
+    if baseline_path is None:
+        return path
+    if not path.is_absolute():
+        return baseline_path.parent / path
+    if not path.exists() and baseline.out and path.is_relative_to(baseline.out):
+        return baseline_path.parent / path.relative_to(baseline.out)
+    return path

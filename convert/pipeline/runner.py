@@ -47,6 +47,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         command=request.command,
         environment=environment(),
         options=options.record(request),
+        out=str(the_plan.out_dir.resolve()),
     )
     source_request = SourceRequest(
         model=request.model,

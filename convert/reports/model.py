@@ -125,7 +125,7 @@ class Benchmark(BaseModel):
     rounds: int = Field(0, description="interleaved rounds: in each, every benchmark of the session ran a block of runs in turn")
     round_ms: list[float] = Field([], description="each round's median latency; rounds of one session ran side by side (paired)")
     session: str = Field("", description="benchmarks with the same session were timed interleaved, round by round, in one process")
-    unstable: bool = Field(False, description="the p50's interval is too wide to rank it against another figure (see reason)")
+    unstable: bool = Field(False, description="the p50's interval is too wide to rank it against another figure: wider than 20% of the p50")
     compute_limit: str = Field("", description="why this artifact's precision cannot compute faster than FP32 on this device's CPU")
     throughput_shape: str = ""
     throughput_per_s: float | None = Field(None, description="batch items per second at throughput_shape")
@@ -565,6 +565,9 @@ class Report(BaseModel):
     )
     environment: Environment
     options: dict = {}
+    out: str = Field(
+        "", description="the output folder the run wrote to, absolute: a baseline report moved with it still finds its artifacts"
+    )
     calibration: str = Field("", description="where the calibration feeds of INT8 passes came from")
     data: list[DataRecord] = Field([], description="the user's datasets the run validated and calibrated on")
     cache: CacheRecord = CacheRecord()

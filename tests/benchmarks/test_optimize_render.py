@@ -18,7 +18,7 @@ VNNI = rm.CpuInfo(
     known=True,
 )
 NO_VNNI = rm.CpuInfo(model="Old CPU", architecture="x86_64", logical_cores=4, usable_cores=2, features=["avx2", "fma"], known=True)
-WIDENED = "this CPU has no integer dot-product instructions (VNNI, AMX-INT8, Arm dot product): INT8 runs widened"
+WIDENED = "this CPU has no integer dot-product instructions (VNNI, AMX-INT8, Arm dot product): INT8 runs on widening"
 # at 100 GFLOP/s the bound is 10 ms at batch 1 and 80 ms at batch 8
 FLOPS = {1: 1e9, optimize.BATCH: 8e9}
 PEAK = optimize.Peak(before=90.0, after=100.0, details={("numpy", 1024): (90.0, 100.0)})

@@ -12,6 +12,7 @@ from convert.validators import plan_shape_cases
 
 from convert.errors import ConvertError, MissingDependency
 from convert.pipeline import ConvertRequest, Progress, run
+from convert.pipeline.benchmark import _now_at
 from convert.pipeline.context import Stages, crashed, finish, report_stop
 from convert.pipeline.plan import check_optimizations, check_targets, exporter_for, stem
 from convert.pipeline.validate import artifact_passed
@@ -422,3 +423,18 @@ def test_a_range_bounds_the_default_sizes_of_its_symbol():
     cases = plan_shape_cases(("B", "S"), ranges={"S": (4, 6)})
     assert {c.sizes["S"] for c in cases} <= {4, 5, 6} and len({c.sizes["S"] for c in cases}) == 2
     assert {c.sizes["B"] for c in cases} >= {1, cases[0].sizes["B"]}
+
+
+def test_a_baseline_report_moved_with_its_output_folder_still_finds_its_artifacts(tmp_path):
+    old_out, moved = tmp_path / "out", tmp_path / "promoted"
+    moved.mkdir()
+    (moved / "cnn.onnx").write_bytes(b"onnx")
+    baseline = _report()
+    baseline.out = str(old_out)
+    assert _now_at(str(old_out / "cnn.onnx"), baseline, moved / "report.json") == moved / "cnn.onnx"
+    old_out.mkdir()
+    (old_out / "cnn.onnx").write_bytes(b"onnx")  # still where the report says: that one
+    assert _now_at(str(old_out / "cnn.onnx"), baseline, moved / "report.json") == old_out / "cnn.onnx"
+    elsewhere = tmp_path / "given" / "model.onnx"  # outside the output folder: only where it was
+    assert _now_at(str(elsewhere), baseline, moved / "report.json") == elsewhere
+    assert _now_at("cnn.onnx", baseline, moved / "report.json") == moved / "cnn.onnx"  # relative: from the report's folder

@@ -83,6 +83,37 @@ def test_a_run_that_raises_is_reported_and_the_others_go_on():
     assert contenders[1].record.status == "failed" and "kernel not found" in contenders[1].record.reason
 
 
+def test_a_run_that_raises_at_the_throughput_batch_leaves_no_throughput_figure():
+    def at_batch_8_broken(feed):
+        if feed == "batch 8":
+            raise RuntimeError("out of memory")
+
+    plan = BenchmarkPlan(latency_feed="batch 1", latency_shape="B=1", throughput_feed="batch 8", throughput_shape="B=8", throughput_items=8)
+    contender = Contender(rm.Benchmark(runtime="rt", device="cpu"), at_batch_8_broken)
+    measure([contender], plan, SETTINGS, "s")
+    record = contender.record
+    assert record.latency_ms_p50 is not None and record.status == "failed" and "out of memory" in record.reason
+    assert record.throughput_per_s is None and record.throughput_interval is None and record.throughput_shape == ""
+
+
+def test_the_interval_holds_the_p50_of_all_the_runs_however_lopsided_the_rounds():
+    """Blocks of three timed runs (after a 10 ms warm-up, for 30 ms a round), each after an untimed run: 15 rounds fast
+    but for one slow run in three, 5 slow throughout. The rounds' medians are 1 ms bar five, so their interval is
+    [1, 1]; the pooled p50 is 5.5 ms, outside it, and the interval is widened to hold it."""
+    durations = iter([0.010] * 3 + [0.001, 0.001, 0.001, 0.010] * 15 + [0.010] * 4 * 5)
+    clock_now = [0.0]
+
+    def run(_feed=None):
+        clock_now[0] += next(durations)
+
+    settings = BenchmarkSettings(threads=1, warmup=3, rounds=20, seconds=0.03 * 20, max_runs=500, idle_gap_s=0.0)
+    contender = Contender(rm.Benchmark(runtime="rt", device="cpu"), run)
+    measure([contender], PLAN, settings, "s", clock=lambda: clock_now[0])
+    record = contender.record
+    low, high = record.latency_ms_interval
+    assert record.latency_ms_p50 == 5.5 and (low, high) == (1.0, 5.5)
+
+
 def test_identical_runners_are_as_fast_as_each_other_within_the_noise():
     within = [paired_ratio(r["a"], r["b"]).within_noise for r in (timed(seed, {"a": 1.0, "b": 1.0}) for seed in SEEDS)]
     assert sum(within) >= 0.9 * len(within), within  # 95% intervals: about 2 of 40 may miss
