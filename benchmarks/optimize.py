@@ -12,7 +12,8 @@ section of RESULTS_FILE as it is. Writes benchmarks/results/optimize.md by defau
 Every figure comes from the tool's own report (``convert.convert(..., optimize=["auto"], threads=THREADS)``): the
 p50 latency at the export shape and the median latency behind the batch-8 throughput figure, each with its 95%
 interval from the interleaved rounds, and the tool's paired ratios. Rows are ranked by p50; rows as fast as their
-neighbour within the noise (paired where they were timed in one session) share a rank.
+neighbour (the interval of their ratio, paired where they were timed in one session, reaching within 5% of 1) share
+a rank.
 
 The compute lower bound is the model's FLOPs (torch's FlopCounterMode) over the FP32 matmul peak, measured at the
 same thread count before and after the models (best of interleaved passes over torch, numpy, ONNX Runtime and
@@ -156,13 +157,25 @@ def _interval(bench: rm.Benchmark) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------- judging
+# Rows whose ratio's 95% interval reaches within 5% of 1 share a rank. A run's interval shows that run's noise only:
+# between two runs on one machine the ratio of the same two artifacts moved by 2-3% (ResNet-50 at batch 1: OpenVINO
+# FP16 over ONNX Runtime FP32 0.99 in one run, 1.01 in the next, each with an interval of ±1%), so an order that
+# rests on less than that is not one the next run repeats.
+SAME_SPEED = 1.05
+
+
+def same_speed(ratio: rm.PairedRatio) -> bool:
+    low, high = ratio.interval
+    return low <= SAME_SPEED and high >= 1 / SAME_SPEED
+
+
 def tied_ranks(figures: list[rm.Benchmark]) -> list[str]:
-    """Rank labels for ``figures`` sorted by p50: a figure as fast as the one before it within the noise shares its
-    rank, written ``k=`` (their order may change from run to run). Within the noise: the interval of their ratio holds
-    1, paired round by round where both were timed in one session, else from their two intervals (which overlap)."""
+    """Rank labels for ``figures`` sorted by p50: a figure as fast as the one before it shares its rank, written
+    ``k=`` (their order may change from run to run). As fast: the interval of their ratio (paired round by round where
+    both were timed in one session, else from their two intervals) reaches within 5% of 1 (SAME_SPEED)."""
     ranks: list[int] = []
     for index, figure in enumerate(figures):
-        if index and timing.paired_ratio(figures[index - 1], figure).within_noise:
+        if index and same_speed(timing.paired_ratio(figures[index - 1], figure)):
             ranks.append(ranks[-1])
         else:
             ranks.append(index + 1)
@@ -290,9 +303,9 @@ def render(all_rows: list[dict], autos: dict[str, dict], peak: Peak) -> str:
         "Latency: the p50 after warm-up, with its 95% interval in parentheses (from the medians of the interleaved "
         "rounds the tool timed every contender in, round by round), from the tool's report; batch 8 is the median "
         "latency behind the throughput figure, with its interval. `unstable`: the interval is wider than 20% of the "
-        "p50. `rank`: by p50; `k=` marks rows as fast as their neighbour within the noise, paired round by round at batch 1 "
-        "(the interval of their ratio holds 1), from overlapping intervals at batch 8 (their "
-        "order may change from run to run). Ratios: `x bound` = latency / compute lower bound (FP32 rows only); "
+        "p50. `rank`: by p50; `k=` marks rows as fast as their neighbour: the 95% interval of their ratio (paired round "
+        "by round at batch 1, from the two intervals at batch 8) reaches within 5% of 1, as the ratio of two artifacts "
+        "moves by a few percent from one run to the next (their order may change from run to run). Ratios: `x bound` = latency / compute lower bound (FP32 rows only); "
         "`vs best FP32` = the best FP32 artifact's latency / this one's; `vs eager` = torch eager's latency / this "
         "one's; each with its 95% interval, paired round by round at batch 1 (one session), from the two intervals at "
         "batch 8. Only artifacts that passed validation (FP32 element-wise, FP16/INT8 within their accuracy budget) "
@@ -369,15 +382,16 @@ def _render_model(title: str, rows: list[dict], auto: dict, peak: Peak, cpu: rm.
     lines += [
         "",
         f"`--optimize auto` chose **{auto['chosen']}**: {auto.get('criterion') or 'the lowest batch-1 p50 within budget'}. "
-        "`p50 / chosen's`: the candidate's p50 over the chosen one's, paired round by round. Candidates:",
+        "`p50 / chosen's`: the candidate's p50 over the chosen one's, paired round by round; `k=`: as fast as the chosen "
+        "one (that ratio's interval reaches within 5% of 1). Candidates:",
         "",
         "| rank | candidate | precision | status | p50 ms (95% interval) | unstable | p50 / chosen's | vs eager | why |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     candidates = auto["candidates"]
     timed = [c for c in candidates if c.latency_ms_p50]
-    # the report ranks them; the chosen one and those as fast as it within the noise (paired) share the best rank of them
-    tied = [c for c in timed if c.status == "chosen" or (c.vs_chosen and c.vs_chosen.within_noise)]
+    # the report ranks them; the chosen one and those as fast as it share the best rank of them
+    tied = [c for c in timed if c.status == "chosen" or (c.vs_chosen and same_speed(c.vs_chosen))]
     shared = f"{min(c.rank or 1 for c in tied)}=" if len(tied) > 1 else None
     ranks = {c.name: shared if shared and c in tied else str(c.rank) for c in timed}
     for c in candidates:
@@ -531,7 +545,8 @@ def render_edge(rows: list[dict], thread_counts: tuple[int, ...]) -> str:
         "median latency behind the throughput figure), each with its 95% interval in parentheses, from the interleaved "
         "rounds (`unstable` names the figures whose interval is wider than 20% of their p50), with every runtime that can be told pinned to "
         "that many intra-op threads (`pinned` says the count the runtime took; `-` where it cannot be told). `rank`: by "
-        "batch-2 p50; `k=` marks rows as fast as their neighbour within the noise (paired at the export shape). `vs onnx` = ONNX "
+        "batch-2 p50; `k=` marks rows as fast as their neighbour (their ratio's interval, paired at the export shape, "
+        "reaches within 5% of 1). `vs onnx` = ONNX "
         "Runtime FP32's p50 / this one's, in the same run, paired round by round, with its 95% interval. `delegated` is "
         "the share of the .pte's operator calls that XNNPACK runs. litert-torch keeps no dynamic dim of these models: "
         "their .tflite is fixed at the export shape (run with --allow-fixed-shapes; `passed` says so) and timed there. "

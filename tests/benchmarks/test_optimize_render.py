@@ -132,10 +132,12 @@ def test_the_int8_target_is_judged_on_the_ratio_interval():
     assert "**not judged**: no INT8 artifact" in optimize.int8_target([fp32], 1, VNNI)
 
 
-def test_rows_whose_intervals_overlap_share_a_rank():
+def test_rows_whose_ratio_reaches_within_5_percent_of_1_share_a_rank():
     figures = [bench(10.0, 9.0, 11.0), bench(10.5, 10.2, 11.5), bench(11.0, 11.2, 12.0), bench(20.0, 19.0, 21.0), bench(30.0, 29.0, 31.0)]
     assert optimize.tied_ranks(figures) == ["1=", "1=", "1=", "4", "5"]
-    assert optimize.tied_ranks([bench(10.0, 9.9, 10.1), bench(11.0, 10.9, 11.1)]) == ["1", "2"]
+    assert optimize.tied_ranks([bench(10.0, 9.9, 10.1), bench(11.0, 10.9, 11.1)]) == ["1", "2"]  # 1.08–1.12: apart
+    # 1.02–1.04: a difference this run shows, smaller than what moves from one run to the next
+    assert optimize.tied_ranks([bench(10.0, 9.95, 10.05), bench(10.3, 10.25, 10.35)]) == ["1=", "1="]
 
 
 def test_the_candidates_table_carries_the_paired_ratio_to_the_chosen():
