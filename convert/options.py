@@ -390,7 +390,8 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "stage_timeout",
         "--stage-timeout",
-        "Stop a stage (loading, an export, a validation, a benchmark) that runs longer, and fail it; the run goes on.",
+        "Stop a stage (loading, an export, a validation, a device's benchmark session: all its artifacts timed together) "
+        "that runs longer, and fail it; the run goes on.",
         type=float,
         default=DEFAULT_STAGE_TIMEOUT,
         show_default=True,
