@@ -572,8 +572,8 @@ def _accuracy_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord
 def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord, allowance: Allowance) -> Iterator[rm.BaselineDelta]:
     """p50 against p50 on the same runtime and device, regressed only when the whole 95% interval is beyond the
     allowance. Where the baseline's artifact was timed beside this one in this run (``baseline_benchmarks``), the
-    interval is that of their paired ratio; else the recorded p50 is all there is of the baseline, from another run
-    whose machine load no interval of this one measures: hence the allowance the policy sets for its runners."""
+    interval is that of their paired ratio, against ``latency``; else the recorded p50 is all there is of the baseline,
+    from another run whose machine load no interval of this one measures: hence the wider ``latency_recorded``."""
     previous = {(b.runtime, b.device): b.latency_ms_p50 for b in before.benchmarks if b.latency_ms_p50 is not None}
     beside = {(b.runtime, b.device): b for b in now.baseline_benchmarks if b.status == "ok"}
     for bench in now.benchmarks:
@@ -593,18 +593,26 @@ def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord,
                 reason=f"not measured now: {bench.reason or bench.status}",
             )
             continue
-        delta = _delta(key, "latency", "latency_ms_p50", "", *slot, base, bench.latency_ms_p50, allowance.latency, allowance.latency_ms)
         ratio = paired_ratio(beside[slot], bench) if slot in beside else None
         if ratio is not None and ratio.paired:
             side = beside[slot].latency_ms_p50
-            delta.baseline, delta.delta = side, bench.latency_ms_p50 - side
-            delta.delta_pct, delta.interval, delta.side_by_side = 100.0 * delta.delta / side, ratio.interval, True
+            delta = _delta(key, "latency", "latency_ms_p50", "", *slot, side, bench.latency_ms_p50, allowance.latency, allowance.latency_ms)
+            delta.interval, delta.side_by_side = ratio.interval, True
             limit = 1 + allowance.latency + allowance.latency_ms / side
             delta.status = "regressed" if ratio.interval[0] > limit else "improved" if ratio.interval[1] < 1 else "ok"
             delta.reason = f"timed beside the baseline's artifact in this run: {describe_ratio(ratio)} its p50"
-        elif bench.latency_ms_interval is not None:
+            yield delta
+            continue
+        delta = _delta(
+            key, "latency", "latency_ms_p50", "", *slot, base, bench.latency_ms_p50, allowance.latency_recorded, allowance.latency_ms
+        )
+        delta.reason = "against its recorded p50: the baseline's artifact was not timed beside this one"
+        if bench.latency_ms_interval is not None:
             delta.interval = bench.latency_ms_interval
-            if delta.status == "regressed" and bench.latency_ms_interval[0] <= base * (1 + allowance.latency) + allowance.latency_ms:
+            if (
+                delta.status == "regressed"
+                and bench.latency_ms_interval[0] <= base * (1 + allowance.latency_recorded) + allowance.latency_ms
+            ):
                 delta.status = "ok"
                 delta.reason = "beyond the allowance at p50, but its 95% interval reaches within it: noise, not a regression"
         yield delta

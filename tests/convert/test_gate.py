@@ -176,7 +176,10 @@ def test_a_regression_against_the_baseline_rejects(tmp_path, promoted, kind):
         onnx["size_bytes"] = onnx["size_bytes"] // 2
     (tmp_path / "last-promoted.json").write_text(json.dumps(baseline))
     # latency may be 10x slower (noise must not reject the other two kinds), but not 100x
-    policy = write_policy(tmp_path, baseline={"allowance": {"accuracy": 0.5, "accuracy_abs": 1e-9, "latency": 10.0, "latency_ms": 0.001}})
+    policy = write_policy(
+        tmp_path,
+        baseline={"allowance": {"accuracy": 0.5, "accuracy_abs": 1e-9, "latency": 10.0, "latency_recorded": 10.0, "latency_ms": 0.001}},
+    )
     run, verdict = gate(policy, "--baseline", str(tmp_path / "last-promoted.json"))
     assert run.returncode == 1, run.output
     regressed = [d for d in verdict["baseline"]["deltas"] if d["status"] == "regressed"]

@@ -75,7 +75,7 @@ validation: {{dims: ["d0=2,1,4"]}}
 budgets:
   onnx: {{accuracy: "max_abs<=1e-3", latency_ms_p50: 1000, size_mb: 10}}
   fp16: {{throughput_per_s: 1.0e+12}}
-baseline: {{allowance: {{latency: 100}}}}
+baseline: {{allowance: {{latency: 100, latency_recorded: 100}}}}
 out: out
 """)
     done = run_cli("gate", str(policy), "--baseline", str(exported_report), "-q")
