@@ -118,7 +118,9 @@ def interleaved(
             results[index] = exc
             blocks.append(0)
             continue
-        each = statistics.median(warmup) if warmup else 0.0
+        # the fastest warm-up run: a slow one (a JIT compiling, a descheduled thread) would shrink the block, and a
+        # block of two runs has no robust median
+        each = min(warmup) if warmup else 0.0
         per_round = settings.seconds / settings.rounds / each if each > 0 else 1
         blocks.append(max(1, min(math.ceil(per_round), settings.max_runs // settings.rounds)))
     for round_index in range(settings.rounds):
