@@ -164,22 +164,16 @@ def measure(
             contender.failed = True
             record.status, record.reason = "failed", f"{type(result).__name__}: {result}"
             continue
-        runs = np.array(result.runs_ms)
-        p50 = float(np.percentile(runs, 50))
-        # the p50 pools every run, its interval comes from the rounds' medians: widened to hold the p50 where a
-        # lopsided spread of runs within rounds would put it outside
-        low, high = timing.median_interval(result.round_ms)
-        interval = (min(low, p50), max(high, p50))
+        p50, p90, p99 = (float(q) for q in np.percentile(result.runs_ms, (50, 90, 99)))
+        interval = timing.p50_interval(result.round_ms, p50)
         record.shape, record.warmup, record.runs, record.rounds, record.session = (
             plan.latency_shape,
             settings.warmup,
-            len(runs),
+            len(result.runs_ms),
             len(result.round_ms),
             session,
         )
-        record.latency_ms_p50, record.latency_ms_p90, record.latency_ms_p99 = (
-            round(float(np.percentile(runs, q)), 4) for q in (50, 90, 99)
-        )
+        record.latency_ms_p50, record.latency_ms_p90, record.latency_ms_p99 = (round(q, 4) for q in (p50, p90, p99))
         record.latency_ms_interval = [round(interval[0], 4), round(interval[1], 4)]
         record.round_ms = [round(t, 4) for t in result.round_ms]
         cv = timing.coefficient_of_variation(result.round_ms)
@@ -200,8 +194,7 @@ def measure(
             record.throughput_shape, record.throughput_per_s, record.throughput_interval = "", None, None
             continue
         seconds = statistics.median(result.runs_ms) / 1e3
-        low, high = timing.median_interval(result.round_ms)
-        low, high = min(low, seconds * 1e3), max(high, seconds * 1e3)
+        low, high = timing.p50_interval(result.round_ms, seconds * 1e3)
         record.throughput_shape, record.throughput_per_s = plan.throughput_shape, round(plan.throughput_items / seconds, 2)
         record.throughput_interval = [round(plan.throughput_items * 1e3 / high, 2), round(plan.throughput_items * 1e3 / low, 2)]
 

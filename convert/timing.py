@@ -32,6 +32,13 @@ def median_interval(samples: list[float]) -> tuple[float, float]:
     return ordered[k], ordered[n - 1 - k]
 
 
+def p50_interval(round_ms: list[float], p50: float) -> tuple[float, float]:
+    """The interval of the rounds' medians, widened to hold ``p50``: the p50 pools every run while the interval comes
+    from the rounds' medians, and a lopsided spread of runs within rounds can put the one outside the other."""
+    low, high = median_interval(round_ms)
+    return min(low, p50), max(high, p50)
+
+
 def _binomial_tail(n: int, k: int) -> float:
     """P(X < k) for X ~ Binomial(n, 1/2): the chance that fewer than k samples fall below the median (cutting k - 1
     samples from each end leaves an interval that misses the median with twice this chance)."""
