@@ -1,5 +1,5 @@
-# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
-# torch is pinned through constraints.txt: an unpinned torch would pull gigabytes of CUDA wheels.
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`. Both install requirements.lock: every
+# package at the version the whole suite last passed with (`make lock` refreshes it).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -7,18 +7,21 @@ PIP := $(PY) -m pip
 EXTRAS := torch,tensorflow,jax,openvino,optimize,data,executorch,litert,mlflow,ray,transformers,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+LOCK := requirements.lock
+# uv reads no pip configuration: it is given the --find-links pip is configured with (where the CPU torch wheel lies)
+UV_FIND_LINKS := $(foreach link,$(PIP_FIND_LINKS),--find-links $(link))
 DEMO := out/demo
 OPTIMUM_VENV := .venv-optimum
 OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 
-.PHONY: install chromium demo test bench zoo clean
+.PHONY: install chromium demo test test-fast test-latest lock bench zoo clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
+	$(PIP) install --quiet -r $(LOCK)
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 # Debian's Chromium renders the HTML report in the screenshot test (apt needs root, as in CI).
@@ -35,6 +38,26 @@ test: install chromium
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
+# The inner loop: the unit tests, no conversion of a whole model.
+test-fast: install
+	$(PY) -m pytest -q -n 2 tests/convert/unit tests/validators tests/convert/test_options.py tests/convert/test_compat.py
+
+# The newest release of every dependency, no lock: the fast tests and one conversion per source kind and target, in
+# .venv-latest; the versions and the outcome go to compat/latest.md, and a pass widens the tested ranges.
+test-latest: install
+	PIP_FIND_LINKS="$(PIP_FIND_LINKS)" $(PY) -m tools.latest --extras $(EXTRAS)
+
+# Every dependency at its newest release (torch held by constraints.txt), installed, and the whole suite run on it; a
+# pass records the set as the check `lock` and the tested ranges. When the suite fails, fix the code or add an upper
+# bound in pyproject.toml, then run it again.
+lock: install
+	$(PY) -m uv pip compile pyproject.toml $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) -c constraints.txt \
+		$(UV_FIND_LINKS) --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade --quiet \
+		--custom-compile-command "make lock" -o $(LOCK)
+	$(MAKE) test
+	$(PY) -m tools.versions record lock --passed --note "make test"
+	$(PY) -m tools.versions ranges
+
 bench: install $(OPTIMUM_STAMP)
 	$(PY) -m benchmarks.export_validate
 	$(PY) -m benchmarks.optimize
@@ -46,13 +69,13 @@ bench: install $(OPTIMUM_STAMP)
 
 # Optimum's ONNX exporter, for the Transformers comparison, in an environment of its own: optimum-onnx pins
 # transformers < 4.58, and this tool's environment has transformers 5.
-$(OPTIMUM_STAMP): constraints.txt
+$(OPTIMUM_STAMP): $(LOCK)
 	test -x $(OPTIMUM_VENV)/bin/python || $(PYTHON) -m venv $(OPTIMUM_VENV)
-	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt "optimum-onnx==0.1.0" onnxruntime
+	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt "optimum-onnx==0.1.0" "onnxruntime==$$(sed -n 's/^onnxruntime==//p' $(LOCK))"
 	touch $@
 
 zoo: install
 	$(PY) -m benchmarks.zoo
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) .venv-latest out .pytest_cache

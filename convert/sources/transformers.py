@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from convert.backends.torch import CallConvention, TorchSource, require_torch
+from convert.compat import library_mismatch
 from convert.errors import ConvertError, require
 from convert.safety import sha256_files
 from convert.sources.base import SourceInfo
@@ -203,14 +204,20 @@ def load_transformers_source(request: SourceRequest):
         info.description += "; its decoder with its cache (its encoder: --task feature-extraction)"
     elif task.with_past:
         specs, ranges = _model_inputs(config, parameters, request)
-        if "past_key_values" not in parameters:
+        cache_argument = _cache_parameter(model)
+        if cache_argument is None:
+            if model.can_generate():
+                raise library_mismatch(
+                    "transformers",
+                    f"{type(model).__name__} generates text, yet its forward declares no cache argument (a parameter typed "
+                    "Cache, or named cache or past_key_values)",
+                )
             raise ConvertError(
-                f"{type(model).__name__} takes no cache (past_key_values), so it cannot be exported for {task.name}",
-                "Use --task text-generation.",
+                f"{type(model).__name__} takes no cache, so it cannot be exported for {task.name}", "Use --task text-generation."
             )
         layout = cache_layout(model, "position_ids" in parameters)
         specs, ranges = _with_past_specs(specs, layout, ranges)
-        module, convention = decoder_with_past(model, layout), CallConvention()
+        module, convention = decoder_with_past(model, layout, cache_argument), CallConvention()
     else:
         specs, ranges = _model_inputs(config, parameters, request)
         if hasattr(config, "use_cache"):
@@ -315,9 +322,40 @@ def cache_layout(model, position_ids: bool) -> CacheLayout:
     return _layout_of(out, position_ids=position_ids)
 
 
+# What transformers has called the cache argument and output field: ``cache`` since 5.24, ``past_key_values`` before
+# (a deprecated alias until 5.40). Read only where the signature's annotations do not name the Cache type.
+CACHE_NAMES = ("cache", "past_key_values")
+
+
+def _cache_parameter(model) -> str | None:
+    """The forward parameter that takes the cache: the one annotated with transformers' ``Cache`` type, else one of
+    the names transformers has used for it, else None (a model without a cache)."""
+    parameters = inspect.signature(model.forward).parameters
+    typed = [name for name, p in parameters.items() if "Cache" in str(p.annotation) and name != "use_cache"]
+    if len(typed) == 1:
+        return typed[0]
+    return next((name for name in CACHE_NAMES if name in parameters), None)
+
+
+def _cache_of(out):
+    """The cache a decoder step returned: the output's field holding a transformers ``Cache``, else its field of a name
+    transformers has used for it."""
+    from transformers import Cache
+
+    for value in out.values():
+        if isinstance(value, Cache):
+            return value
+    for name in CACHE_NAMES:
+        if out.get(name) is not None:
+            return out[name]
+    raise library_mismatch(
+        "transformers", f"a decoder step's {type(out).__name__} holds no cache among its fields ({', '.join(out.keys())})"
+    )
+
+
 def _layout_of(out, **facts) -> CacheLayout:
     """The layout of the cache a decoder step returned, with the facts its inputs add."""
-    layers = _cache_layers(out.past_key_values)
+    layers = _cache_layers(_cache_of(out))
     key = layers[0][0]
     return CacheLayout(
         layers=len(layers),
@@ -345,7 +383,7 @@ def _outputs(out, layout: CacheLayout) -> dict:
     """``logits`` and the cache a step returned, named ``present`` as its inputs are named ``past_key_values``."""
     outputs = {"logits": out.logits}
     names = [name.replace("past_key_values", "present", 1) for name in layout.past_names()]
-    for i, (keys, values) in enumerate(_cache_layers(out.past_key_values)):
+    for i, (keys, values) in enumerate(_cache_layers(_cache_of(out))):
         outputs[names[2 * i]], outputs[names[2 * i + 1]] = keys, values
     return outputs
 
@@ -378,7 +416,7 @@ def _with_past_specs(specs: tuple[InputSpec, ...], layout: CacheLayout, ranges: 
     return (*text, *past), {**ranges, "P": (0, None)}
 
 
-def decoder_with_past(model, layout: CacheLayout):
+def decoder_with_past(model, layout: CacheLayout, cache_argument: str):
     """The decoder as a module over flat tensors named as Optimum names them: ``input_ids, attention_mask,
     [position_ids,] past_key_values.N.key, past_key_values.N.value...`` in; ``logits, present.N.key,
     present.N.value...`` out. Its forward declares one parameter per input, so torch.export sees them by name."""
@@ -393,7 +431,8 @@ def decoder_with_past(model, layout: CacheLayout):
         def forward(self, *values):
             inputs = dict(zip(names, values))
             step = {name: inputs[name] for name in ("input_ids", "attention_mask", "position_ids") if name in inputs}
-            return _outputs(self.model(**step, past_key_values=_cache_from(inputs, layout, self.model.config), use_cache=True), layout)
+            step[cache_argument] = _cache_from(inputs, layout, self.model.config)
+            return _outputs(self.model(**step, use_cache=True), layout)
 
     return _by_name(DecoderWithPast, names)
 
@@ -436,6 +475,9 @@ def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec
 
     names = [s.name for s in specs]
     audio = "encoder_attention_mask" not in names
+    cache_argument = _cache_parameter(model)
+    if cache_argument is None:
+        raise library_mismatch("transformers", f"{type(model).__name__}'s forward declares no cache argument (a parameter typed Cache)")
 
     class Decoder(torch.nn.Module):
         def __init__(self):
@@ -448,8 +490,12 @@ def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec
                 decoder_input_ids=inputs["input_ids"],
                 encoder_outputs=(inputs["encoder_hidden_states"],),
                 attention_mask=inputs.get("encoder_attention_mask"),
-                past_key_values=EncoderDecoderCache(_cache_from(inputs, layout, self.model.config), DynamicCache(config=self.model.config)),
                 use_cache=True,
+                **{
+                    cache_argument: EncoderDecoderCache(
+                        _cache_from(inputs, layout, self.model.config), DynamicCache(config=self.model.config)
+                    )
+                },
             )
             return _outputs(out, layout)
 
