@@ -24,16 +24,16 @@ WORKDIR /work
 ENTRYPOINT ["convert"]
 CMD ["--help"]
 
-# CPU image. Installs the project as the Makefile does, with the same constraints file.
-# PIP_EXTRA_INDEX_URL may point at a CPU-only torch wheel index: torch's default wheels bundle CUDA.
+# CPU image. Installs the torch extra at the versions the test suite passed with (requirements.lock); the lock's torch
+# is the CPU build, so PIP_EXTRA_INDEX_URL points at a CPU-only torch wheel index: torch's default wheels bundle CUDA.
 FROM python:3.11-slim AS cpu
 ARG PIP_EXTRA_INDEX_URL=""
 ENV PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL} PIP_NO_CACHE_DIR=1
 WORKDIR /opt/model-convert
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml requirements.lock README.md ./
 COPY convert ./convert
 COPY validators ./validators
-RUN python -m pip install --upgrade pip && python -m pip install -c constraints.txt ".[torch]"
+RUN python -m pip install -c requirements.lock ".[torch]"
 WORKDIR /work
 ENTRYPOINT ["convert"]
 CMD ["--help"]

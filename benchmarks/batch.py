@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -140,7 +140,7 @@ def main(argv: list[str]) -> None:
     lines = [
         "# Batch cost: models and workers",
         "",
-        f"Measured {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {platform.platform()}, "
+        f"Measured {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} on {platform.platform()}, "
         f"{os.cpu_count()} CPU cores, Python {platform.python_version()}, with `python -m benchmarks.batch`.",
         "",
         "`convert batch` on N copies of the example CNN (different weights), `--to onnx` with the default validation "

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import convert
@@ -135,7 +135,7 @@ def main(argv: list[str]) -> None:
     lines = [
         "# Export and validation of the fixtures",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} with Python {platform.python_version()}, "
+        f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()} with Python {platform.python_version()}, "
         f"CPU only, by `python -m benchmarks.export_validate`: medians of {REPEATS} runs per fixture.",
         "Max abs error is the worst over every CPU check (3 shapes x 3 samples).",
     ]

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -118,7 +118,7 @@ def render(rows: list[dict]) -> str:
     lines = [
         "# Localisation beside validation",
         "",
-        f"`python -m benchmarks.localize`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
+        f"`python -m benchmarks.localize`, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, {psutil.virtual_memory().total / GIB:.0f} GiB. One run per model (a figure from one run on "
         "a shared machine is a measurement, not a property of the tool). The fault: the last hidden layer's weights x1.5 "
         "in the exported graph, so the search compares every value before it.",

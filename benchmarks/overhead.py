@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def main(argv: list[str]) -> None:
     lines = [
         "# Overhead of a whole run beside a hand-written export and check",
         "",
-        f"Measured {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {cpu.model} ({cpu.logical_cores} CPU cores, "
+        f"Measured {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')} on {cpu.model} ({cpu.logical_cores} CPU cores, "
         f"{cpu.usable_cores} usable), {platform.platform()}, Python {platform.python_version()}, with `python -m benchmarks.overhead`.",
         "",
         f"`python -m convert {FIXTURE}.pt2 --to onnx --out DIR` (a new, empty stage cache each run) against "

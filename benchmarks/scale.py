@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -193,7 +193,7 @@ def main(argv: list[str]) -> None:
         "# Scale: models past the 2 GB protobuf limit",
         "",
         (
-            f"Measured {datetime.now(timezone.utc):%Y-%m-%d} on {platform.machine()} ({os.cpu_count()} cores, "
+            f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()} ({os.cpu_count()} cores, "
             f"{psutil.virtual_memory().total / 2**30:.0f} GiB) with Python {platform.python_version()}, CPU only, by "
             "`python -m benchmarks.scale`: MLPs of square Linear layers with fixed-seed random fp32 weights "
             "(fixtures/large_torch.py), one run each, stage cache off."

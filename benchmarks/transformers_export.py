@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         "# Hugging Face folders: this tool vs Optimum's ONNX exporter",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `python -m benchmarks.transformers_export` on "
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC by `python -m benchmarks.transformers_export` on "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; {versions}.",
         "",
         "Wall time is the whole process, one model at a time. This tool validates every artifact at several shapes "

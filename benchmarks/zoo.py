@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -348,7 +348,7 @@ def render(cells: list[Cell], jobs: int, seconds: float, command: str, progress:
     lines = [
         "# The zoo: real architectures, every form, every target",
         "",
-        f"Measured {datetime.now(timezone.utc):%Y-%m-%d} by `{command}` ({jobs} conversions at a time, stage cache off, "
+        f"Measured {datetime.now(UTC):%Y-%m-%d} by `{command}` ({jobs} conversions at a time, stage cache off, "
         f"{'the reports kept by an earlier run classified again' if reused else f'{seconds / 60:.0f} min'}) on {_cpu()}, {platform.machine()}, "
         f"Python {platform.python_version()}, CPU only.",
         f"Libraries: {_versions()}.",

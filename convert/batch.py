@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -303,7 +303,7 @@ def _error_paragraph(log: Path) -> str:
 def summarize(outcomes: list[ModelOutcome], manifest: Path, engine: str, command: str, seconds: float, interrupted: bool) -> BatchSummary:
     passed = bool(outcomes) and all(o.passed for o in outcomes) and not interrupted
     return BatchSummary(
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         command=command,
         manifest=str(manifest),
         engine=engine,

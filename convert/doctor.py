@@ -22,16 +22,26 @@ class Row:
 
 
 def package_rows() -> list[Row]:
+    """One row per package the registry declares: missing (with the extra that installs it), installed, or installed
+    outside the range this release was tested with; then the packages that change what a source loads when installed."""
+    from convert.compat import tested_ranges
+
+    ranges = tested_ranges()
     rows = []
-    for name in REGISTRY.packages():
-        extra = REGISTRY.extra_of(name)
+    for name in (*REGISTRY.packages(), *REGISTRY.loading_packages()):
         version = package_version(name)
         if version == "-":
-            rows.append(
-                Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert")
-            )
-            continue
-        rows.append(Row(name, version, "installed", ""))
+            if name in REGISTRY.loading_packages():
+                rows.append(Row(name, "-", "absent", "optional: when installed, it changes what a model folder loads as"))
+            else:
+                extra = REGISTRY.extra_of(name)
+                rows.append(
+                    Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert")
+                )
+        elif name in ranges and not ranges[name].holds(version):
+            rows.append(Row(name, version, "untested", f"outside the tested range ({ranges[name]}): results may differ or fail"))
+        else:
+            rows.append(Row(name, version, "installed", f"tested: {ranges[name]}" if name in ranges else ""))
     return rows
 
 

@@ -76,13 +76,21 @@ class Registry:
         declared = [p for k in kinds for entry in self.entries(k, **where) for p in entry.meta.get("packages", ())]
         return tuple(dict.fromkeys([*CORE_PACKAGES, *declared]))
 
+    def loading_packages(self) -> tuple[str, ...]:
+        """The packages sources declare as ``loading_packages``: not installed by any extra, yet when installed they
+        change what a source loads (PEFT makes transformers load a folder's adapter)."""
+        return tuple(dict.fromkeys(p for entry in self.entries("source") for p in entry.meta.get("loading_packages", ())))
+
     def source_packages(self, framework: str) -> tuple[str, ...]:
-        """What a source's results depend on: its own packages and those of every exporter that takes it."""
+        """What a source's results depend on: its own packages, those that change what it loads (installed or not), and
+        those of every exporter that takes it."""
+        source = self.get("source", framework)
         return tuple(
             dict.fromkeys(
                 [
                     *CORE_PACKAGES,
-                    *self.get("source", framework).meta.get("packages", ()),
+                    *source.meta.get("packages", ()),
+                    *source.meta.get("loading_packages", ()),
                     *self.packages("exporter", source=framework)[len(CORE_PACKAGES) :],
                 ]
             )

@@ -48,7 +48,7 @@ def test_the_github_actions_workflow_commands_gate_then_compare_with_the_promote
     job = WORKFLOW["jobs"]["gate"]
     steps = [s for s in job["steps"] if "run" in s]
     install = next(s for s in steps if s["name"] == "Install")
-    assert "constraints.txt" in install["run"]  # installs as `make install` does, which the test run already did
+    assert "requirements.lock" in install["run"]  # installs the versions `make install` does, which the test run already did
     workdir = tmp_path / job["defaults"]["run"]["working-directory"]
     _copy_example(tmp_path)
     summary = tmp_path / "step_summary.md"

@@ -5,7 +5,7 @@
         (run it with the Python of the environment that was checked)
     python -m tools.versions ranges
         writes convert/tested_versions.json: for each package, the lowest and the highest version among the checks that
-        passed (compat/*.json)
+        passed (compat/*.json), and the README's table of them
 
 ``make lock`` records ``lock`` after the whole suite passed on the locked set; ``make test-latest`` records ``latest``.
 """
@@ -24,6 +24,8 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = REPO / "compat"
 TESTED_FILE = REPO / "convert" / "tested_versions.json"
+README = REPO / "README.md"
+TABLE_MARK = "<!-- tested-versions -->"  # the README's table lies between two of these
 
 
 def installed_versions() -> dict[str, dict[str, str]]:
@@ -33,7 +35,7 @@ def installed_versions() -> dict[str, dict[str, str]]:
 
     providers = metadata.packages_distributions()
     found = {}
-    for name in REGISTRY.packages():
+    for name in (*REGISTRY.packages(), *REGISTRY.loading_packages()):
         version = package_version(name)
         if version == "-":
             continue
@@ -82,6 +84,22 @@ def ranges_document(checks: list[dict]) -> dict:
     return {"checks": sorted(c["check"] for c in checks if c["passed"]), "packages": tested_ranges(checks)}
 
 
+def readme_table(document: dict) -> str:
+    rows = [
+        f"| {p['distribution']} | {p['low']} | {p['high']} |"
+        for p in sorted(document["packages"].values(), key=lambda p: p["distribution"])
+    ]
+    return "\n".join(["| package | lowest tested | highest tested |", "|---|---|---|", *rows])
+
+
+def write_ranges() -> None:
+    document = ranges_document(recorded_checks())
+    TESTED_FILE.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    before, _, rest = README.read_text(encoding="utf-8").partition(TABLE_MARK)
+    _, _, after = rest.partition(TABLE_MARK)
+    README.write_text(f"{before}{TABLE_MARK}\n{readme_table(document)}\n{TABLE_MARK}{after}", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.versions", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -96,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "record":
         print(f"recorded {record(args.name, args.passed, args.note).relative_to(REPO)}")
     else:
-        TESTED_FILE.write_text(json.dumps(ranges_document(recorded_checks()), indent=1) + "\n", encoding="utf-8")
-        print(f"wrote {TESTED_FILE.relative_to(REPO)}")
+        write_ranges()
+        print(f"wrote {TESTED_FILE.relative_to(REPO)} and the table in {README.name}")
     return 0
 
 

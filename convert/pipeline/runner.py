@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from convert import __version__, options
@@ -43,7 +43,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     stages = Stages(progress or Progress())
     report = rm.Report(
         tool_version=__version__,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         command=request.command,
         environment=environment(),
         options=options.record(request),
@@ -126,13 +126,16 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
 
 
 def environment() -> rm.Environment:
+    from convert.compat import outside_tested
     from convert.doctor import package_version
 
-    packages = {name: version for name in REGISTRY.packages() if (version := package_version(name)) != "-"}
+    names = (*REGISTRY.packages(), *REGISTRY.loading_packages())
+    packages = {name: version for name in names if (version := package_version(name)) != "-"}
     return rm.Environment(
         python=sys.version.split()[0],
         platform=platform.platform(),
         packages=packages,
+        outside_tested=outside_tested(packages),
         cpu=cpu_info(),
         devices=list(present_devices()),
         device_names=list(cuda_gpus()),

@@ -70,6 +70,9 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
         )
     for note in report.notes:
         _say(console, f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if report.environment.outside_tested:
+        untested = ", ".join(f"{name} {found}" for name, found in report.environment.outside_tested.items())
+        _say(console, f"[yellow]note:[/] installed outside the tested versions: {escape(untested)}", soft_wrap=True)
     if verdict:
         status = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
         _say(console, f"Verdict: {status} (exit code {report.exit_code})" + (f"; report: {escape(report_path)}" if report_path else ""))

@@ -944,6 +944,13 @@ def _environment_section(environment: Environment) -> str:
             ("device names", _e(", ".join(environment.device_names) or "–")),
         ]
     )
-    rows = [("", _td(name) + _td(version)) for name, version in sorted(environment.packages.items())]
-    packages = _table(["package", "version"], rows, compact=True) if rows else '<p class="muted">No package versions recorded.</p>'
+    rows = [
+        ("skipped" if name in environment.outside_tested else "", _td(name) + _td(version) + _td(environment.outside_tested.get(name, "")))
+        for name, version in sorted(environment.packages.items())
+    ]
+    packages = (
+        _table(["package", "version", "outside the tested versions"], rows, compact=True)
+        if rows
+        else '<p class="muted">No package versions recorded.</p>'
+    )
     return "<section><h2>Environment</h2>" + facts + "<h3>Packages</h3>" + packages + "</section>"

@@ -285,6 +285,7 @@ def _environment(report: Report) -> str:
         f"Environment: convert {report.tool_version} (report schema {report.schema_version}), {report.created_at}, "
         f"Python {environment.python}, {environment.platform}, devices: {devices or 'none'}"
         + (f"; CPU: {environment.cpu.describe()}" if environment.cpu else "")
+        + "".join(f"; {name} {found}: outside the tested versions" for name, found in environment.outside_tested.items())
         + f"{reused}{rebuilt}",
         BULLET_LIMIT,
     )

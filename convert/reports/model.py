@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"
 
 
 class DeclaredShapeMismatch(BaseModel):
@@ -457,6 +457,9 @@ class Environment(BaseModel):
     cpu: CpuInfo | None = None
     benchmark_threads: int | None = Field(None, description="the intra-op threads every benchmark asked its runtime for")
     packages: dict[str, str] = {}
+    outside_tested: dict[str, str] = Field(
+        {}, description="installed packages whose version is outside the range this release was tested with, each with that range"
+    )
     devices: list[str] = []
     device_names: list[str] = []
 

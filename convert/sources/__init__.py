@@ -21,6 +21,9 @@ REGISTRY.add(
     "convert.sources.transformers:load_transformers_source",
     extra="transformers",
     packages=("torch", "transformers", "safetensors"),
+    # installed or not, each changes what from_pretrained makes of a folder: PEFT loads an adapter_config.json's adapter
+    # into the model, accelerate places and materialises the weights, huggingface_hub resolves the folder's files
+    loading_packages=("peft", "accelerate", "huggingface_hub"),
     framework_import="convert.backends.torch:require_torch",
     folder_marker="config.json",
     folder_name="a Hugging Face model folder",

@@ -61,7 +61,7 @@ def test_stages_are_recorded_with_status_and_time(pt2_runs):
     assert names[:2] == ["load", "reference"]
     assert {f"export:{t}" for t in TARGETS} | {f"validate:{t}" for t in TARGETS} <= set(names)
     assert all(s["status"] == "ok" and s["seconds"] >= 0 for s in report["stages"])
-    assert report["schema_version"] == "1.8"
+    assert report["schema_version"] == "1.9"
     assert {"torch", "onnx", "onnxruntime"} <= set(report["environment"]["packages"])
     assert "cpu" in report["environment"]["devices"]
 
