@@ -279,7 +279,7 @@ class RunCache:
             source.example_feed,
             self.option_digests["load"],
         )
-        self.source_packages = tuple(dict.fromkeys([*REGISTRY.source_packages(info.framework), *info.packages]))
+        self.source_packages = REGISTRY.source_packages(info.framework, info.kind)
 
     def find(self, label: str, packages: tuple[str, ...], *parts: Any) -> Lookup:
         """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``."""

@@ -81,16 +81,17 @@ class Registry:
         change what a source loads (PEFT makes transformers load a folder's adapter)."""
         return tuple(dict.fromkeys(p for entry in self.entries("source") for p in entry.meta.get("loading_packages", ())))
 
-    def source_packages(self, framework: str) -> tuple[str, ...]:
-        """What a source's results depend on: its own packages, those that change what it loads (installed or not), and
-        those of every exporter that takes it."""
-        source = self.get("source", framework)
+    def source_packages(self, framework: str, kind: str = "") -> tuple[str, ...]:
+        """What a source's results depend on: its framework's packages, those of the source of its ``kind`` where one is
+        registered (a transformers folder is a torch model), those that change what either loads (installed or not),
+        and the packages of every exporter that takes the framework."""
+        self._ensure_loaded()
+        sources = [self.get("source", name) for name in (framework, kind) if ("source", name) in self._entries]
         return tuple(
             dict.fromkeys(
                 [
                     *CORE_PACKAGES,
-                    *source.meta.get("packages", ()),
-                    *source.meta.get("loading_packages", ()),
+                    *(p for source in sources for p in (*source.meta.get("packages", ()), *source.meta.get("loading_packages", ()))),
                     *self.packages("exporter", source=framework)[len(CORE_PACKAGES) :],
                 ]
             )

@@ -19,7 +19,6 @@ class SourceInfo:
     path: str | None = None
     sha256: str | None = None
     description: str = ""
-    packages: tuple[str, ...] = ()  # libraries beyond the framework's whose versions change what the source computes
     task: str | None = None  # a Hugging Face task, for a transformers model
     task_reason: str = ""  # how the task was chosen
 

@@ -33,7 +33,6 @@ from convert.specs import InputSpec
 from convert.validators.generation import CacheLayout
 
 TRUST_HINT = "If you trust the folder and where it came from, pass --trust-code."
-PACKAGES = ("transformers",)  # beyond torch: its version changes what a folder loads as
 
 
 @dataclass(frozen=True)
@@ -165,7 +164,7 @@ def load_transformers_source(request: SourceRequest):
     transformers.utils.logging.disable_progress_bar()
     model = request.model
     task_name = request.task
-    info = SourceInfo(framework="torch", kind="transformers", packages=PACKAGES)
+    info = SourceInfo(framework="torch", kind="transformers")
     if isinstance(model, Path):
         if not model.is_dir():
             raise ConvertError(f"{model} is not a model folder", "Give the folder that save_pretrained wrote.")

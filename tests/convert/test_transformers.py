@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import convert
+from convert.compat import tested_ranges
 from convert.errors import ConvertError
 from tests.conftest import load_report, run_cli
 
@@ -236,9 +237,60 @@ def test_a_gate_policy_names_a_folder_and_its_task_and_the_cache_keys_the_folder
         tmp_path / "vit", task="image-classification", to=["onnx"], out=tmp_path / "again", cache_dir=tmp_path / "cache"
     )
     assert again.passed and {"export:onnx", "validate:onnx onnxruntime cpu"} <= set(again.report.cache.reused)
+    # a library that changes what from_pretrained loads (PEFT loads a folder's adapter) is part of every stage's key,
+    # installed or not: another version of it rebuilds the stages made before
+    from convert import doctor
+
+    installed = doctor.package_version("peft")
+    monkeypatch.setattr(doctor, "package_version", lambda name, real=doctor.package_version: "0.17.1" if name == "peft" else real(name))
+    upgraded = convert.convert(
+        tmp_path / "vit", task="image-classification", to=["onnx"], out=tmp_path / "upgraded", cache_dir=tmp_path / "cache"
+    )
+    rebuilt = {r.stage: r.reason for r in upgraded.report.cache.rebuilt}
+    assert upgraded.passed and "export:onnx" in rebuilt and any(stage.startswith("reference") for stage in rebuilt)
+    assert set(rebuilt.values()) == {f"made with other library versions (peft {installed} → 0.17.1)"}
+    # what is made from the source (references, export) is rebuilt; a check of the same artifact file on the same
+    # references and runtime may be reused
+    assert not [stage for stage in upgraded.report.cache.reused if stage.startswith(("reference", "export"))]
+    monkeypatch.undo()
     before = convert.load(tmp_path / "vit").info.sha256
     (tmp_path / "vit" / "preprocessor_config.json").write_text("{}")
     assert convert.load(tmp_path / "vit").info.sha256 != before
+
+
+def test_the_cache_argument_is_the_one_the_installed_library_declares():
+    """On the transformers installed, a decoder's cache argument is its forward parameter typed Cache: ``cache`` since
+    5.24, ``past_key_values`` before (the decoder tests above run the whole path on it)."""
+    import transformers
+    from packaging.version import Version
+
+    from convert.sources.transformers import _cache_parameter
+    from fixtures.transformers_folders import gpt2, llama
+
+    expected = "cache" if Version(transformers.__version__) >= Version("5.24.0") else "past_key_values"
+    assert [_cache_parameter(model()) for model in (gpt2, llama)] == [expected, expected]
+
+
+def test_a_decoder_whose_forward_declares_no_cache_argument_is_a_library_mismatch_not_a_fault_of_the_model():
+    """A fake of a transformers API this tool does not know (a generating model whose forward takes the cache under no
+    name it declares), to test our own error: it names the library, its version and the tested range."""
+    import transformers
+
+    from fixtures.transformers_folders import llama
+
+    model = llama()
+
+    class UnknownCacheApi(type(model)):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, use_cache=None, **kwargs):
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=use_cache)
+
+    model.__class__ = UnknownCacheApi
+    with pytest.raises(ConvertError) as info:
+        convert.load(model, task="text-generation-with-past")
+    assert info.value.exit_code == 2
+    assert info.value.problem.startswith(f"transformers {transformers.__version__} does not have the API this tool expects")
+    assert "tested range of transformers" in info.value.problem and "takes no cache" not in info.value.problem
+    assert f"pip install 'transformers=={tested_ranges()['transformers'].high}'" in info.value.next_step
 
 
 def test_the_api_takes_a_model_object_with_its_task(tmp_path):
