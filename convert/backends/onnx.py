@@ -96,8 +96,44 @@ def check_external_data(path: Path) -> list[Path]:
                 f"{path} names the external data file {location!r}, which is not in {path.parent}",
                 "Copy the weights file the model was saved with beside it.",
             )
+        links = data.stat().st_nlink
+        if links > 1:
+            # onnx refuses it as a guard against hard-link attacks: another name can change the weights under the model
+            raise ConvertError(
+                f"the external data file {location!r} of {path} has {links} hard links, and onnx refuses to read a file that "
+                "another name can change",
+                f"Give it a file of its own: cp {data} {data}.copy && mv {data}.copy {data}",
+            )
         files.append(data)
     return files
+
+
+def nodes(graph):
+    """Every node of a graph and of its subgraphs (the branches of If, the bodies of Loop and Scan)."""
+    from onnx import AttributeProto
+
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.GRAPH:
+                yield from nodes(attribute.g)
+            elif attribute.type == AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    yield from nodes(subgraph)
+
+
+def ops_without_kernels(model) -> list[str]:
+    """``domain:op`` of every op that neither ONNX Runtime nor the model itself defines: a custom op whose library
+    is not loaded (ops of the model's own functions are inlined by ONNX Runtime, so they run)."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
+
+    def domain(name: str) -> str:
+        return "" if name == "ai.onnx" else name
+
+    known = {(domain(schema.domain), schema.name) for schema in get_all_operator_schema()}
+    known |= {(domain(function.domain), function.name) for function in model.functions}
+    missing = {(domain(node.domain), node.op_type) for node in nodes(model.graph)} - known
+    return sorted(f"{name or 'ai.onnx'}:{op}" for name, op in missing)
 
 
 def save_onnx(model, path: Path) -> None:

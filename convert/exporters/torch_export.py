@@ -23,5 +23,24 @@ class TorchToExportedProgram(Exporter):
         import torch
 
         program, bounded = export_program(job)
+        _number_provenance_graphs(program)
         torch.export.save(program, str(path))
         return record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, bounded, guarded=True)
+
+
+def _number_provenance_graphs(program) -> None:
+    """Each node's provenance (``meta["from_node"]``) names the graphs it passed through by ``id()``, a memory address
+    that differs between runs; numbered in order of first appearance instead, two runs save the same bytes."""
+    numbers: dict[int, int] = {}
+
+    def renumber(sources) -> None:
+        for source in sources:
+            if source.node_info is not None:
+                source.node_info.graph_id = numbers.setdefault(source.node_info.graph_id, len(numbers))
+            source._dict = None  # the cached serialisation holds the old id
+            renumber(source.from_node)
+
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        for node in graph.nodes if graph is not None else ():
+            renumber(node.meta.get("from_node", ()))

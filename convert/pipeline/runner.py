@@ -11,6 +11,7 @@ from convert import __version__, options
 from convert.benchmark import plan_benchmark
 from convert.cache import RunCache
 from convert.devices import cuda_gpus, present_devices
+from convert.errors import ConvertError
 from convert.hardware import cpu_info
 from convert.pipeline.auto import choose
 from convert.pipeline.benchmark import benchmark
@@ -117,12 +118,30 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         # leaves nothing behind (a full disk, bad input found late), as a refused one does
         if ctx.artifacts:
             report_stop(report, stages, ctx.report_path, exc)
+        elif request.force and ctx.report_path.is_file():
+            _replace_earlier_report(ctx, exc)
         raise
     finally:
         worker.close()
         if ctx.staging is not None:
             ctx.staging.cleanup()
     return ConversionResult(report=report, artifacts=ctx.artifacts, report_path=ctx.report_path)
+
+
+def _replace_earlier_report(ctx: RunContext, exc: Exception) -> None:
+    """--force asked to replace the earlier run's outcome in the folder: its report, left as it was, would claim a pass
+    this run did not make. This run's report takes its place (the earlier artifacts stay, and it names none of them);
+    a folder another run holds keeps its report, which that run writes."""
+    staging = ctx.staging
+    try:
+        if staging is None:
+            staging = Staging(ctx.out_dir)
+        report_stop(ctx.report, ctx.stages, ctx.report_path, exc)
+    except ConvertError:
+        return
+    finally:
+        if staging is not None and staging is not ctx.staging:
+            staging.cleanup()
 
 
 def environment() -> rm.Environment:

@@ -55,7 +55,7 @@ class OnnxSource(SourceModel):
 def load_onnx_source(request: SourceRequest) -> OnnxSource:
     import onnx
 
-    from convert.backends.onnx import check_external_data
+    from convert.backends.onnx import check_external_data, ops_without_kernels
 
     path = request.model
     if not isinstance(path, Path) or path.is_dir():
@@ -71,6 +71,14 @@ def load_onnx_source(request: SourceRequest) -> OnnxSource:
             "Check that the file is complete and was written by an ONNX exporter; onnx.checker.check_model tells the same.",
         ) from None
     model = onnx.load(str(path), load_external_data=False)
+    custom = ops_without_kernels(model)
+    if custom:
+        raise ConvertError(
+            f"{path} uses ops that ONNX Runtime, which computes the reference, has no kernel for: {', '.join(custom)} (custom ops "
+            "whose library is not loaded)",
+            "This tool loads no custom op library: export the model with standard ONNX ops, or write the custom op as an ONNX "
+            "function in the model (ONNX Runtime inlines those).",
+        )
     own_specs = graph_specs(model.graph)
     specs = (
         order_by_parameters(request.inputs, [s.name for s in own_specs], False, f"the ONNX graph {path.name}", keyword=True)

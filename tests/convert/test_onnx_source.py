@@ -10,6 +10,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import REPO, load_report, run_cli, sizes_checked
@@ -167,3 +168,59 @@ def test_the_python_api_validates_an_artifact_and_refuses_options_that_make_one(
     assert result.passed and [a.given for a in result.report.artifacts] == ["torch_plain.onnx"]
     with pytest.raises(convert.ConvertError, match="validate\\(\\) makes no artifact, and optimize= asks for one"):
         convert.validate(onnx_files / "torch_plain.onnx", against=str(onnx_files / "torch_cnn.pt2"), optimize=["int8"])
+
+
+def _matmul_model_with_external_data(folder: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])
+    weight = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], initializer=[weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folder.mkdir()
+    onnx.save(model, str(folder / "model.onnx"), save_as_external_data=True, location="model.data", size_threshold=0)
+    return folder / "model.onnx"
+
+
+def test_hardlinked_external_data_is_refused_with_the_step_that_fixes_it(tmp_path):
+    model = _matmul_model_with_external_data(tmp_path / "m")
+    os.link(model.parent / "model.data", tmp_path / "other-name")
+    run = run_cli(str(model), "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and "Traceback" not in run.output, run.output
+    assert "the external data file 'model.data'" in run.stderr and "has 2 hard links" in run.stderr
+    assert "Give it a file of its own: cp" in run.stderr and "check that the file is complete" not in run.stderr.lower()
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_custom_op_without_its_library_is_named_not_blamed_on_the_input_shapes(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])
+    graph = helper.make_graph([helper.make_node("MyRelu", ["x"], ["y"], domain="my.custom")], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.custom", 1)])
+    onnx.save(model, str(tmp_path / "custom.onnx"))
+    run = run_cli(str(tmp_path / "custom.onnx"), "--out", str(tmp_path / "out"))
+    assert run.returncode == 2 and "Traceback" not in run.output, run.output
+    assert "has no kernel for: my.custom:MyRelu" in run.stderr and "--input" not in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_op_the_model_defines_as_an_onnx_function_is_not_a_custom_op(tmp_path):
+    from onnx import TensorProto, helper
+
+    from convert.backends.onnx import ops_without_kernels
+
+    relu = helper.make_function(
+        "my.custom", "MyRelu", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], [helper.make_opsetid("", 17)]
+    )
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])
+    graph = helper.make_graph([helper.make_node("MyRelu", ["x"], ["y"], domain="my.custom")], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.custom", 1)], functions=[relu])
+    assert ops_without_kernels(model) == []
+    model.ClearField("functions")
+    assert ops_without_kernels(model) == ["my.custom:MyRelu"]

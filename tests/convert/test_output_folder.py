@@ -60,3 +60,27 @@ def test_a_full_disk_fails_cleanly(torch_files, tmp_path):
     assert "Traceback" not in done.stderr
     assert "there is no room to write to" in done.stderr and "choose another folder with --out" in done.stderr
     assert not any(out.iterdir()), "no artifact, staging folder, lock or report is left behind"
+
+
+def test_a_forced_run_that_fails_replaces_the_earlier_report_so_that_it_claims_no_pass(torch_files, tmp_path):
+    """With --force the earlier run's outcome is to be replaced: a run that then fails on bad input (exit 2) writes its
+    own failing report where the earlier passing one was, so a pipeline reading the folder sees the failure; the
+    earlier artifact stays as it was."""
+    out = tmp_path / "o"
+    first = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(out))
+    assert first.returncode == 0, first.output
+    artifact = _digest(out / "cnn.onnx")
+    failed = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(out), "--force", "--input", "x:float32[B,3,32]")
+    _assert_clean_user_error(failed, "the source model fails on inputs generated from its specs")
+    report = load_report(out / "report.json")
+    assert report["passed"] is False and report["exit_code"] == 2 and report["artifacts"] == []
+    assert "the source model fails on inputs generated from its specs" in report["error"]
+    assert _digest(out / "cnn.onnx") == artifact
+    assert sorted(p.name for p in out.iterdir()) == ["cnn.onnx", "report.json"]  # no lock or staging folder left
+
+
+def test_the_torch_export_artifact_is_the_same_bytes_from_two_clean_runs(torch_files, tmp_path):
+    for run in ("a", "b"):
+        done = run_cli(str(torch_files / "transformer.pt2"), "--to", "torch_export", "--out", str(tmp_path / run))
+        assert done.returncode == 0, done.output
+    assert _digest(tmp_path / "a" / "transformer.pt2") == _digest(tmp_path / "b" / "transformer.pt2")
