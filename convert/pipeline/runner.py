@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from datetime import UTC, datetime
@@ -66,6 +67,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     worker = start_worker(source_request, request.stage_timeout, request.isolate)
     report.isolation = worker.isolation
     ctx = RunContext(request, report, stages, worker, cache, the_plan.policy, the_plan.out_dir, the_plan.stem, the_plan.report_path)
+    earlier_report_moved = False
     try:
         with stages.run("load") as stage:
             ctx.source = setup_job(worker, stage, Session.load, source_request)
@@ -85,6 +87,11 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             ctx.calibration = calibration_feeds(ctx)
         ctx.profile_ranges = profile_ranges(ctx, the_plan.shape_ranges)
         ctx.staging = Staging(ctx.out_dir, [*the_plan.finals.values(), ctx.report_path], request.force)
+        if request.force and ctx.report_path.is_file():
+            # the earlier run's report goes before anything of this run is published: a crash from here on leaves no
+            # report that names artifacts this run may already have replaced
+            os.replace(ctx.report_path, ctx.staging.path / "earlier-report.json")
+            earlier_report_moved = True
         ctx.export_feed = ctx.cases[0].feeds[0]
         for target in the_plan.targets:
             export_target(ctx, target, exporters[target])
@@ -118,7 +125,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         # leaves nothing behind (a full disk, bad input found late), as a refused one does
         if ctx.artifacts:
             report_stop(report, stages, ctx.report_path, exc)
-        elif request.force and ctx.report_path.is_file():
+        elif request.force and (earlier_report_moved or ctx.report_path.is_file()):
             _replace_earlier_report(ctx, exc)
         raise
     finally:
