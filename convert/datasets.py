@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convert.archives import check_npz, read_npy_header
 from convert.errors import ConvertError
 
 LABEL_KEY = "label"  # the --columns key that names the labels' column
@@ -28,6 +29,8 @@ DATA_HINT = (
     "a Hugging Face datasets folder written by save_to_disk (--columns INPUT=COLUMN maps columns to inputs), or an image "
     "folder CLASS/IMAGE.png (--preprocess gives size, mean, std and layout)."
 )
+# an .npz whose members declare more than they can hold (convert/archives.py) is refused before any is read
+ARCHIVE_HINT = "Refused before reading it: save the arrays again with numpy.savez, or check where the file came from."
 
 
 @dataclass
@@ -193,6 +196,7 @@ class _NpzFiles(Dataset):
         if files[0].suffix == ".npy" and len(specs) != 1:
             raise ConvertError(f"{files[0]} is one array, and the model takes {len(specs)} inputs", DATA_HINT)
         if files[0].suffix == ".npz":
+            check_npz(files[0], next_step=ARCHIVE_HINT)
             try:
                 with np.load(files[0], allow_pickle=False) as first:
                     dataset.labelled = _label_key(first.files, columns) is not None
@@ -204,6 +208,11 @@ class _NpzFiles(Dataset):
     def read(self, indices: list[int]) -> Iterator[Sample]:
         for index in indices:
             file = self.files[index]
+            # NumPy allocates the shape a header declares before it reads: each file is checked against its size first
+            if file.suffix == ".npy":
+                _check_npy(file)
+            else:
+                check_npz(file, next_step=ARCHIVE_HINT)
             try:
                 if file.suffix == ".npy":
                     yield self.checked(Sample(index, {self.specs[0].name: np.load(file, allow_pickle=False)}))
@@ -234,6 +243,7 @@ class _NpzRows(Dataset):
 
     @classmethod
     def open(cls, path: Path, specs, columns) -> _NpzRows:
+        check_npz(path, next_step=ARCHIVE_HINT)  # sizes, ratios and headers, before any member is read
         try:
             with zipfile.ZipFile(path) as archive:
                 names = [n[: -len(".npy")] for n in archive.namelist() if n.endswith(".npy")]
@@ -284,9 +294,25 @@ def _npy_header(archive: zipfile.ZipFile, member: str) -> tuple[tuple[int, ...],
 
 def _read_header(stream) -> tuple[tuple[int, ...], bool, np.dtype]:
     """An .npy stream's (shape, fortran_order, dtype), the stream left at the first value."""
-    version = np.lib.format.read_magic(stream)
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    return read(stream)
+    return read_npy_header(stream)
+
+
+def _check_npy(path: Path) -> None:
+    """Refuse an .npy file whose header declares more values than the file holds."""
+    try:
+        with open(path, "rb") as stream:
+            shape, _, dtype = read_npy_header(stream)
+            needed = int(np.prod(shape, dtype=object)) * dtype.itemsize + stream.tell()
+    except (ValueError, OSError, EOFError) as exc:
+        raise ConvertError(f"cannot read {path} as an array ({exc})", DATA_HINT) from exc
+    if dtype.hasobject:
+        raise ConvertError(f"{path} holds Python objects: a pickle, which is never loaded", "Save numeric arrays with numpy.save.")
+    if needed > path.stat().st_size:
+        raise ConvertError(
+            f"{path} declares an array of shape {tuple(shape)} of {dtype} ({needed:,} bytes) in a file of "
+            f"{path.stat().st_size:,} bytes: the file is truncated, corrupt or crafted",
+            "Save the array again with numpy.save.",
+        )
 
 
 class _RowStream:

@@ -10,11 +10,10 @@ import errno
 import hashlib
 import os
 import shutil
-import stat
 import tempfile
-import zipfile
 from pathlib import Path
 
+from convert.archives import check_archive
 from convert.errors import ConvertError
 
 STAGING_PREFIX = ".convert-staging-"
@@ -172,24 +171,11 @@ def atomic_write_text(final: Path, text: str) -> None:
 
 
 def zip_members(path: Path) -> list[str]:
-    """The member names of a zip archive, refused when one points outside the archive's folder (an absolute path, a
-    '..' part, a symlink): a loader that extracts it would write or read there."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            infos = archive.infolist()
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise ConvertError(
-            f"{path} looks like a zip archive but cannot be read ({exc})", "The file may be truncated or corrupt: export it again."
-        ) from exc
-    for info in infos:
-        parts = info.filename.replace("\\", "/").split("/")
-        is_link = stat.S_ISLNK(info.external_attr >> 16)
-        if info.filename.startswith(("/", "\\")) or ".." in parts or (len(parts[0]) == 2 and parts[0][1] == ":") or is_link:
-            raise ConvertError(
-                f"{path} has an archive member that points outside it: {info.filename!r}" + (" (a symlink)" if is_link else ""),
-                "Refused: a model archive never needs that. Re-export the model from its framework.",
-            )
-    return [info.filename for info in infos]
+    """The member names of a zip archive, once ``convert.archives.check_archive`` has passed it: refused when a member
+    points outside the archive's folder (an absolute path, a '..' part, a symlink: a loader that extracts it would
+    write or read there), or declares more than it can hold (a decompression bomb, overlapping members, two members
+    of one name)."""
+    return [info.filename for info in check_archive(path)]
 
 
 def check_contained(folder: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from convert.archives import check_archive, read_member
 from convert.errors import ConvertError, require
 from convert.sources.base import SourceInfo, SourceModel
 from convert.specs import InputSpec, SourceSignature
@@ -110,10 +112,33 @@ def load_program(path: Path):
     """torch.export.load, after the library types its input and output trees name have registered with pytree
     (see PYTREE_LIBRARIES); a ConvertError names the package to install where one is missing."""
     torch = require_torch()
+    check_archive(path, next_step=_NEXT_STEP)  # the caller decided on trust (pt2_code_reasons); sizes bind everyone
     missing = register_pytree_types(path)
     if missing:
         raise ConvertError(f"cannot load the torch.export archive {path}: {missing[0]}", missing[1])
-    return torch.export.load(str(path))
+    with torch_export_quiet():
+        return torch.export.load(str(path))
+
+
+@contextlib.contextmanager
+def torch_export_quiet() -> Iterator[None]:
+    """Keep what torch.export.load logs (a warning with a full traceback when its reader fails and it falls back to
+    the old layout, deprecation notes) off the user's terminal: the error that follows says what went wrong, in one
+    paragraph."""
+    import logging
+    import warnings
+
+    loggers = [logging.getLogger(name) for name in ("torch.export", "torch._export")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def register_pytree_types(path: Path) -> tuple[str, str] | None:
@@ -179,7 +204,7 @@ def _pytree_type_names(path: Path) -> set[str]:
                     for tree in (signature.get("in_spec"), signature.get("out_spec")):
                         if isinstance(tree, str):
                             names.update(walk(json.loads(tree)[1]))
-    except (ValueError, KeyError, IndexError, AttributeError, TypeError, OSError, zipfile.BadZipFile, zlib.error):
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError, OSError, RecursionError, zipfile.BadZipFile, zlib.error):
         return set()  # torch.export.load reports an unreadable archive
     return names
 
@@ -303,49 +328,243 @@ TRUST_HINT = "If you trust the file and where it came from, pass --trust-code; o
 
 
 def pt2_code_reasons(path: Path) -> list[str]:
-    """Why loading this .pt2 would run code (empty when it holds only JSON graphs and raw tensors).
+    """Why loading this .pt2 would run code (empty when it holds only what torch.export.save writes: JSON graphs whose
+    shape expressions are plain sympy, raw tensors, sample inputs torch's weights-only unpickler reads).
 
-    torch.export.load unpickles weights and constants flagged ``use_pickle``, custom and opaque objects,
-    and falls back from weights_only=True to a full unpickle of the sample inputs if the former fails;
-    it also loads AOTInductor shared libraries.
+    The archive is checked by allow-list, before torch sees it: one folder (torch's own layout) holding only the
+    members torch 2.13 writes (``PT2_MEMBERS``). torch.export.load unpickles in full: weights and constants flagged
+    ``use_pickle``, custom and opaque objects, the legacy ``data/weights/NAME.pt`` and ``data/constants/NAME.pt``, the
+    whole old (torch 2.7) layout it falls back to when its reader fails, and sample inputs the weights-only unpickler
+    refuses; it evaluates every shape expression with sympy.sympify (Python's eval); it loads AOTInductor shared
+    libraries. Each of these, and any member it does not write, is a reason. A member that declares more than it can
+    hold (a decompression bomb) is refused outright (``convert.archives``).
     """
     try:
         return _pt2_code_reasons(path)
-    except (ValueError, AttributeError, TypeError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
+    except ConvertError:
+        raise
+    except (ValueError, AttributeError, TypeError, KeyError, EOFError, OSError, RecursionError, zipfile.BadZipFile, zlib.error) as exc:
         raise ConvertError(
             f"{path} is a torch.export archive that cannot be read: {type(exc).__name__}: {exc}",
             "The file may be truncated or corrupt: export it again with torch.export.save.",
         ) from exc
 
 
+_PROGRAM_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # "model" for torch.export.save; package_pt2 takes any name
+# Every member torch.export.save (torch 2.13) writes, by its path inside the archive's one folder, and what it is.
+PT2_MEMBERS = {
+    r"archive_format|archive_version|byteorder|\.data/version|\.data/serialization_id": "format",
+    rf"models/{_PROGRAM_NAME}\.json": "program",
+    rf"data/weights/{_PROGRAM_NAME}_weights_config\.json": "weights config",
+    rf"data/constants/{_PROGRAM_NAME}_constants_config\.json": "constants config",
+    r"data/weights/weight_[0-9]+|data/constants/tensor_[0-9]+": "raw tensor",
+    rf"data/sample_inputs/{_PROGRAM_NAME}\.pt": "sample inputs",
+    r"extra/[^\x00]+": "extra file",  # torch.export.save(extra_files=...): read back as text
+    r"data/constants/(custom|opaque)_obj_[0-9]+": "pickled object",
+    r"data/aotinductor/.+": "aotinductor",
+}
+_PT2_PATTERNS = [(re.compile(pattern), kind) for pattern, kind in PT2_MEMBERS.items()]
+_PAYLOAD_NAMES = {"weights config": re.compile(r"weight_[0-9]+"), "constants config": re.compile(r"(tensor|custom_obj|opaque_obj)_[0-9]+")}
+# The members of torch's old layout, at the archive's root, which it unpickles in full (weights_only=False).
+_OLD_LAYOUT = {
+    "version",
+    "serialized_exported_program.json",
+    "serialized_state_dict.pt",
+    "serialized_constants.pt",
+    "serialized_example_inputs.pt",
+}
+_NEXT_STEP = "Refused before torch reads it: export the program again with torch.export.save, or check where the file came from."
+
+
+def pt2_member_kind(inner: str) -> str | None:
+    """What a member is, by its path inside the archive's folder (None: torch.export.save writes no such member)."""
+    return next((kind for pattern, kind in _PT2_PATTERNS if pattern.fullmatch(inner)), None)
+
+
 def _pt2_code_reasons(path: Path) -> list[str]:
+    infos = check_archive(path, next_step=_NEXT_STEP)
+    names = [info.filename for info in infos]
+    folders = {name.split("/", 1)[0] for name in names if "/" in name}
+    root = [name for name in names if "/" not in name]
+    if _OLD_LAYOUT & set(root):
+        return [
+            "it is in torch's old layout (serialized_*.pt at the archive's root), whose state dict, constants and sample "
+            "inputs torch unpickles in full"
+        ]
+    if root or len(folders) != 1:
+        shown = ", ".join(sorted(root)[:3] or sorted(folders)[:3])
+        return [
+            f"its members are not all in one folder as torch.export.save writes them ({shown}); torch would read them in its old layout, unpickling them in full"
+        ]
     torch = require_torch()
     reasons: list[str] = []
+    unknown: list[str] = []
     with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
-        for name in names:
-            inner = name.split("/", 1)[-1]
-            if inner.startswith("data/aotinductor/"):
+        for info in infos:
+            inner = info.filename.split("/", 1)[1]
+            kind = pt2_member_kind(inner)
+            if kind is None:
+                unknown.append(inner)
+            elif kind == "aotinductor":
                 reasons.append("it holds compiled AOTInductor code")
-                break
-        for name in names:
-            inner = name.split("/", 1)[-1]
-            if inner.endswith("_config.json") and (inner.startswith("data/weights/") or inner.startswith("data/constants/")):
-                config = json.loads(archive.read(name)).get("config", {})
-                for fqn, meta in config.items():
-                    if meta.get("use_pickle"):
-                        reasons.append(f"'{fqn}' is stored as a pickle")
-                    if str(meta.get("path_name", "")).startswith(("custom_obj", "opaque_obj")):
-                        reasons.append(f"'{fqn}' is a pickled custom object")
-            elif inner.startswith("data/sample_inputs/"):
+            elif kind == "pickled object":
+                reasons.append(f"it holds a pickled custom object ({inner})")
+            elif kind in ("program", "weights config", "constants config"):
+                document = json.loads(read_member(archive, info))
+                reasons += _evaluated_expressions(document)
+                if kind != "program":
+                    reasons += _payload_reasons(document, kind)
+            elif kind == "sample inputs":
+                data = read_member(archive, info)
+                check_archive(data, f"{path}'s member {inner}", next_step=_NEXT_STEP)  # a torch.save zip, read by torch
                 try:
-                    torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                    torch.load(io.BytesIO(data), weights_only=True)
                 except Exception:
                     reasons.append("its sample inputs are not plain tensors (torch would unpickle them fully)")
-            elif (
-                inner.startswith(("data/weights/", "data/constants/"))
-                and inner.endswith(".pt")
-                and "/" not in inner[len("data/weights/") :]
-            ):
-                reasons.append(f"it uses the legacy pickled layout ({inner})")
+    legacy = [name for name in unknown if re.fullmatch(rf"data/(weights|constants)/{_PROGRAM_NAME}\.pt", name)]
+    if legacy:
+        reasons.append(f"it holds legacy pickled members that torch unpickles in full ({', '.join(legacy[:3])})")
+    others = [name for name in unknown if name not in legacy]
+    if others:
+        more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+        reasons.append(f"it holds members torch.export.save does not write ({', '.join(others[:3])}{more}), which torch may unpickle")
     return sorted(set(reasons))
+
+
+def _payload_reasons(document: Any, kind: str) -> list[str]:
+    """What a weights or constants config makes torch unpickle: entries flagged use_pickle, custom and opaque objects,
+    and entries naming members it does not write."""
+    config = document.get("config") if isinstance(document, Mapping) else None
+    if not isinstance(config, Mapping):
+        return [f"its {kind} is not one torch.export.save writes"]
+    reasons = []
+    for fqn, meta in config.items():
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("path_name", ""))
+        if meta.get("use_pickle"):
+            reasons.append(f"'{fqn}' is stored as a pickle")
+        if name.startswith(("custom_obj", "opaque_obj")):
+            reasons.append(f"'{fqn}' is a pickled custom object")
+        elif not _PAYLOAD_NAMES[kind].fullmatch(name):
+            reasons.append(f"'{fqn}' names a member torch.export.save does not write ({name!r})")
+    return reasons
+
+
+# What a shape expression may hold. torch 2.13 writes each as sympy.srepr (``Mul(Integer(2), Symbol('s77',
+# positive=True, integer=True))``) and reads it back with sympy.sympify, which is Python's eval: the expression must be
+# calls of these sympy and torch names, numbers, symbol names in quotes, and arithmetic.
+_EXPRESSION_NAMES = frozenset(
+    # sympy classes and constants srepr writes
+    "Symbol Dummy Integer Rational Float Add Mul Pow Mod Max Min Abs floor ceiling sign sqrt Eq Ne Lt Le Gt Ge Equality "
+    "Unequality StrictLessThan LessThan StrictGreaterThan GreaterThan And Or Not Xor ITE Piecewise ExprCondPair Tuple "
+    "true false True False None oo zoo nan int_oo Infinity NegativeInfinity NaN ComplexInfinity Half One Zero NegativeOne "
+    "IntInfinity NegativeIntInfinity precision "
+    # torch.utils._sympy.functions, as torch's deserializer names them
+    "FloorDiv ModularIndexing Where PythonMod CleanDiv CeilToInt FloorToInt CeilDiv LShift RShift PowByNatural FloatPow "
+    "FloatTrueDiv IntTrueDiv IsNonOverlappingAndDenseIndicator TruncToFloat TruncToInt RoundToInt RoundDecimal ToFloat "
+    "Identity "
+    # sympy's assumptions, as keyword arguments of Symbol
+    "algebraic antihermitian commutative complex composite even extended_negative extended_nonnegative "
+    "extended_nonpositive extended_nonzero extended_positive extended_real finite hermitian imaginary infinite integer "
+    "irrational negative noninteger nonnegative nonpositive nonzero odd polar positive prime rational real transcendental "
+    "zero".split()
+)
+_EXPRESSION_OPERATORS = frozenset("( ) , = + - * / ** // %".split())
+_SYMBOL_NAME = re.compile(r"[a-z]+[0-9]+")  # s0, u3, zf1: a bare symbol name in an expression written as text
+_PLAIN_STRING = re.compile(r"[A-Za-z0-9_.+-]*")  # a symbol's name or a Float's digits, in quotes
+
+
+def plain_expression(text: str) -> bool:
+    """Whether sympy.sympify(text) can only build a sympy expression (no call, attribute or name outside the lists)."""
+    import ast
+    import tokenize
+
+    if "\n" in text or "\r" in text or "__" in text:
+        return False
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    for token in tokens:
+        if token.type == tokenize.NAME:
+            ok = token.string in _EXPRESSION_NAMES or bool(_SYMBOL_NAME.fullmatch(token.string))
+        elif token.type == tokenize.OP:
+            ok = token.string in _EXPRESSION_OPERATORS
+        elif token.type == tokenize.STRING:
+            try:
+                value = ast.literal_eval(token.string)
+            except (ValueError, SyntaxError):
+                return False
+            ok = isinstance(value, str) and bool(_PLAIN_STRING.fullmatch(value))
+        else:
+            ok = token.type in (tokenize.NUMBER, tokenize.NEWLINE, tokenize.ENDMARKER)
+        if not ok:
+            return False
+    return True
+
+
+# What a graph node may call, as torch serializes it: an operator (``torch.ops.NAMESPACE.OP[.OVERLOAD]``, a higher-order
+# operator under torch.ops.higher_order, an extension operator ``#...``), or one of the Python functions torch's
+# verifier admits (symbolic arithmetic, grad and autocast switches). torch resolves any other dotted name under torch,
+# math or _operator by getattr (``torch.os.system`` included) and leaves refusing it to its verifier.
+_OPERATOR = re.compile(
+    r"torch\.ops\.(?P<namespace>[A-Za-z][A-Za-z0-9_]*)\.(?P<op>[A-Za-z_][A-Za-z0-9_]*)(\.(?P<overload>[A-Za-z_][A-Za-z0-9_]*))?"
+)
+_EXTENSION_OPERATOR = re.compile(r"#[A-Za-z0-9_.:]+")
+# ATen's own operators named like Python's (aten::__and__, __lshift__...); not attributes every object has
+_PYTHON_OBJECT_ATTRIBUTES = frozenset(dir(object)) | {"__dict__", "__module__", "__getattr__", "__call__", "__weakref__", "__file__"}
+_PREDISPATCH = re.compile(r"torch\._functorch\.predispatch\.[A-Za-z_][A-Za-z0-9_]*")  # vmap and jvp in pre-dispatch graphs
+_OPS_ATTRIBUTES = frozenset({"load_library", "import_module", "loaded_libraries"})  # torch.ops' own, not namespaces
+_PYTHON_TARGETS = frozenset(
+    [
+        f"_operator.{name}"
+        for name in "getitem add mul sub truediv floordiv mod pow neg pos abs eq ne lt le gt ge and_ or_ not_ lshift rshift".split()
+    ]
+    + [f"math.{name}" for name in "ceil floor trunc sqrt".split()]
+    + [f"torch.{name}" for name in "sym_int sym_float sym_ite sym_max sym_min sym_not sym_sqrt _sym_sqrt sym_sum".split()]
+    + [
+        "torch._C._set_grad_enabled",
+        "torch.autograd.grad_mode.set_grad_enabled",
+        "torch.amp.autocast_mode._enter_autocast",
+        "torch.amp.autocast_mode._exit_autocast",
+        "torch.fx.experimental.symbolic_shapes.cast_symbool_to_symint_guardless",
+        "torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch",
+    ]
+)
+
+
+def plain_target(target: str) -> bool:
+    """Whether a graph node's target names an operator or an admitted Python function (see ``_PYTHON_TARGETS``)."""
+    if target in _PYTHON_TARGETS or _PREDISPATCH.fullmatch(target) or _EXTENSION_OPERATOR.fullmatch(target):
+        return "__" not in target
+    operator = _OPERATOR.fullmatch(target)
+    if operator is None or "__" in operator["namespace"] + (operator["overload"] or "") or operator["namespace"] in _OPS_ATTRIBUTES:
+        return False
+    name = operator["op"]
+    return "__" not in name or (bool(re.fullmatch(r"__[a-z]+__", name)) and name not in _PYTHON_OBJECT_ATTRIBUTES)
+
+
+def _evaluated_expressions(document: Any) -> list[str]:
+    """What in a serialized program torch would evaluate or call beyond plain sympy and operators: shape expressions
+    (``expr_str``) that are not plain sympy, and node targets or operator arguments that name other functions."""
+    found: list[str] = []
+    pending = [document]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Mapping):
+            expression = node.get("expr_str")
+            if isinstance(expression, str) and not plain_expression(expression):
+                shown = expression if len(expression) <= 80 else expression[:77] + "..."
+                found.append(
+                    f"its graph holds a shape expression that is not plain sympy ({shown!r}), and torch evaluates "
+                    "every shape expression as Python (sympy.sympify)"
+                )
+            target = node.get("target") if isinstance(node.get("inputs"), list) else None
+            for called in (target, node.get("as_operator")):
+                if isinstance(called, str) and not plain_target(called):
+                    shown = called if len(called) <= 80 else called[:77] + "..."
+                    found.append(f"its graph calls {shown!r}, which is not an operator")
+            pending += [value for value in node.values() if isinstance(value, (Mapping, list))]
+        elif isinstance(node, list):
+            pending += [value for value in node if isinstance(value, (Mapping, list))]
+    return found

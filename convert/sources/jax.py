@@ -333,6 +333,9 @@ def load_params(path: Path) -> Any:
 
             tree = serialization.msgpack_restore(path.read_bytes())
         elif suffix == ".npz":
+            from convert.archives import check_npz
+
+            check_npz(path, next_step=PARAMS_HINT)
             with np.load(path, allow_pickle=False) as data:
                 tree = _unflatten({name: data[name] for name in data.files})
         else:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from convert.archives import check_archive, read_member
 from convert.backends.tf import SERVING_KEY, keras, tensorflow, to_numpy
 from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_files
@@ -238,13 +239,20 @@ def keras_config_risks(config: Any, found: list[str] | None = None) -> list[str]
 
 
 def _load_keras_archive(path: Path, trust_code: bool):
+    if not zipfile.is_zipfile(path):
+        raise ConvertError(f"{path} is not a readable .keras archive (it is not a zip file)", "Save the model again with model.save(path).")
+    # every member's declared size is checked before any is read, here and by Keras (which loads the weights after)
+    infos = {
+        info.filename: info
+        for info in check_archive(path, next_step="Refused before reading it: save the model again with model.save(path).")
+    }
     keras_module = keras()
     try:
         with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
-    except (zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:
+            config = json.loads(read_member(archive, infos["config.json"]))
+        risks = sorted(set(keras_config_risks(config)))
+    except (zipfile.BadZipFile, KeyError, OSError, ValueError, RecursionError) as exc:
         raise ConvertError(f"{path} is not a readable .keras archive ({exc})", "Save the model again with model.save(path).") from exc
-    risks = sorted(set(keras_config_risks(config)))
     if risks and not trust_code:
         raise ConvertError(f"the config of {path} names code that loading would import or run: {'; '.join(risks)}", TRUST_HINT)
     try:

@@ -180,8 +180,13 @@ def call_factory(reference: str, target: Any) -> Any:
 
 
 def load_example_inputs(path: Path) -> dict[str, np.ndarray]:
-    """Example inputs from an .npz (never unpickled)."""
+    """Example inputs from an .npz (never unpickled; its sizes checked before NumPy allocates what it declares)."""
+    from convert.archives import check_npz
+
+    hint = "Save example inputs with numpy.savez(path, name=array, ...), one array per model input."
     try:
+        if path.is_file():
+            check_npz(path, next_step=hint)
         with np.load(path, allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files}
     except FileNotFoundError as exc:
@@ -189,7 +194,7 @@ def load_example_inputs(path: Path) -> dict[str, np.ndarray]:
     except (ValueError, OSError) as exc:
         raise ConvertError(
             f"cannot read {path} as an .npz of arrays ({exc})",
-            "Save example inputs with numpy.savez(path, name=array, ...), one array per model input.",
+            hint,
         ) from exc
     if not arrays:
         raise ConvertError(f"{path} holds no arrays", "Save one array per model input, named as the input.")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from convert.archives import check_archive
 from convert.backends.torch import TRUST_HINT, CallConvention, TorchSource, load_program, pt2_code_reasons, require_torch, to_numpy
 from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_file
@@ -111,16 +112,19 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
             raise
         except Exception as exc:
             raise ConvertError(
-                f"cannot load the torch.export archive {path}: {type(exc).__name__}: {exc}",
+                f"cannot load the torch.export archive {path}: {_one_paragraph(exc)}",
                 "Re-save it with torch.export.save from this torch version, or check that the file is complete.",
             ) from exc
     if kind == "torchscript":
         if not trust_code:
             raise ConvertError(f"{path} is a TorchScript archive: loading it runs the TorchScript code it contains", TRUST_HINT)
+        check_archive(path)  # trusted code, but no member may declare more than it can hold (detect_format checked too)
         try:
             return torch.jit.load(str(path), map_location="cpu"), "torchscript"
         except Exception as exc:
-            raise ConvertError(f"cannot load the TorchScript archive {path}: {exc}", "Check that the file is complete.") from exc
+            raise ConvertError(
+                f"cannot load the TorchScript archive {path}: {_one_paragraph(exc)}", "Check that the file is complete."
+            ) from exc
     if kind in ("torch-save", "torch-legacy-pickle"):
         try:
             loaded = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -167,6 +171,12 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
         f"{path} is not a PyTorch model file that this tool can read (its bytes look like: {kind})",
         "Give a torch.export .pt2, a TorchScript file, a torch.save'd module (with --trust-code) or a factory with --weights.",
     )
+
+
+def _one_paragraph(exc: BaseException, limit: int = 600) -> str:
+    """A library's error as one line (torch's verifier lists every allowed operator over several lines)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 6] + " [...]"
 
 
 def _load_weights(module, path: Path) -> None:

@@ -6,6 +6,7 @@ untouched. A new source or format adds its bad inputs here."""
 from __future__ import annotations
 
 import hashlib
+import io
 import shutil
 import zipfile
 from collections.abc import Callable
@@ -128,6 +129,117 @@ def _manifest_over_models(files: Files) -> list[str]:
 def _npz(files: Files, name: str, **arrays) -> str:
     np.savez(files.made / name, **arrays)
     return str(files.made / name)
+
+
+# archives: crafted files whose payload, were it run, opens PAYLOAD in the case's folder (``untouched`` then fails)
+PAYLOAD = "payload-ran"
+
+
+class _OpensPayload:
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _payload_pickle(files: Files) -> bytes:
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"weight": _OpensPayload(files.made / PAYLOAD)}, buffer)
+    return buffer.getvalue()
+
+
+def _pt2_with(files: Files, name: str, replace: dict[str, bytes] | None = None, add: dict[str, bytes] | None = None) -> str:
+    """cnn.pt2 with members replaced (by their path inside its folder) and added."""
+    target = files.made / name
+    with zipfile.ZipFile(files.torch / "cnn.pt2") as original, zipfile.ZipFile(target, "w") as copy:
+        for info in original.infolist():
+            copy.writestr(info, (replace or {}).get(info.filename.split("/", 1)[1], original.read(info)))
+        for inner, data in (add or {}).items():
+            copy.writestr(f"cnn/{inner}", data)
+    return str(target)
+
+
+def _old_layout_pt2(files: Files) -> str:
+    """torch 2.7's layout, members at the root: torch.export.load falls back to it and unpickles its state dict."""
+    import torch
+    from torch._export.serde.schema import SCHEMA_VERSION
+    from torch._export.serde.serialize import serialize
+
+    artifact = serialize(torch.export.load(str(files.torch / "cnn.pt2")))
+    target = files.made / "old.pt2"
+    with zipfile.ZipFile(target, "w") as archive:
+        archive.writestr("archive_format", "pt2")
+        archive.writestr("version", ".".join(map(str, SCHEMA_VERSION)))
+        archive.writestr("serialized_exported_program.json", artifact.exported_program)
+        archive.writestr("serialized_state_dict.pt", _payload_pickle(files))
+        archive.writestr("serialized_constants.pt", artifact.constants)
+        archive.writestr("serialized_example_inputs.pt", artifact.example_inputs)
+    return str(target)
+
+
+def _shape_expression_pt2(files: Files) -> str:
+    """cnn.pt2 whose first shape expression is Python: torch evaluates it with sympy.sympify."""
+    import json
+
+    with zipfile.ZipFile(files.torch / "cnn.pt2") as archive:
+        text = archive.read("cnn/models/model.json").decode()
+    at = text.index('"expr_str": "') + len('"expr_str": "')
+    poisoned = text[:at] + json.dumps(f"open({str(files.made / PAYLOAD)!r}, 'w') and ")[1:-1] + text[at:]
+    return _pt2_with(files, "expression.pt2", replace={"models/model.json": poisoned.encode()})
+
+
+def _deflated_padding(archive: zipfile.ZipFile, name: str, head: bytes, padding: int = 64 << 20) -> None:
+    """A member of ``head`` and ``padding`` spaces (64 MiB that deflate to about 64 KiB: a decompression bomb)."""
+    info = zipfile.ZipInfo(name)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    archive.writestr(info, head + b" " * padding, compresslevel=9)
+
+
+def _padded_copy(source: Path, target: Path, member: str) -> str:
+    """A copy of an archive whose ``member`` (its name inside the archive) is padded into a bomb."""
+    with zipfile.ZipFile(source) as original, zipfile.ZipFile(target, "w") as copy:
+        for info in original.infolist():
+            if info.filename == member:
+                _deflated_padding(copy, info.filename, original.read(info))
+            else:
+                copy.writestr(info, original.read(info))
+    return str(target)
+
+
+def _torchscript_bomb(files: Files) -> str:
+    target = files.made / "bomb.torchscript.pt"
+    shutil.copy(files.torch / "cnn.torchscript.pt", target)
+    with zipfile.ZipFile(target, "a") as archive:
+        _deflated_padding(archive, "cnn.torchscript/extra/padding.txt", b"")
+    return str(target)
+
+
+def _npz_bomb(files: Files) -> str:
+    """One .npz of 10,923 CNN inputs (128 MiB of zeros) stored in about 128 KiB."""
+    header = io.BytesIO()
+    count = (128 << 20) // (3 * 32 * 32 * 4)
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (count, 3, 32, 32)})
+    target = files.made / "bomb.npz"
+    with zipfile.ZipFile(target, "w") as archive:
+        info = zipfile.ZipInfo("x.npy")
+        info.compress_type = zipfile.ZIP_DEFLATED
+        archive.writestr(info, header.getvalue() + bytes(count * 3 * 32 * 32 * 4), compresslevel=9)
+    return str(target)
+
+
+def _npz_folder_declaring_too_much(files: Files) -> str:
+    """A folder of one .npz whose array header declares 120 GiB in a member of a few bytes (NumPy would allocate it)."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (10**7, 3, 32, 32)})
+    (files.made / "data").mkdir()
+    with zipfile.ZipFile(files.made / "data" / "0.npz", "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + bytes(64))
+    return str(files.made / "data")
 
 
 BAD_INPUTS = [
@@ -491,6 +603,56 @@ BAD_INPUTS = [
         2,
         ("batch folder", "would write into the model of 'm'"),
         own_out=True,
+    ),
+    # archives: checked before any loader reads them (a payload that ran would leave PAYLOAD: ``untouched`` fails)
+    Bad("a .pt2 in torch's old layout", lambda f: [_old_layout_pt2(f), "--to", "onnx"], 2, ("old layout", "--trust-code")),
+    Bad(
+        "a .pt2 with a legacy pickled constants member",
+        lambda f: [_pt2_with(f, "legacy.pt2", add={"data/constants/model.pt": _payload_pickle(f)}), "--to", "onnx"],
+        2,
+        ("data/constants/model.pt", "--trust-code"),
+    ),
+    Bad(
+        "a .pt2 with a member torch does not write",
+        lambda f: [_pt2_with(f, "unknown.pt2", add={"data/notes.pkl": _payload_pickle(f)}), "--to", "onnx"],
+        2,
+        ("does not write (data/notes.pkl)", "--trust-code"),
+    ),
+    Bad(
+        "a .pt2 whose shape expression is Python",
+        lambda f: [_shape_expression_pt2(f), "--to", "onnx"],
+        2,
+        ("not plain sympy", "--trust-code"),
+    ),
+    Bad(
+        "a .pt2 decompression bomb",
+        lambda f: [_padded_copy(f.torch / "cnn.pt2", f.made / "bomb.pt2", "cnn/models/model.json"), "--to", "onnx"],
+        2,
+        ("'cnn/models/model.json', that would inflate from", "Refused before reading it"),
+    ),
+    Bad(
+        "a .keras decompression bomb",
+        lambda f: [_padded_copy(f.keras / "two_io.keras", f.made / "bomb.keras", "config.json"), "--to", "onnx"],
+        2,
+        ("'config.json', that would inflate from", "Refused before reading it"),
+    ),
+    Bad(
+        "a trusted TorchScript decompression bomb",
+        lambda f: [_torchscript_bomb(f), "--trust-code", *CNN_SPEC, "--to", "onnx"],
+        2,
+        ("'cnn.torchscript/extra/padding.txt', that would inflate from",),
+    ),
+    Bad(
+        "an .npz decompression bomb as --data",
+        lambda f: [str(f.torch / "cnn.pt2"), "--data", _npz_bomb(f), "--to", "onnx"],
+        2,
+        ("'x.npy', that would inflate from", ".npz"),
+    ),
+    Bad(
+        "an .npz declaring more than it holds in a --data folder",
+        lambda f: [str(f.torch / "cnn.pt2"), "--data", _npz_folder_declaring_too_much(f), "--to", "onnx"],
+        2,
+        ("whose header declares shape (10000000, 3, 32, 32)",),
     ),
 ]
 

@@ -217,7 +217,7 @@ def test_missing_empty_or_pickled_example_inputs_are_errors(tmp_path):
     with pytest.raises(ConvertError, match="holds no arrays"):
         load_example_inputs(tmp_path / "empty.npz")
     np.savez(tmp_path / "objects.npz", x=np.array([{"a": 1}], dtype=object))
-    with pytest.raises(ConvertError, match="cannot read .* as an .npz of arrays"):
+    with pytest.raises(ConvertError, match="of Python objects: a pickle, which is never loaded"):
         load_example_inputs(tmp_path / "objects.npz")
 
 
