@@ -6,6 +6,13 @@ key, so exactly the stages downstream of it run again. An entry also records the
 it and the sha256 of each of its files. An entry that cannot be trusted (a partial entry, a file changed since, other
 library versions) is rebuilt, never used, and the report says why.
 
+An entry is bound to its content: entry.json holds a digest over its key, environment, data and the digests of its
+files and arrays, checked before anything in it is used; an entry edited without its digest is rebuilt. A plain digest
+stops edits, not forgers (whoever can write the cache can recompute it), so a stage that reuses an entry also judges
+what it says again (``find(..., judge=...)``): cached checks must be supported by their metrics under this run's
+tolerances, a cached skip must be one this run would make, a cached export must be what its stage makes. An entry its
+judge rejects is rebuilt, and one it would reject is never written.
+
 Entries are written to a temporary folder and renamed into place: a run that dies while writing leaves no entry.
 Files are copied between the cache and the run's staging folder, never hard-linked: onnx (1.23) refuses to load
 external data that has more than one hard link, as a guard against hard-link attacks.
@@ -21,6 +28,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +89,17 @@ def _feed(hasher, value: Any) -> None:
         hasher.update(json.dumps(value if isinstance(value, (str, int, float, bool, type(None))) else str(value)).encode())
 
 
+def entry_digest(recorded: dict) -> str:
+    """The digest that binds an entry to its content: its key, environment, data, and the sha256 of each of its files
+    and of its arrays, as entry.json holds them (the ``digest`` field itself aside)."""
+    return digest("entry", LAYOUT, {part: recorded.get(part) for part in ("key", "environment", "data", "files", "arrays")})
+
+
+def _plain_name(name: Any) -> bool:
+    """A file name an entry may hold: no folder, no '..' (an entry names its files; it cannot reach outside them)."""
+    return isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+
+
 def environment(packages: tuple[str, ...]) -> dict[str, str]:
     """The versions a stage's entry is made with: convert (its version and a digest of its code), Python and the
     stage's libraries."""
@@ -113,7 +132,7 @@ def _code_digest() -> str:
 @dataclass
 class Hit:
     data: dict
-    folder: Path  # the entry's folder: its files are under files/
+    folder: Path | None  # the entry's folder: its files are under files/ (None: data about to be written, judged first)
 
     def files(self) -> list[Path]:
         return [self.folder / "files" / name for name in self.data["_files"]]
@@ -121,6 +140,13 @@ class Hit:
     def arrays(self) -> dict[str, np.ndarray]:
         with np.load(self.folder / ARRAYS_FILE, allow_pickle=False) as stored:
             return {name: stored[name] for name in stored.files}
+
+    def array_names(self) -> set[str]:
+        """The names of its arrays, without reading them (none for an entry not yet written)."""
+        if self.folder is None or not (self.folder / ARRAYS_FILE).exists():
+            return set()
+        with np.load(self.folder / ARRAYS_FILE, allow_pickle=False) as stored:
+            return set(stored.files)
 
 
 @dataclass
@@ -146,6 +172,8 @@ class StageCache:
             return Miss(f"its entry.json cannot be read ({exc})")
         if not isinstance(recorded, dict) or not {"key", "environment", "data", "files"} <= set(recorded):
             return Miss("its entry.json lacks keys an entry has")
+        if not all(isinstance(recorded[part], dict) for part in ("environment", "data", "files")):
+            return Miss("its entry.json does not have the shape of an entry")
         if recorded["key"] != key:
             return Miss("its entry.json belongs to another key")
         now = environment(packages)
@@ -156,6 +184,13 @@ class StageCache:
         ]
         if changed:
             return Miss(f"made with other library versions ({', '.join(changed)})")
+        if "digest" not in recorded:
+            return Miss("its entry.json carries no digest of its content")
+        if recorded["digest"] != entry_digest(recorded):
+            return Miss("its content does not match its digest (entry.json was changed after it was written)")
+        outside = next((name for name in recorded["files"] if not _plain_name(name)), None)
+        if outside is not None:
+            return Miss(f"its file name {outside!r} is not a plain file name")
         for name, sha256 in {**recorded["files"], **({ARRAYS_FILE: recorded["arrays"]} if recorded.get("arrays") else {})}.items():
             path = entry / ("" if name == ARRAYS_FILE else "files") / name
             if not path.exists():
@@ -185,6 +220,8 @@ class StageCache:
             if arrays is not None:
                 np.savez(staging / ARRAYS_FILE, **arrays)
                 recorded["arrays"] = sha256_files([staging / ARRAYS_FILE])
+            recorded = json.loads(json.dumps(recorded))  # digested as it will be read back
+            recorded["digest"] = entry_digest(recorded)
             (staging / ENTRY_FILE).write_text(json.dumps(recorded, indent=1), encoding="utf-8")  # last: marks it complete
             final = self._entry(key)
             final.parent.mkdir(exist_ok=True)
@@ -221,13 +258,31 @@ def copy_files(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
+# A stage's judgement of what an entry says: why it cannot be taken as it is ("" when it can). It sees the entry's data
+# (with "_files", the names of its files); its folder is None when the data is about to be written.
+Judge = Callable[[Hit], str]
+
+
+def judged(judge: Judge | None, hit: Hit) -> str:
+    """The judge's reason to reject the entry ("" to take it); data it cannot read is a reason too, never a crash."""
+    if judge is None:
+        return ""
+    try:
+        why = judge(hit)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # pydantic's ValidationError included
+        why = f"its data cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return f"its cached result does not hold under this run's judgement: {why}" if why else ""
+
+
 @dataclass
 class Lookup:
-    """One stage's place in the cache: its key (None when the cache is off for this run) and the entry, if trusted."""
+    """One stage's place in the cache: its key (None when the cache is off for this run), the entry, if trusted, and
+    the judge its data must satisfy, when reused and before it is written."""
 
     key: str | None
     packages: tuple[str, ...] = ()
     hit: Hit | None = None
+    judge: Judge | None = None
 
 
 class RunCache:
@@ -281,8 +336,9 @@ class RunCache:
         )
         self.source_packages = REGISTRY.source_packages(info.framework, info.kind)
 
-    def find(self, label: str, packages: tuple[str, ...], *parts: Any) -> Lookup:
-        """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``."""
+    def find(self, label: str, packages: tuple[str, ...], *parts: Any, judge: Judge | None = None) -> Lookup:
+        """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``; an entry that
+        ``judge`` rejects is rebuilt, like any entry that cannot be trusted."""
         if self.store is None or self.source_key is None:
             return Lookup(None)
         kind = label.split(" ")[0].partition(":")[0]
@@ -290,17 +346,25 @@ class RunCache:
         key = digest(kind, self.source_key, options, *parts)
         found = self.store.lookup(key, packages)
         if isinstance(found, Hit):
-            self.record.reused.append(label)
-            return Lookup(key, packages, found)
+            why = judged(judge, found)
+            if not why:
+                self.record.reused.append(label)
+                return Lookup(key, packages, found, judge)
+            found = Miss(why)
         if found.rebuilt:
             from convert.reports import model as rm
 
             self.record.rebuilt.append(rm.CacheRebuild(stage=label, reason=found.rebuilt))
-        return Lookup(key, packages)
+        return Lookup(key, packages, None, judge)
 
     def keep(self, lookup: Lookup, data: dict, files: list[Path] = (), arrays: dict[str, np.ndarray] | None = None) -> None:
-        if lookup.key is not None and self.store is not None:
-            self.store.store(lookup.key, lookup.packages, data, files, arrays)
+        """Write the entry, unless its judge would reject it when reused (it would only be rebuilt: a result this run
+        cannot judge again, such as a skip it cannot tell without running, is made again each time instead)."""
+        if lookup.key is None or self.store is None:
+            return
+        if judged(lookup.judge, Hit(data=json.loads(json.dumps({**data, "_files": [Path(f).name for f in files]})), folder=None)):
+            return
+        self.store.store(lookup.key, lookup.packages, data, files, arrays)
 
     def cases_digest(self, cases: list[ValidationCase]) -> str:
         """The inputs and reference outputs every validation compares against, hashed once per run."""

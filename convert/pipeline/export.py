@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.cache import Lookup, RunCache, artifact_data, cached_artifact
+from convert.cache import Judge, Lookup, RunCache, artifact_data, cached_artifact
 from convert.errors import ConvertError
 from convert.exporters.base import ExportJob
 from convert.pipeline.context import RunContext, crashed
@@ -27,10 +27,47 @@ def export_target(ctx: RunContext, target: str, exporter: str) -> None:
         job = ExportJob(
             source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=dim_ranges
         )
-        lookup = ctx.cache.find(stage.name, ctx.cache.source_packages, exporter, ctx.stem, ctx.export_feed, dim_ranges)
+        lookup = ctx.cache.find(
+            stage.name,
+            ctx.cache.source_packages,
+            exporter,
+            ctx.stem,
+            ctx.export_feed,
+            dim_ranges,
+            judge=artifact_judge(stage.name, target, "fp32", exporter),  # exporters write what the source holds (fp32)
+        )
         artifact = recorded(made(ctx, stage, lookup, Session.export, exporter, job), record, stage)
     if artifact is not None:
         validate_and_publish(ctx, target, artifact, record)
+
+
+def artifact_judge(label: str, fmt: str, precision: str, exporter: str, base: Artifact | None = None) -> Judge:
+    """What a cached export or optimization must record to be reused: the format, precision and maker its stage makes
+    (the precision chooses how the artifact is judged: int8 by a looser budget than fp32's tolerance), its files and
+    none other, readable input specs and attempts; an optimization, the inputs of the artifact it starts from."""
+    from convert.exporters.base import Attempt
+    from convert.specs import parse_input_spec
+
+    def judge(hit) -> str:
+        data = hit.data
+        made = {"format": fmt, "precision": precision, "exporter": exporter}
+        for field, wanted in made.items():
+            if data[field] != wanted:
+                return f"it records {field} {data[field]} where {label} makes {wanted}"
+        if sorted(data["files"]) != sorted(data["_files"]) or data["path"] not in data["files"]:
+            return f"its artifact's files {data['files']} (at {data['path']}) are not the entry's {data['_files']}"
+        inputs = [str(parse_input_spec(spec)) for spec in data["inputs"]]
+        if base is not None and base.inputs and inputs != [str(spec) for spec in base.inputs]:
+            return f"it records the inputs {inputs} where the artifact it starts from takes {[str(s) for s in base.inputs]}"
+        if base is not None and data["fixed_shape_reason"] != base.fixed_shape_reason:
+            return "it records another fixed-shape reason than the artifact it starts from"
+        if not all(isinstance(low, int) and (high is None or isinstance(high, int)) for low, high in data["dim_bounds"].values()):
+            return f"its dim bounds {data['dim_bounds']} are not sizes"
+        if not any(Attempt(**attempt).status == "ok" for attempt in data["attempts"]):
+            return "it records no attempt that made its artifact"
+        return ""
+
+    return judge
 
 
 def setup_job(worker, stage: rm.Stage, job: Callable, *args):

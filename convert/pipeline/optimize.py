@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from convert.cache import Lookup
 from convert.pipeline.context import RunContext
-from convert.pipeline.export import made, recorded
+from convert.pipeline.export import artifact_judge, made, recorded
 from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate, validate_and_publish
 from convert.registry import REGISTRY
@@ -83,6 +83,7 @@ TASK_CONTROLLED = ("int8", "int8-dynamic")  # ONNX Runtime's INT8 passes: accura
 def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
     if not entry.meta.get("cacheable", True):
         return Lookup(None)
+    optimizer = entry.load()
     return ctx.cache.find(
         stage.name,
         entry.packages,
@@ -95,6 +96,7 @@ def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
         job.keep_fp32,
         job.calibration_method,
         job.task and (job.task.feeds, job.task.labels, job.task.metric, job.task.max_drop, job.task.user_metric),
+        judge=artifact_judge(stage.name, entry.meta["format"], optimizer.precision, optimizer.name, job.base),
     )
 
 

@@ -100,7 +100,8 @@ def source_outputs(
     """The source's outputs for each feed up to the first that fails, that failure ("" when none did), and whether
     they came from the cache; computed in the worker and cached under ``key`` otherwise (a crash there is the user's:
     ``where`` it ran and the ``hint`` say so)."""
-    lookup = ctx.cache.find(f"reference {key}", ctx.cache.source_packages, feeds)
+    judge = functools.partial(_untrusted_references, samples=len(feeds))
+    lookup = ctx.cache.find(f"reference {key}", ctx.cache.source_packages, feeds, judge=judge)
     if lookup.hit is not None:
         return _cached_references(lookup), lookup.hit.data["error"], True
     try:
@@ -132,6 +133,26 @@ def _generation_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase:
         ) from exc
     label = f"generation of {GENERATION_STEPS} tokens from {generation.prompts.shape[0]} prompts"
     return ValidationCase(ShapeCase(label, {}), generation=generation)
+
+
+def _untrusted_references(hit, samples: int) -> str:
+    """Why a reference entry is not taken as it is ("" when it is): one that records the source failing skips every
+    check at its shape, which this run cannot tell again without running the source, so it is never reused (nor
+    written); one that holds fewer samples than were asked for would validate on fewer."""
+    data = hit.data
+    if data["error"]:
+        return (
+            f"it records the source model failing on these inputs ({data['error']}), which skips the checks there: "
+            "that is never taken from the cache"
+        )
+    outputs = data["outputs"]
+    if len(outputs) != samples or not all(isinstance(names, list) and names == outputs[0] and names for names in outputs):
+        return f"it holds the outputs of {len(outputs)} samples where {samples} were asked for, or not the same outputs for each"
+    stored = hit.array_names()
+    wanted = {f"{sample}/{name}" for sample, names in enumerate(outputs) for name in names}
+    if hit.folder is not None and stored != wanted:
+        return "its arrays are not the outputs it names"
+    return ""
 
 
 def _cached_references(lookup: Lookup) -> list[dict[str, np.ndarray]]:

@@ -4,8 +4,11 @@ validated artifact is then published: moved to its final path, or to the failed 
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
+
+import numpy as np
 
 from convert.artifacts import Artifact
 from convert.cache import RunCache, artifact_data
@@ -14,7 +17,7 @@ from convert.pipeline.context import RunContext, crashed
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import FAILED_FOLDER, sha256_files, size_of
-from convert.validation import ValidationCase
+from convert.validation import ValidationCase, fixed_dims
 from convert.validators import TolerancePolicy
 from convert.worker import Session, StageCrashed
 
@@ -87,7 +90,7 @@ def validate(
     """Validate a staged artifact on ``cases`` (the run's by default); an artifact whose declared output shapes did not
     hold has those dims made dynamic in its graph where its format can be repaired (ONNX) and ``repair`` allows it, and
     is validated again (the report records the repair)."""
-    from convert.validation import declared_repairs, fixed_dims
+    from convert.validation import declared_repairs
 
     cases = ctx.cases if cases is None else cases
     with ctx.stages.run(f"validate:{key}") as stage:
@@ -162,6 +165,9 @@ def validate_artifact(
                 device,
                 cuda_gpus() if device != "cpu" else [],
                 cache.cases_digest(cases),
+                judge=lambda hit, runtime=entry.name, device=device: rejudged(
+                    hit.data["checks"], artifact, runtime, device, cases, policy, allow_fixed_shapes
+                ),
             )
             if lookup.hit is not None:
                 checks += [rm.Check.model_validate(check) for check in lookup.hit.data["checks"]]
@@ -180,3 +186,275 @@ def validate_artifact(
             rm.Check(runtime="-", device="-", shape="*", status="skipped", reason=f"no runtime is registered for {artifact.format}")
         )
     return checks
+
+
+# --- a cached result judged again ------------------------------------------------------------------------------------
+# Reused checks are held to what this run would decide: what checks_on (convert/validation.py) decides before running
+# (a skip where the source fails or the artifact cannot take the shape, a failure where it fixes a dim asked dynamic)
+# is decided again here, and a pass must be supported by its metrics under this run's tolerances and budgets, through
+# the validators' own judgement (compare.merge_results, which sets an output's status from its metrics). A recorded
+# failure must have a cause in what it records. Metrics that are forged consistently are not caught here: the cache's
+# digest, and whoever may write the cache, are what stands behind those.
+
+RELATIVE_SLACK = 1e-6  # the float rounding allowed between a recomputed bound and a recorded metric
+
+
+def rejudged(
+    stored: list,
+    artifact: Artifact,
+    runtime: str,
+    device: str,
+    cases: list[ValidationCase],
+    policy: TolerancePolicy,
+    allow_fixed_shapes: bool,
+) -> str:
+    """Why the cached checks of ``runtime`` on ``device`` cannot be taken as they are ("" when they can)."""
+    checks = [rm.Check.model_validate(check) for check in stored]
+    if not checks:
+        return "it holds no check"
+    for check in checks:
+        if (check.runtime, check.device) != (runtime, device):
+            return f"it holds a check of {check.runtime} on {check.device} in the entry of {runtime} on {device}"
+        if check.device_unsupported:
+            return f"it holds a check marked as never running on {device}, which is never a job of its own"
+    if checks[0].shape == "*":
+        if len(checks) == 1 and checks[0].status == "failed":
+            return ""  # the artifact could not be loaded: a failure, which can only reject
+        if len(checks) == 1 and checks[0].status == "skipped":
+            return "a skip before any shape ran (the runtime could not take the artifact here) cannot be told again without running"
+        return f"it holds {len(checks)} checks over no shape, one {checks[0].status}"
+    if len(checks) != len(cases):
+        return f"{len(cases)} shape cases but {len(checks)} checks in the entry"
+    for check, case in zip(checks, cases):
+        why = _rejudged_check(check, case, artifact, cases, policy, allow_fixed_shapes)
+        if why:
+            return f"{check.shape}: {why}"
+    return ""
+
+
+def _rejudged_check(
+    check: rm.Check,
+    case: ValidationCase,
+    artifact: Artifact,
+    cases: list[ValidationCase],
+    policy: TolerancePolicy,
+    allow_fixed_shapes: bool,
+) -> str:
+    if case.generation is not None:
+        if check.kind != "generation" or check.shape != case.shape.label:
+            return f"the check of {check.kind} at {check.shape} where this run's case is the generation {case.shape.label}"
+        return _rejudged_generation(check, case, policy.for_output("logits", artifact.precision), artifact.precision)
+    if check.kind != "shape" or check.shape != case.shape.describe():
+        return f"the check of {check.kind} at {check.shape} where this run's case is {case.shape.describe()}"
+    if case.feeds and check.input_shapes != {n: list(a.shape) for n, a in case.feeds[0].items()}:
+        return f"its input shapes {check.input_shapes} are not this case's"
+    # what checks_on decides before running
+    fixed = artifact.fixed_dims_mismatch({n: a.shape for n, a in case.feeds[0].items()}) if case.feeds else ""
+    symbols = fixed_dims(artifact, cases, [case]) if fixed else {}
+    before = "skipped" if case.source_error else "failed" if symbols and not allow_fixed_shapes else "skipped" if fixed else ""
+    if before == "skipped" and case.labels is not None and policy.task_budget:
+        before = "failed"  # a task budget judges the artifact and its data check could not run
+    if before:
+        return "" if check.status == before else f"recorded {check.status}, where this run decides {before} before running"
+    if check.status == "skipped":
+        return "recorded skipped, but this run would have run it"
+    precision = artifact.precision
+    if check.status == "failed":
+        if not check.outputs:  # the runtime failed, or did not take the feed, before every sample was compared
+            return "" if check.samples < len(case.feeds) else "recorded failed with no output compared, yet every sample ran"
+        outputs = [_rejudged_output(o, case, policy.for_output(o.name, precision)) for o in check.outputs]
+        explained = "failed" in outputs or check.declared_mismatches or _task_failure(check, policy)
+        return "" if explained else "recorded failed, but its metrics pass under this run's tolerances"
+    # recorded passed: every sample compared, every output the source's and supported by its metrics, no other failure
+    if not case.feeds or check.samples != len(case.feeds):
+        return f"recorded passed over {check.samples} of {len(case.feeds)} samples"
+    if check.declared_mismatches:
+        return "recorded passed although declared shapes did not hold"
+    expected = list(case.references[0]) if case.references else []
+    if [o.name for o in check.outputs] != expected:
+        return f"recorded passed with the outputs {[o.name for o in check.outputs]}, where the source's are {expected}"
+    for output in check.outputs:
+        tolerance = policy.for_output(output.name, precision)
+        status = _rejudged_output(output, case, tolerance)
+        if status != "passed" or output.status != "passed":
+            return f"output '{output.name}' is recorded {output.status}, re-judged {status}" + (
+                f" ({_described(output)})" if output.max_abs_error is not None else ""
+            )
+        why = _unsupported_pass(output, case, tolerance, check.samples)
+        if why:
+            return f"output '{output.name}' {why}"
+    if case.labels is not None:
+        return _unsupported_task_pass(check, case, policy)
+    return ""
+
+
+def _described(output) -> str:
+    return f"max_abs_error {output.max_abs_error:.6g} at atol={output.atol}, rtol={output.rtol}"
+
+
+def _references(case: ValidationCase, name: str) -> list[np.ndarray]:
+    return [np.asarray(reference[name]) for reference in case.references if name in reference]
+
+
+def _is_float(dtype) -> bool:
+    return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating)
+
+
+def _rejudged_output(output, case: ValidationCase, tolerance) -> str:
+    """The status the validators' judgement gives an output from its recorded metrics and this run's tolerance: the
+    problems compare_output finds besides the values, re-derived from the references, then merge_results' verdict."""
+    from convert.validators.compare import OutputResult, merge_results
+
+    references = _references(case, output.name)
+    if not references or output.dtype is None or output.shape is None:
+        return "failed"  # an output the source does not have, or one the artifact did not give
+    reference = references[0]
+    exact = not (_is_float(reference.dtype) or _is_float(np.dtype(output.dtype)))
+    problems = []
+    if output.dtype != str(reference.dtype):
+        problems.append("dtype")
+    if output.shape != list(reference.shape):
+        problems.append("shape")
+    if reference.size == 0 or math.prod(output.shape) == 0:
+        problems.append("empty")
+    if _is_float(reference.dtype) and not all(np.isfinite(r).all() for r in references):
+        problems.append("the source's own output is not finite")
+    if output.nan_count or output.inf_count:
+        problems.append("NaN or Inf")
+    result = OutputResult(
+        **output.model_dump(exclude={"status", "reason", "atol", "rtol", "budget", "budget_source"}),
+        status="passed",
+        atol=tolerance.atol,
+        rtol=tolerance.rtol,
+        bounds=tolerance.budget,
+        budget=tolerance.describe_budget(),
+        budget_source=tolerance.budget_source,
+        elementwise=tolerance.elementwise,
+        exact=exact and not problems,
+        reasons=problems,
+    )
+    return merge_results([[result]])[0].status
+
+
+def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int) -> str:
+    """Why an output's recorded metrics cannot be those of a pass under ``tolerance`` ("" when they can): the tolerance
+    it records, its counts, the metrics every compared output has, and the bounds a pass puts on its errors."""
+    from convert.validators.compare import ERROR_HISTOGRAM_EDGES, TOP_K
+
+    if (output.atol, output.rtol, output.budget) != (tolerance.atol, tolerance.rtol, tolerance.describe_budget()):
+        return (
+            f"was judged with atol={output.atol:g}, rtol={output.rtol:g}{', ' + output.budget if output.budget else ''} where this "
+            f"run's tolerance is atol={tolerance.atol:g}, rtol={tolerance.rtol:g}"
+            + (f", {tolerance.describe_budget()}" if tolerance.budget else "")
+            if output.atol is not None and output.rtol is not None
+            else "records no tolerance"
+        )
+    references = _references(case, output.name)[:samples]
+    elements = sum(r.size for r in references)
+    if output.samples != samples or output.elements != elements:
+        return f"counts {output.elements} values over {output.samples} samples where the source gives {elements} over {samples}"
+    if not 0 <= output.mismatch_count <= elements:
+        return f"counts {output.mismatch_count} mismatches of {elements} values"
+    shape = output.expected_shape or []
+    exact = not (_is_float(references[0].dtype) or _is_float(np.dtype(output.dtype)))
+    needed = ["max_abs_error", "max_rel_error", "cosine_similarity"]
+    if not exact:
+        needed += ["rel_rms_error"] + (["top1_agreement"] if len(shape) >= 2 and shape[-1] >= 2 else [])
+        needed += ["top5_agreement"] if len(shape) >= 2 and shape[-1] > TOP_K else []
+    for name in needed:
+        value = getattr(output, name)
+        if value is None or not math.isfinite(value) or value < -1 - RELATIVE_SLACK:
+            return f"is recorded passed while its {name} is missing or not finite"
+    if exact:
+        return "" if output.max_abs_error == 0 else f"compared exactly, is recorded passed with max_abs_error {output.max_abs_error:.6g}"
+    if tolerance.elementwise and not tolerance.budget:
+        # no value beyond atol + rtol * |expected| (validators/compare.py): nor the largest error, nor the relative one
+        largest = max(float(np.abs(r.astype(np.float64)).max()) for r in references)
+        bound = (tolerance.atol + tolerance.rtol * largest) * (1 + RELATIVE_SLACK)
+        if output.max_abs_error > bound:
+            return (
+                f"is recorded passed with max_abs_error {output.max_abs_error:.6g}, beyond atol={tolerance.atol:g} + "
+                f"rtol={tolerance.rtol:g} x max |reference| {largest:.6g} = {bound:.6g}"
+            )
+        relative = 2 * tolerance.rtol if tolerance.rtol > 0 else 1.0
+        if output.max_rel_error > relative * (1 + RELATIVE_SLACK):
+            return f"is recorded passed with max_rel_error {output.max_rel_error:.6g}, beyond the {relative:g} a pass allows"
+    # the metrics must agree with each other: the error histogram counts every value, its largest bin holds the largest
+    # error, and the largest error bounds the rms error from below (one value that large) and above (every value)
+    histogram = output.error_histogram
+    if histogram is None or len(histogram) != len(ERROR_HISTOGRAM_EDGES) or sum(histogram) != elements or min(histogram) < 0:
+        return f"records an error histogram that does not count its {elements} values"
+    top_bin = int(np.searchsorted(np.asarray(ERROR_HISTOGRAM_EDGES[1:]), output.max_abs_error, side="right"))
+    if max(i for i, count in enumerate(histogram) if count) != top_bin:
+        return f"records max_abs_error {output.max_abs_error:.6g} outside the largest bin its error histogram counts"
+    norms = [float(np.linalg.norm(r.astype(np.float64))) for r in references]
+    if all(norms):
+        low = output.max_abs_error / max(norms) * (1 - RELATIVE_SLACK)
+        high = max(output.max_abs_error * math.sqrt(r.size) / n for r, n in zip(references, norms)) * (1 + RELATIVE_SLACK)
+        if not low <= output.rel_rms_error <= high:
+            return f"records rel_rms_error {output.rel_rms_error:.6g}, which its max_abs_error {output.max_abs_error:.6g} rules out"
+    return ""
+
+
+def _task_failure(check: rm.Check, policy: TolerancePolicy) -> bool:
+    """Whether a check's task metrics fail it (validation.checks_on): a drop over its budget, or none computed under a
+    task budget."""
+    task = check.task
+    if task is None:
+        return False
+    over = any(m.budget is not None and not m.drop <= m.budget + 1e-12 for m in task.metrics)
+    return over or bool(task.reason and policy.task_budget)
+
+
+def _unsupported_task_pass(check: rm.Check, case: ValidationCase, policy: TolerancePolicy) -> str:
+    """Why a passed check on the labelled data is not supported by its task metrics, judged by this run's budgets."""
+    task = check.task
+    if task is None:
+        return "is recorded passed on the labelled data without its task metrics"
+    if task.reason:
+        return f"is recorded passed although a task budget was given and {task.describe()}" if policy.task_budget else ""
+    source = {m.name: m.source for m in case.task.metrics} if case.task is not None else {}
+    if {m.name for m in task.metrics} != set(source):
+        return f"records the task metrics {sorted(m.name for m in task.metrics)} where the source's are {sorted(source)}"
+    for metric in task.metrics:
+        budget = policy.task_budget.get(f"task_{metric.name}_drop")
+        status = "not-budgeted" if budget is None else "passed" if metric.drop <= budget + 1e-12 else "failed"
+        if metric.source != source[metric.name] or not (metric.drop == metric.source - metric.artifact or budget is None):
+            return f"records task {metric.name} {metric.artifact} and a drop {metric.drop} that are not the source's {source[metric.name]}"
+        if (metric.budget, metric.status) != (budget, status) or status == "failed":
+            return f"records task {metric.name} {metric.status} under the budget {metric.budget}, re-judged {status} under {budget}"
+    return ""
+
+
+def _rejudged_generation(check: rm.Check, case: ValidationCase, tolerance, precision: str) -> str:
+    """A generation check judged again as validators/generation.compare_generation judges its metrics."""
+    from convert.validators.generation import GENERATION_AGREEMENT
+
+    metrics, reference = check.generation, case.generation
+    if metrics is None:
+        return "" if check.status == "failed" else f"recorded {check.status} without its generation metrics"
+    failing = []
+    if tolerance.budget:
+        floor = GENERATION_AGREEMENT.get(precision, 1.0)
+        cosine = next((bound for metric, _, bound in tolerance.budget if metric == "cosine"), None)
+        if not metrics.token_agreement >= floor:
+            failing.append(f"token agreement {metrics.token_agreement} below {floor}")
+        if cosine is not None and not metrics.min_cosine >= cosine:
+            failing.append(f"min cosine {metrics.min_cosine} below {cosine}")
+    elif metrics.first_divergent_step is not None:
+        failing.append(f"diverges at step {metrics.first_divergent_step}")
+    if check.status == "failed":
+        return "" if failing else "recorded failed, but its generation metrics pass under this run's tolerance"
+    if check.status != "passed" or failing:
+        return f"recorded {check.status}" + (f", but {'; '.join(failing)}" if failing else ", but a generation check always runs")
+    steps, prompts = reference.logits.shape[0], reference.logits.shape[1]
+    if (metrics.steps, metrics.prompts, check.samples) != (steps, prompts, prompts):
+        return f"records {metrics.steps} steps x {metrics.prompts} prompts where this run decodes {steps} x {prompts}"
+    values = (metrics.token_agreement, metrics.max_abs_logits, metrics.min_cosine)
+    if not all(math.isfinite(v) for v in values) or not 0 <= metrics.token_agreement <= 1:
+        return "records generation metrics that are missing or not finite"
+    if not tolerance.budget:
+        bound = (tolerance.atol + tolerance.rtol * float(np.abs(reference.logits).max())) * (1 + RELATIVE_SLACK)
+        if metrics.token_agreement != 1 or metrics.max_abs_logits > bound:
+            return f"is recorded passed with token agreement {metrics.token_agreement} and max |logits error| {metrics.max_abs_logits:.6g} (a pass allows {bound:.6g})"
+    return ""
