@@ -39,6 +39,7 @@ from convert import __version__
 from convert.errors import ConvertError
 from convert.policy import Policy, _resolved, _Strict, _validated, read_yaml, validated
 from convert.protected_inputs import Read, Write, reads_of, refuse_writes_to_inputs
+from convert.readers import shown
 from convert.safety import atomic_write_text
 
 SUMMARY_SCHEMA_VERSION = "1.0"
@@ -131,7 +132,7 @@ def load_manifest(path: Path, out: Path | None = None) -> tuple[list[BatchJob], 
         model_name = entry.get("name")
         if not isinstance(model_name, str) or not NAME.match(model_name):
             raise ConvertError(
-                f"{where}: {at}each model needs a name of letters, digits, '.', '_' or '-' (got {model_name!r})",
+                f"{where}: {at}each model needs a name of letters, digits, '.', '_' or '-' (got {shown(model_name)})",
                 "It names the model's folder under the batch's out folder.",
             )
         if model_name in seen:
@@ -212,11 +213,23 @@ def prepare(jobs: list[BatchJob], batch_out: Path, force: bool) -> None:
     try:
         for job in jobs:
             job.folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(job.policy_file, yaml.safe_dump(job.policy.model_dump(mode="json"), sort_keys=False))
+            atomic_write_text(job.policy_file, policy_yaml(job.policy.model_dump(mode="json")))
     except OSError as exc:
         raise ConvertError(
             f"cannot write to the batch folder {batch_out}: {exc.strerror or exc}", "Choose a writable folder with --out."
         ) from exc
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value shared by two places in full at each: the policy reader refuses anchors and aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def policy_yaml(data: dict) -> str:
+    """A model's policy as the YAML file its ``convert gate`` reads: no anchors or aliases, keys in schema order."""
+    return yaml.dump(data, Dumper=_PlainDumper, sort_keys=False)
 
 
 # The convert processes running on this machine, so that an interruption reaches each of them.
@@ -267,7 +280,7 @@ def outcome_of(job: BatchJob, code: int | None, seconds: float, where: str, fail
     report_path = job.folder / "report.json"
     report = None
     if report_path.is_file() and code is not None:
-        with contextlib.suppress(ValueError, OSError):
+        with contextlib.suppress(ConvertError, ValueError, OSError):
             report = Report.from_json(report_path.read_text(encoding="utf-8"))
     if report is not None and report.created_at and (report.gate is not None or report.interrupted):
         outcome.report, outcome.reused = str(report_path), len(report.cache.reused)

@@ -245,7 +245,7 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
 
     def show() -> None:
         if not quiet:
-            print_summary(Report.from_json(Path(verdict.report).read_text()), stdout, verdict=False)
+            print_summary(Report.from_json(Path(verdict.report).read_text(), f"the report {verdict.report}"), stdout, verdict=False)
         print_verdict(verdict, stdout, tables=not quiet)
 
     _guarded(show)  # a failure to print must not exit 1, which means 'rejected'

@@ -8,7 +8,6 @@ against the baseline report beyond its noise allowance.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from convert.errors import ConvertError, require
 from convert.pipeline import ConvertRequest, Progress, run
 from convert.policy import Allowance, ArtifactBudget, Policy, load_policy
 from convert.protected_inputs import Write, reads_of, refuse_writes_to_inputs
+from convert.readers import loads_json, shown
 from convert.reports import model as rm
 from convert.reports.render import check_writable, render_files
 from convert.timing import describe_ratio, paired_ratio
@@ -120,15 +120,19 @@ def load_report(path: Path, what: str = "baseline report") -> rm.Report:
             if what == "baseline report"
             else "Pass the report.json that convert wrote.",
         )
+    hint = "Pass a report.json written by convert."
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConvertError(f"the {what} {path} is not JSON ({exc})", "Pass a report.json written by convert.") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConvertError(f"the {what} {path} is not JSON ({exc})", hint) from None
+    except OSError as exc:
+        raise ConvertError(f"cannot read the {what} {path}: {exc.strerror or exc}", "Check that the file is readable.") from None
+    data = loads_json(text, f"the {what} {path}", hint)  # nested past any report's depth: refused before it is parsed
     version = data.get("schema_version") if isinstance(data, dict) else None
     major = rm.SCHEMA_VERSION.split(".")[0]
     if str(version).split(".")[0] != major:
         raise ConvertError(
-            f"the {what} {path} is not a convert report of schema {major}.x (its schema_version is {version!r})",
+            f"the {what} {path} is not a convert report of schema {major}.x (its schema_version is {shown(version, 60)})",
             "Pass a report.json written by convert, or re-run that model with this version.",
         )
     try:
@@ -137,7 +141,7 @@ def load_report(path: Path, what: str = "baseline report") -> rm.Report:
         first = exc.errors()[0]
         raise ConvertError(
             f"the {what} {path} does not match the report schema: {first['msg']} at {'.'.join(map(str, first['loc']))}",
-            "Pass a report.json written by convert.",
+            hint,
         ) from None
 
 
@@ -231,20 +235,22 @@ def judge(
         for delta in comparison.deltas:
             if delta.status == "regressed":
                 where = ", ".join(p for p in (delta.output and f"output '{delta.output}'", delta.runtime, delta.device) if p)
-                reasons.append(
-                    rm.GateReason(
-                        code="regression",
-                        artifact=delta.artifact,
-                        message=(
-                            f"{delta.kind} regressed against the baseline: {delta.metric} {_number(delta.baseline)} → "
-                            f"{_number(delta.current)}"
-                            + (f" ({delta.delta_pct:+.1f}%)" if delta.delta_pct is not None else "")
-                            + (f" [{where}]" if where else "")
-                            + f", beyond the allowance {delta.allowed}"
-                            + (f" ({delta.reason})" if delta.reason else "")
-                        ),
+                values = f"{delta.metric} {_number(delta.baseline)} → {_number(delta.current)}"
+                if _not_comparable(delta.baseline, delta.current):  # fails closed: never 'ok' for want of a number
+                    message = (
+                        f"{delta.kind} cannot be compared with the baseline: {values}"
+                        + (f" [{where}]" if where else "")
+                        + f": {delta.reason.removeprefix('not comparable: ')}"
                     )
-                )
+                else:
+                    message = (
+                        f"{delta.kind} regressed against the baseline: {values}"
+                        + (f" ({delta.delta_pct:+.1f}%)" if delta.delta_pct is not None else "")
+                        + (f" [{where}]" if where else "")
+                        + f", beyond the allowance {delta.allowed}"
+                        + (f" ({delta.reason})" if delta.reason else "")
+                    )
+                reasons.append(rm.GateReason(code="regression", artifact=delta.artifact, message=message))
     promoted = not reasons
     return rm.Verdict(
         decision="promote" if promoted else "reject",
@@ -539,9 +545,10 @@ def compare_with_baseline(
     )
 
 
-def _worst_errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], float]:
-    """(metric, output, runtime, device) → the worst error over the checks' shapes; cosine as a distance 1 - cosine."""
-    worst: dict[tuple[str, str, str, str], float] = {}
+def _errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], list[float | None]]:
+    """(metric, output, runtime, device) → the error at each of the checks' shapes (None where it was not measured);
+    cosine as a distance 1 - cosine. A slot is there when that output was compared on that runtime and device."""
+    errors: dict[tuple[str, str, str, str], list[float | None]] = {}
     for check in record.checks:
         for output in check.outputs:
             for metric, value in (
@@ -549,24 +556,37 @@ def _worst_errors(record: rm.ArtifactRecord) -> dict[tuple[str, str, str, str], 
                 ("rel_rms_error", output.rel_rms_error),
                 ("cosine_distance", None if output.cosine_similarity is None else 1.0 - output.cosine_similarity),
             ):
-                if value is not None:
-                    slot = (metric, output.name, check.runtime, check.device)
-                    if slot not in worst or _worse(value, worst[slot], larger_better=False):
-                        worst[slot] = value
+                errors.setdefault((metric, output.name, check.runtime, check.device), []).append(value)
         for task in check.task.metrics if check.task else []:
-            slot = (f"task_{task.name}_drop", check.task.output, check.runtime, check.device)
-            if slot not in worst or _worse(task.drop, worst[slot], larger_better=False):
-                worst[slot] = task.drop
+            errors.setdefault((f"task_{task.name}_drop", check.task.output, check.runtime, check.device), []).append(task.drop)
+    return errors
+
+
+def _worst_error(values: list[float | None]) -> float | None:
+    """The worst error over the shapes: NaN and Inf are worse than any number, and a shape where it was not measured
+    makes it unknown (None), never the worst of the others."""
+    if any(value is None for value in values):
+        return None
+    worst = values[0]
+    for value in values[1:]:
+        if _worse(value, worst, larger_better=False):
+            worst = value
     return worst
 
 
 def _accuracy_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord, allowance: Allowance) -> Iterator[rm.BaselineDelta]:
-    previous = _worst_errors(before)
-    for slot, value in _worst_errors(now).items():
+    """Each error measured on an output, runtime and device both reports compared it on; one that either side did not
+    measure, or that the baseline has as NaN or Inf, cannot be compared and rejects (fails closed). A metric neither
+    side measured (an integer output has no relative RMS error) is none of this output's."""
+    previous = _errors(before)
+    for slot, values in _errors(now).items():
         metric, output, runtime, device = slot
-        if slot in previous:
-            relative, absolute = (0.0, allowance.task_drop) if metric.startswith("task_") else (allowance.accuracy, allowance.accuracy_abs)
-            yield _delta(key, "accuracy", metric, output, runtime, device, previous[slot], value, relative, absolute)
+        if slot not in previous or all(value is None for value in [*previous[slot], *values]):
+            continue
+        relative, absolute = (0.0, allowance.task_drop) if metric.startswith("task_") else (allowance.accuracy, allowance.accuracy_abs)
+        yield _delta(
+            key, "accuracy", metric, output, runtime, device, _worst_error(previous[slot]), _worst_error(values), relative, absolute
+        )
 
 
 def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord, allowance: Allowance) -> Iterator[rm.BaselineDelta]:
@@ -606,6 +626,9 @@ def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord,
         delta = _delta(
             key, "latency", "latency_ms_p50", "", *slot, base, bench.latency_ms_p50, allowance.latency_recorded, allowance.latency_ms
         )
+        if delta.reason:  # not comparable: a recorded p50 of NaN or Inf
+            yield delta
+            continue
         delta.reason = "against its recorded p50: the baseline's artifact was not timed beside this one"
         if bench.latency_ms_interval is not None:
             delta.interval = bench.latency_ms_interval
@@ -618,14 +641,52 @@ def _latency_deltas(key: str, now: rm.ArtifactRecord, before: rm.ArtifactRecord,
         yield delta
 
 
+def _not_comparable(before: float | None, now: float | None) -> str:
+    """Why a baseline value and the value now cannot be compared ('' when they can). NaN compares false with every
+    number, so a NaN baseline would pass anything as 'ok': it, an Inf, or a value one side did not measure cannot be
+    compared, and the gate fails closed on it. NaN or Inf now is compared: it is a regression."""
+    if before is None:
+        return "the baseline did not measure it" + (" (at every shape)" if now is not None else "")
+    if not math.isfinite(before):
+        return f"the baseline's value is {before}"
+    if now is None:
+        return "it was not measured now (at every shape), where the baseline measured it"
+    return ""
+
+
 def _delta(
-    key: str, kind: str, metric: str, output: str, runtime: str, device: str, before: float, now: float, relative: float, absolute: float
+    key: str,
+    kind: str,
+    metric: str,
+    output: str,
+    runtime: str,
+    device: str,
+    before: float | None,
+    now: float | None,
+    relative: float,
+    absolute: float,
 ) -> rm.BaselineDelta:
-    """Larger is worse for every metric compared; ``now`` regressed when above before * (1 + relative) + absolute."""
+    """Larger is worse for every metric compared; ``now`` regressed when above before * (1 + relative) + absolute, or
+    not finite; a pair that cannot be compared (see _not_comparable) is 'regressed' too, with the reason why."""
+    allowed = f"+{relative * 100:g}%" + (f" +{absolute:.3g}" if absolute else "")
+    problem = _not_comparable(before, now)
+    if problem:
+        return rm.BaselineDelta(
+            artifact=key,
+            kind=kind,
+            metric=metric,
+            output=output,
+            runtime=runtime,
+            device=device,
+            baseline=before,
+            current=now,
+            allowed=allowed,
+            status="regressed",
+            reason=f"not comparable: {problem}; a regression check that cannot be made fails the gate",
+        )
     delta = now - before
     regressed = not math.isfinite(now) or now > before * (1 + relative) + absolute
     status = "regressed" if regressed else "improved" if now < before else "ok"
-    allowed = f"+{relative * 100:g}%" + (f" +{absolute:.3g}" if absolute else "")
     return rm.BaselineDelta(
         artifact=key,
         kind=kind,

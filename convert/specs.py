@@ -15,6 +15,7 @@ integers and bools (``{0..0}``: all False, ``{1..1}``: all True) and half-open `
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -33,6 +34,18 @@ DTYPES = (
     "bool",
 )
 INTEGER_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+# the values each dtype holds: a value domain must lie within them (numpy refuses to draw outside them, or draws inf)
+_BOUNDS = {
+    "int64": (-(2**63), 2**63 - 1024),  # the largest float below 2**63: a domain is read as floats
+    "int32": (-(2**31), 2**31 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int8": (-(2**7), 2**7 - 1),
+    "uint8": (0, 255),
+    "float16": (-65504.0, 65504.0),
+    "bfloat16": (-3.3895313892515355e38, 3.3895313892515355e38),
+    "float32": (-3.4028234663852886e38, 3.4028234663852886e38),
+    "float64": (-1.7976931348623157e308, 1.7976931348623157e308),
+}
 
 _SPEC = re.compile(
     r"^\s*(?P<name>[A-Za-z_][A-Za-z0-9_.\-/]*)\s*:\s*(?P<dtype>[a-z0-9]+)\s*"
@@ -126,7 +139,9 @@ def parse_input_spec(text: str) -> InputSpec:
     raw_dims = match["dims"].strip()
     for raw in raw_dims.split(",") if raw_dims else []:
         raw = raw.strip()
-        if raw.isdigit():
+        if raw.isascii() and raw.isdigit():  # str.isdigit alone takes '²', which int() refuses
+            if len(raw) > 18:  # int() refuses over 4300 digits; no tensor has 10**18 elements along an axis
+                raise ConvertError(f"the input spec {text!r} has a dim of {len(raw)} digits", "Dims must be below 10**18.")
             if int(raw) < 1:
                 raise ConvertError(f"the input spec {text!r} has a dim of size {raw}", "Dims must be at least 1.")
             dims.append(int(raw))
@@ -142,6 +157,13 @@ def parse_input_spec(text: str) -> InputSpec:
         if not domain:
             raise ConvertError(f"the input spec {text!r} has a value domain that is not low..high", SYNTAX_HELP)
         low, high = float(domain["low"]), float(domain["high"])
+        bounds, form = _BOUNDS.get(dtype), "d" if dtype in INTEGER_DTYPES else ".8g"
+        # float('1e400') is inf, which no input is drawn from; nor from a range wider than the largest float
+        if bounds is not None and not (bounds[0] <= low and high <= bounds[1] and math.isfinite(high - low)):
+            raise ConvertError(
+                f"the input spec {text!r} has a value domain outside what {dtype} holds",
+                f"Give bounds within {bounds[0]:{form}}..{bounds[1]:{form}}" + ("." if form == "d" else ", with a finite width."),
+            )
         if dtype in INTEGER_DTYPES + ("bool",) and not (low.is_integer() and high.is_integer()):
             raise ConvertError(
                 f"the input spec {text!r} gives a fractional domain to an integer input", "Use whole numbers, e.g. {0..30521}."

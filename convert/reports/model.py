@@ -6,7 +6,6 @@ or ``skipped``. A check that could not run is ``skipped`` with its ``reason``, n
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -591,5 +590,9 @@ class Report(BaseModel):
         return self.model_dump_json(indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> Report:
-        return cls.model_validate(json.loads(text))
+    def from_json(cls, text: str, name: str = "the report") -> Report:
+        """The report a JSON text holds; a ConvertError for JSON nested past any report's depth or no JSON at all,
+        a pydantic ValidationError for JSON that is no report."""
+        from convert.readers import loads_json
+
+        return cls.model_validate(loads_json(text, name, "Pass a report.json written by convert."))

@@ -259,7 +259,7 @@ def test_a_really_slower_model_is_rejected_against_its_baseline_timed_beside_it(
             "model: {path: m.pt2}\nrequire: {targets: [torchscript], optimizations: [fp16]}\n",
             "line 2: require.optimizations.0: the pass 'fp16' starts from the onnx artifact",
         ),
-        ("model: &a [*a]\nrequire: {targets: [onnx]}\n", "line 1: model: input should be a valid dictionary"),
+        ("model: &a [*a]\nrequire: {targets: [onnx]}\n", "line 1: the YAML anchor '&a' is refused"),
         (
             "model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx:\n    latency_ms_p50: -1\n",
             "line 5: budgets.onnx.latency_ms_p50: input should be greater than 0",

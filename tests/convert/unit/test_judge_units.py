@@ -369,3 +369,82 @@ def test_a_task_drop_grown_beyond_the_allowance_is_a_regression():
     assert judge(_report(_artifact(checks=[_task_check(0.004)])), _policy(), baseline=baseline).promoted  # within half a point
     verdict = judge(_report(_artifact(checks=[_task_check(0.02)])), _policy(), baseline=baseline)
     assert codes(verdict) == ["regression"] and "task_top1_drop 0 → 0.02" in verdict.reasons[0].message
+
+
+# the baseline fails closed: a value it cannot compare (NaN, Inf, or measured on one side only) rejects, never "ok"
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _with_output(**metrics) -> rm.Report:
+    return _report(_artifact(checks=[_check(outputs=[_output(**metrics)])]))
+
+
+@pytest.mark.parametrize(
+    "baseline, current, metric, shown",
+    [
+        ({"max_abs_error": NAN}, {}, "max_abs_error", "nan → 1e-06"),
+        ({"max_abs_error": INF}, {}, "max_abs_error", "inf → 1e-06"),
+        ({"rel_rms_error": -INF}, {}, "rel_rms_error", "-inf → 1e-06"),
+        ({"cosine_similarity": NAN}, {}, "cosine_distance", "nan → 1e-05"),
+        ({"max_abs_error": None}, {}, "max_abs_error", "— → 1e-06"),  # not measured in the baseline, measured now
+        ({}, {"rel_rms_error": None}, "rel_rms_error", "1e-06 → —"),  # measured in the baseline, not now
+        ({}, {"cosine_similarity": None}, "cosine_distance", "1e-05 → —"),
+    ],
+)
+def test_a_baseline_metric_that_cannot_be_compared_rejects(baseline, current, metric, shown):
+    verdict = judge(_with_output(**current), _policy(), baseline=_with_output(**baseline))
+    assert not verdict.promoted and codes(verdict) == ["regression"], verdict.reasons
+    message = verdict.reasons[0].message
+    assert message.startswith(f"accuracy cannot be compared with the baseline: {metric} {shown}"), message
+    assert "[output 'y', onnxruntime, cpu]" in message and "a regression check that cannot be made fails the gate" in message
+    [delta] = [d for d in verdict.baseline.deltas if d.metric == metric]
+    assert delta.status == "regressed" and delta.reason.startswith("not comparable:") and delta.delta is None
+
+
+def test_nan_now_where_the_baseline_measured_a_value_is_a_regression():
+    verdict = judge(_with_output(max_abs_error=NAN), _policy(), baseline=_with_output())
+    assert codes(verdict) == ["regression"]
+    assert verdict.reasons[0].message.startswith("accuracy regressed against the baseline: max_abs_error 1e-06 → nan")
+
+
+def test_nan_at_one_shape_of_the_baseline_is_not_hidden_by_a_value_at_another():
+    checks = [_check(outputs=[_output()]), _check(shape="B=9", outputs=[_output(max_abs_error=NAN)])]
+    verdict = judge(_with_output(), _policy(), baseline=_report(_artifact(checks=checks)))
+    assert codes(verdict) == ["regression"] and "max_abs_error nan → 1e-06" in verdict.reasons[0].message
+
+
+def test_a_metric_missing_at_one_shape_of_the_baseline_makes_it_not_comparable():
+    checks = [_check(outputs=[_output()]), _check(shape="B=9", outputs=[_output(rel_rms_error=None)])]
+    verdict = judge(_with_output(), _policy(), baseline=_report(_artifact(checks=checks)))
+    assert codes(verdict) == ["regression"] and "rel_rms_error — → 1e-06" in verdict.reasons[0].message
+
+
+def test_a_metric_measured_on_neither_side_is_no_reason():
+    """An integer output has no rel RMS error, in the baseline or now: nothing to compare, and nothing hidden."""
+    verdict = judge(_with_output(rel_rms_error=None), _policy(), baseline=_with_output(rel_rms_error=None))
+    assert verdict.promoted, verdict.reasons
+    assert "rel_rms_error" not in {d.metric for d in verdict.baseline.deltas}
+
+
+def test_a_nan_task_drop_in_the_baseline_rejects():
+    baseline = _report(_artifact(checks=[_task_check(NAN)]))
+    verdict = judge(_report(_artifact(checks=[_task_check(0.0)])), _policy(), baseline=baseline)
+    assert codes(verdict) == ["regression"]
+    assert verdict.reasons[0].message.startswith("accuracy cannot be compared with the baseline: task_top1_drop nan → 0")
+
+
+@pytest.mark.parametrize("p50", [NAN, INF])
+def test_a_baseline_latency_that_is_not_a_number_rejects(p50):
+    def with_p50(value: float) -> rm.Report:
+        return _report(_artifact(benchmarks=[rm.Benchmark(runtime="onnxruntime", device="cpu", latency_ms_p50=value)]))
+
+    verdict = judge(with_p50(10.0), _policy(), baseline=with_p50(p50))
+    assert codes(verdict) == ["regression"]
+    assert verdict.reasons[0].message.startswith(f"latency cannot be compared with the baseline: latency_ms_p50 {p50} → 10")
+
+
+def test_a_baseline_with_finite_metrics_still_promotes():
+    verdict = judge(_with_output(), _policy(), baseline=_with_output())
+    assert verdict.promoted, verdict.reasons
+    assert {d.status for d in verdict.baseline.deltas} == {"ok"}
