@@ -47,25 +47,20 @@ test-fast: install
 test-latest: install
 	PIP_FIND_LINKS="$(PIP_FIND_LINKS)" $(PY) -m tools.latest --extras $(EXTRAS)
 
-# Every dependency at its newest release (torch held by constraints.txt), installed, and the whole suite run on it; a
-# pass records the set as the check `lock` and the tested ranges. When the suite fails, fix the code or add an upper
-# bound in pyproject.toml, then run it again.
+# Every dependency at its newest release (torch held by constraints.txt), installed, and the whole suite run on it; only a
+# pass replaces requirements.lock and records the set as the check `lock` with the tested ranges. When the suite fails,
+# the lock stays as it was (the next make reinstalls it): fix the code or add an upper bound in pyproject.toml, then run
+# it again.
 lock: install
 	$(PY) -m uv pip compile pyproject.toml $(foreach extra,$(subst $(comma), ,$(EXTRAS)),--extra $(extra)) -c constraints.txt \
 		$(UV_FIND_LINKS) --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade --quiet \
-		--custom-compile-command "make lock" -o $(LOCK)
-	$(MAKE) test
+		--custom-compile-command "make lock" -o $(LOCK).new
+	$(PIP) install --quiet -r $(LOCK).new
+	$(MAKE) test || { rm -f $(STAMP) $(LOCK).new; echo "make lock: the suite failed on the new versions; requirements.lock is unchanged"; exit 1; }
+	mv $(LOCK).new $(LOCK)
+	touch $(STAMP)
 	$(PY) -m tools.versions record lock --passed --note "make test"
 	$(PY) -m tools.versions ranges
-
-bench: install $(OPTIMUM_STAMP)
-	$(PY) -m benchmarks.export_validate
-	$(PY) -m benchmarks.optimize
-	$(PY) -m benchmarks.scale
-	$(PY) -m benchmarks.localize
-	$(PY) -m benchmarks.batch
-	$(PY) -m benchmarks.transformers_export --optimum-python $(OPTIMUM_VENV)/bin/python
-	$(PY) -m benchmarks.overhead
 
 # Optimum's ONNX exporter, for the Transformers comparison, in an environment of its own: optimum-onnx pins
 # transformers < 4.58, and this tool's environment has transformers 5.

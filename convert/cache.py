@@ -359,10 +359,13 @@ class RunCache:
 
     def keep(self, lookup: Lookup, data: dict, files: list[Path] = (), arrays: dict[str, np.ndarray] | None = None) -> None:
         """Write the entry, unless its judge would reject it when reused (it would only be rebuilt: a result this run
-        cannot judge again, such as a skip it cannot tell without running, is made again each time instead)."""
+        cannot judge again, such as a skip it cannot tell without running, is made again each time instead). The data
+        is this run's own: a judge that cannot read it is a fault of this tool, raised with its traceback."""
         if lookup.key is None or self.store is None:
             return
-        if judged(lookup.judge, Hit(data=json.loads(json.dumps({**data, "_files": [Path(f).name for f in files]})), folder=None)):
+        if lookup.judge is not None and lookup.judge(
+            Hit(data=json.loads(json.dumps({**data, "_files": [Path(f).name for f in files]})), folder=None)
+        ):
             return
         self.store.store(lookup.key, lookup.packages, data, files, arrays)
 

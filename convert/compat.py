@@ -27,20 +27,15 @@ class TestedRange:
         return self.low if self.low == self.high else f"{self.low} to {self.high}"
 
     def holds(self, version: str) -> bool:
-        """Whether ``version`` lies in the range; a local build label (``+cpu``) is the same release."""
-        installed = _release(version)
-        return installed is not None and _release(self.low) <= installed <= _release(self.high)
+        """Whether ``version`` lies in the range; a local build label (``+cpu``) is the same release, and a pre-release
+        comes before its release (2.13.0rc1 is outside a range from 2.13.0)."""
+        from packaging.version import InvalidVersion, Version
 
-
-def _release(version: str) -> tuple[int, ...] | None:
-    """The release numbers of a version (2.13.0+cpu → (2, 13, 0)); pre- and post-release labels are read as the
-    release they belong to. None where it is not a version."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return Version(version).release
-    except InvalidVersion:
-        return None
+        try:
+            installed = Version(Version(version).public)
+        except InvalidVersion:
+            return False
+        return Version(self.low) <= installed <= Version(self.high)
 
 
 @functools.cache

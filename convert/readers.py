@@ -31,7 +31,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _NOT_UNICODE = "text with a lone surrogate escape (such as \\ud800), which is no Unicode character"
 # a JSON string (skipped whole: brackets in it do not nest), or a bracket
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# a string (its closing quote optional: an unterminated one is consumed once, not rescanned from each quote) or a bracket
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]')
 ALIAS_ADVICE = "Write the values out where they are used: a policy or a manifest takes no YAML anchors (&name) or aliases (*name)."
 
 

@@ -416,6 +416,8 @@ def _pt2_code_reasons(path: Path) -> list[str]:
                     reasons += _payload_reasons(document, kind)
             elif kind == "sample inputs":
                 data = read_member(archive, info)
+                if not data:
+                    continue  # a program saved without example inputs: torch writes an empty member and reads {}
                 check_archive(data, f"{path}'s member {inner}", next_step=_NEXT_STEP)  # a torch.save zip, read by torch
                 try:
                     torch.load(io.BytesIO(data), weights_only=True)
@@ -496,9 +498,50 @@ def plain_expression(text: str) -> bool:
             except (ValueError, SyntaxError):
                 return False
             ok = isinstance(value, str) and bool(_PLAIN_STRING.fullmatch(value))
+        elif token.type == tokenize.NUMBER:
+            ok = len(token.string) <= _NUMBER_DIGITS
         else:
-            ok = token.type in (tokenize.NUMBER, tokenize.NEWLINE, tokenize.ENDMARKER)
+            ok = token.type in (tokenize.NEWLINE, tokenize.ENDMARKER)
         if not ok:
+            return False
+    try:
+        return _bounded_powers(ast.parse(text, mode="eval"))
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+
+
+_NUMBER_DIGITS = 40  # a shape expression's literals are sizes and strides
+_POWERS = frozenset({"Pow", "PowByNatural", "FloatPow"})
+
+
+def _bounded_powers(tree) -> bool:
+    """Whether every power's exponent is a small number or depends on a symbol: sympy evaluates a power of numbers
+    when it builds it, and 10**(10**10) would take all memory."""
+    import ast
+
+    def symbolic(node) -> bool:
+        return any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("Symbol", "Dummy") for n in ast.walk(node)
+        ) or any(isinstance(n, ast.Name) and _SYMBOL_NAME.fullmatch(n.id) for n in ast.walk(node))
+
+    def small(node) -> bool:
+        numbers = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, (int, float))]
+        calls = [
+            n
+            for n in ast.walk(node)
+            if isinstance(n, (ast.Call, ast.BinOp))
+            and not (isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("Integer", "Rational", "Float"))
+        ]
+        return not calls and all(abs(value) <= 1024 for value in numbers)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _POWERS and len(node.args) == 2:
+            exponent = node.args[1]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exponent = node.right
+        else:
+            continue
+        if not (symbolic(exponent) or small(exponent)):
             return False
     return True
 
@@ -540,8 +583,16 @@ def plain_target(target: str) -> bool:
     operator = _OPERATOR.fullmatch(target)
     if operator is None or "__" in operator["namespace"] + (operator["overload"] or "") or operator["namespace"] in _OPS_ATTRIBUTES:
         return False
+    if operator["namespace"] in _NAMESPACES_OUTSIDE_TENSORS or (operator["namespace"], operator["op"]) in _OPERATORS_OUTSIDE_TENSORS:
+        return False
     name = operator["op"]
     return "__" not in name or (bool(re.fullmatch(r"__[a-z]+__", name)) and name not in _PYTHON_OBJECT_ATTRIBUTES)
+
+
+# Operators that reach beyond tensors: files (aten::from_file maps one writable, aten::save writes one), a debugger's
+# tensor store, the profiler, and the network of distributed collectives. A model's graph has no use for them.
+_OPERATORS_OUTSIDE_TENSORS = frozenset({("aten", "from_file"), ("aten", "save"), ("aten", "_nested_from_file")})
+_NAMESPACES_OUTSIDE_TENSORS = frozenset({"debugprims", "profiler", "c10d", "_c10d_functional", "c10d_functional", "symm_mem", "_dtensor"})
 
 
 def _evaluated_expressions(document: Any) -> list[str]:

@@ -32,9 +32,13 @@ def _number_provenance_graphs(program) -> None:
     """Each node's provenance (``meta["from_node"]``) names the graphs it passed through by ``id()``, a memory address
     that differs between runs; numbered in order of first appearance instead, two runs save the same bytes."""
     numbers: dict[int, int] = {}
+    renumbered: set[int] = set()  # nodes share provenance objects: each is renumbered once
 
     def renumber(sources) -> None:
         for source in sources:
+            if id(source) in renumbered:
+                continue
+            renumbered.add(id(source))
             if source.node_info is not None:
                 source.node_info.graph_id = numbers.setdefault(source.node_info.graph_id, len(numbers))
             source._dict = None  # the cached serialisation holds the old id

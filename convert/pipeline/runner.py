@@ -68,6 +68,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     report.isolation = worker.isolation
     ctx = RunContext(request, report, stages, worker, cache, the_plan.policy, the_plan.out_dir, the_plan.stem, the_plan.report_path)
     earlier_report_moved = False
+    earlier_report = _identity(ctx.report_path)  # to tell it from a report another run writes while this one works
     try:
         with stages.run("load") as stage:
             ctx.source = setup_job(worker, stage, Session.load, source_request)
@@ -126,7 +127,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         if ctx.artifacts:
             report_stop(report, stages, ctx.report_path, exc)
         elif request.force and (earlier_report_moved or ctx.report_path.is_file()):
-            _replace_earlier_report(ctx, exc)
+            _replace_earlier_report(ctx, exc, None if earlier_report_moved else earlier_report)
         raise
     finally:
         worker.close()
@@ -135,14 +136,25 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     return ConversionResult(report=report, artifacts=ctx.artifacts, report_path=ctx.report_path)
 
 
-def _replace_earlier_report(ctx: RunContext, exc: Exception) -> None:
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return found.st_ino, found.st_mtime_ns
+
+
+def _replace_earlier_report(ctx: RunContext, exc: Exception, earlier: tuple[int, int] | None) -> None:
     """--force asked to replace the earlier run's outcome in the folder: its report, left as it was, would claim a pass
-    this run did not make. This run's report takes its place (the earlier artifacts stay, and it names none of them);
-    a folder another run holds keeps its report, which that run writes."""
+    this run did not make. This run's report takes its place (the earlier artifacts stay, and it names none of them).
+    ``earlier`` identifies the report seen when this run started, where it is still in place: a report another run has
+    written since, or a folder another run holds, is that run's to keep."""
     staging = ctx.staging
     try:
         if staging is None:
             staging = Staging(ctx.out_dir)
+        if earlier is not None and _identity(ctx.report_path) != earlier:
+            return
         report_stop(ctx.report, ctx.stages, ctx.report_path, exc)
     except ConvertError:
         return

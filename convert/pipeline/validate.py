@@ -300,6 +300,15 @@ def _is_float(dtype) -> bool:
     return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating)
 
 
+def _named_float(name: str) -> bool:
+    """Whether a recorded dtype name is a float's (bfloat16 and the float8 types are known to NumPy only once ml_dtypes
+    is imported)."""
+    try:
+        return _is_float(np.dtype(name))
+    except TypeError:
+        return "float" in name
+
+
 def _rejudged_output(output, case: ValidationCase, tolerance) -> str:
     """The status the validators' judgement gives an output from its recorded metrics and this run's tolerance: the
     problems compare_output finds besides the values, re-derived from the references, then merge_results' verdict."""
@@ -309,7 +318,7 @@ def _rejudged_output(output, case: ValidationCase, tolerance) -> str:
     if not references or output.dtype is None or output.shape is None:
         return "failed"  # an output the source does not have, or one the artifact did not give
     reference = references[0]
-    exact = not (_is_float(reference.dtype) or _is_float(np.dtype(output.dtype)))
+    exact = not (_is_float(reference.dtype) or _named_float(output.dtype))
     problems = []
     if output.dtype != str(reference.dtype):
         problems.append("dtype")
@@ -356,7 +365,7 @@ def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int) -> 
     if not 0 <= output.mismatch_count <= elements:
         return f"counts {output.mismatch_count} mismatches of {elements} values"
     shape = output.expected_shape or []
-    exact = not (_is_float(references[0].dtype) or _is_float(np.dtype(output.dtype)))
+    exact = not (_is_float(references[0].dtype) or _named_float(output.dtype))
     needed = ["max_abs_error", "max_rel_error", "cosine_similarity"]
     if not exact:
         needed += ["rel_rms_error"] + (["top1_agreement"] if len(shape) >= 2 and shape[-1] >= 2 else [])

@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,9 @@ def load_transformers_source(request: SourceRequest):
         specs, ranges = _model_inputs(config, parameters, request)
         cache_argument = _cache_parameter(model)
         if cache_argument is None:
-            if model.can_generate():
+            # a generating model whose config keeps a key/value cache (use_cache) takes it under some argument: finding
+            # none is the library's API, not the model (XLNet's memories, say, are no such cache)
+            if model.can_generate() and getattr(config, "use_cache", None) is not None:
                 raise library_mismatch(
                     "transformers",
                     f"{type(model).__name__} generates text, yet its forward declares no cache argument (a parameter typed "
@@ -324,13 +327,14 @@ def cache_layout(model, position_ids: bool) -> CacheLayout:
 # What transformers has called the cache argument and output field: ``cache`` since 5.24, ``past_key_values`` before
 # (a deprecated alias until 5.40). Read only where the signature's annotations do not name the Cache type.
 CACHE_NAMES = ("cache", "past_key_values")
+_CACHE_TYPE = re.compile(r"\b(Cache|EncoderDecoderCache|DynamicCache)\b")  # the annotation of the cache argument
 
 
 def _cache_parameter(model) -> str | None:
     """The forward parameter that takes the cache: the one annotated with transformers' ``Cache`` type, else one of
     the names transformers has used for it, else None (a model without a cache)."""
     parameters = inspect.signature(model.forward).parameters
-    typed = [name for name, p in parameters.items() if "Cache" in str(p.annotation) and name != "use_cache"]
+    typed = [name for name, p in parameters.items() if _CACHE_TYPE.search(str(p.annotation))]
     if len(typed) == 1:
         return typed[0]
     return next((name for name in CACHE_NAMES if name in parameters), None)
@@ -399,10 +403,18 @@ def _by_name(module_class, names: list[str]):
 def _cache_layers(cache) -> list[tuple[Any, Any]]:
     """(keys, values) per layer of a transformers cache (``.layers`` since transformers 4.56, the legacy tuple before);
     an encoder-decoder's self-attention cache (its cross-attention is computed from the encoder's outputs)."""
+    torch = require_torch()
     cache = getattr(cache, "self_attention_cache", cache)
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return [(k, v) for k, v in cache]
+    if not hasattr(cache, "layers"):
+        return [(k, v) for k, v in cache]
+    layers = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in cache.layers]
+    if not layers or not all(isinstance(part, torch.Tensor) for layer in layers for part in layer):
+        raise ConvertError(
+            f"the model's cache ({type(cache).__name__}) holds no key and value tensors per layer (a state-space or recurrent "
+            "cache), and this tool exports decoders with a key/value cache only",
+            "Use --task text-generation (the decoder without its cache).",
+        )
+    return layers
 
 
 def _with_past_specs(specs: tuple[InputSpec, ...], layout: CacheLayout, ranges: dict) -> tuple[tuple[InputSpec, ...], dict]:
@@ -476,7 +488,9 @@ def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec
     audio = "encoder_attention_mask" not in names
     cache_argument = _cache_parameter(model)
     if cache_argument is None:
-        raise library_mismatch("transformers", f"{type(model).__name__}'s forward declares no cache argument (a parameter typed Cache)")
+        raise library_mismatch(
+            "transformers", f"{type(model).__name__}'s forward declares no cache argument (typed Cache, or named cache or past_key_values)"
+        )
 
     class Decoder(torch.nn.Module):
         def __init__(self):

@@ -283,6 +283,12 @@ def test_data_arrays_may_compress_well_but_not_declare_more_than_they_hold(tmp_p
 # --- .pt2: the members torch.export.save writes, and nothing else -------------------------------------------------------
 
 
+def _without_example_inputs(program):
+    """A program as torch.export.save writes one whose example inputs are gone (an empty sample-inputs member)."""
+    program.example_inputs = None
+    return program
+
+
 def test_programs_torch_writes_have_no_reasons(tmp_path):
     import torch
 
@@ -293,6 +299,7 @@ def test_programs_torch_writes_have_no_reasons(tmp_path):
         "static": lambda p: torch.export.save(_program(dynamic=False), p),
         "extra files": lambda p: torch.export.save(_program(), p, extra_files={"note.txt": "hello"}),
         "no weights": lambda p: torch.export.save(torch.export.export(torch.nn.ReLU(), (torch.randn(2),)), p),
+        "no sample inputs": lambda p: torch.export.save(_without_example_inputs(_program()), p),
     }
     for name, save in saved.items():
         path = tmp_path / f"{name.replace(' ', '_')}.pt2"
@@ -378,3 +385,16 @@ def test_sample_inputs_zip_inside_the_pt2_is_checked_too(genuine, tmp_path):
     path = _rewrite(genuine, tmp_path / "inner.pt2", replace={"data/sample_inputs/model.pt": bomb.getvalue()})
     with pytest.raises(ConvertError, match="sample_inputs/model.pt.*would inflate from"):
         pt2_code_reasons(path)
+
+
+def test_graph_calls_that_reach_files_or_the_network_and_powers_of_numbers_are_not_plain():
+    """aten::from_file maps a file writable and aten::save writes one: a graph may not call them, nor profiler,
+    debugger or collective operators; a power of numbers (10**(10**10)) is evaluated by sympy as the file loads."""
+    from convert.backends.torch import plain_expression, plain_target
+
+    assert plain_target("torch.ops.aten.add.Tensor") and plain_target("torch.ops.aten.__and__.Tensor")
+    for target in ("aten.from_file.default", "aten.save.default", "debugprims.load_tensor.default", "_c10d_functional.all_reduce.default"):
+        assert not plain_target(f"torch.ops.{target}"), target
+    assert plain_expression("Pow(Symbol('s0', positive=True, integer=True), Integer(2))") and plain_expression("2**s0")
+    assert not plain_expression("Pow(Integer(10), Pow(Integer(10), Integer(10)))") and not plain_expression("10**10**10")
+    assert not plain_expression("Integer(" + "9" * 50 + ")")

@@ -265,3 +265,15 @@ def test_a_lone_surrogate_escape_in_a_report_is_refused_and_a_pair_is_read():
     with pytest.raises(ConvertError, match="holds text with a lone surrogate escape"):
         loads_json('{"a": ["x", "\\ud800"]}', "the report r.json", "Pass a report.json written by convert.")
     assert loads_json('{"a": "\\ud83d\\ude00"}', "the report r.json", "Pass.") == {"a": "😀"}
+
+
+def test_the_depth_scan_reads_an_unterminated_string_once():
+    """A hang guard, not a timing: an unterminated string of escaped quotes was rescanned from every quote (about an
+    hour for these 4 MB); read once, it takes well under a second."""
+    import time
+
+    from convert.readers import json_too_deep
+
+    started = time.monotonic()
+    assert json_too_deep('"' + '\\"' * 2_000_000) is None
+    assert time.monotonic() - started < 30
