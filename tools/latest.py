@@ -89,11 +89,14 @@ def build(venv: Path, extras: str, pins: list[str]) -> None:
 
 
 def render(name: str, check: dict, pins: list[str], outcome: str, seconds: float) -> str:
+    from packaging.version import Version
+
     locked = locked_versions()
+    command = "make test-latest" if not pins else f"python -m tools.latest --name {name} " + " ".join(f"--pin {p}" for p in pins)
     lines = [
         f"# The {name} check",
         "",
-        f"`make test-latest` on {check['date']}, Python {check['python']}: the newest release of every dependency (no lock), "
+        f"`{command}` on {check['date']}, Python {check['python']}: the newest release of every dependency (no lock), "
         f"torch held at the locked build{', ' + ', '.join(pins) + ' held' if pins else ''}. Tests: the fast unit tests and one "
         "end-to-end conversion per source kind and target (`tools/latest.py` lists them).",
         "",
@@ -103,9 +106,9 @@ def render(name: str, check: dict, pins: list[str], outcome: str, seconds: float
         "|---|---|---|",
     ]
     for found in sorted(check["packages"].values(), key=lambda p: p["distribution"]):
-        version = found["version"]
-        was = locked.get(found["distribution"], "-")
-        lines.append(f"| {found['distribution']} | {was} | {version}{' (newer)' if was not in ('-', version) else ''} |")
+        version, was = found["version"], locked.get(found["distribution"], "-")
+        moved = "" if was in ("-", version) else " (newer)" if Version(version) > Version(was) else " (older)"
+        lines.append(f"| {found['distribution']} | {was} | {version}{moved} |")
     return "\n".join(lines) + "\n"
 
 
