@@ -669,38 +669,15 @@ def _delta(
     """Larger is worse for every metric compared; ``now`` regressed when above before * (1 + relative) + absolute, or
     not finite; a pair that cannot be compared (see _not_comparable) is 'regressed' too, with the reason why."""
     allowed = f"+{relative * 100:g}%" + (f" +{absolute:.3g}" if absolute else "")
+    pair = dict(artifact=key, kind=kind, metric=metric, output=output, runtime=runtime, device=device, baseline=before, current=now)
     problem = _not_comparable(before, now)
     if problem:
-        return rm.BaselineDelta(
-            artifact=key,
-            kind=kind,
-            metric=metric,
-            output=output,
-            runtime=runtime,
-            device=device,
-            baseline=before,
-            current=now,
-            allowed=allowed,
-            status="regressed",
-            reason=f"not comparable: {problem}; a regression check that cannot be made fails the gate",
-        )
+        reason = f"not comparable: {problem}; a regression check that cannot be made fails the gate"
+        return rm.BaselineDelta(**pair, allowed=allowed, status="regressed", reason=reason)
     delta = now - before
     regressed = not math.isfinite(now) or now > before * (1 + relative) + absolute
     status = "regressed" if regressed else "improved" if now < before else "ok"
-    return rm.BaselineDelta(
-        artifact=key,
-        kind=kind,
-        metric=metric,
-        output=output,
-        runtime=runtime,
-        device=device,
-        baseline=before,
-        current=now,
-        delta=delta,
-        delta_pct=100.0 * delta / before if before else None,
-        allowed=allowed,
-        status=status,
-    )
+    return rm.BaselineDelta(**pair, delta=delta, delta_pct=100.0 * delta / before if before else None, allowed=allowed, status=status)
 
 
 def _number(value: float | None) -> str:

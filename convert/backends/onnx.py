@@ -55,11 +55,19 @@ def tensors(graph):
                 yield attribute.t
             elif attribute.type == AttributeProto.TENSORS:
                 yield from attribute.tensors
-            elif attribute.type == AttributeProto.GRAPH:
-                yield from tensors(attribute.g)
-            elif attribute.type == AttributeProto.GRAPHS:
-                for subgraph in attribute.graphs:
-                    yield from tensors(subgraph)
+        for subgraph in subgraphs(node):
+            yield from tensors(subgraph)
+
+
+def subgraphs(node):
+    """The graphs a node holds (the branches of If, the bodies of Loop and Scan)."""
+    from onnx import AttributeProto
+
+    for attribute in node.attribute:
+        if attribute.type == AttributeProto.GRAPH:
+            yield attribute.g
+        elif attribute.type == AttributeProto.GRAPHS:
+            yield from attribute.graphs
 
 
 def external_data_locations(model) -> list[str]:
@@ -109,17 +117,11 @@ def check_external_data(path: Path) -> list[Path]:
 
 
 def nodes(graph):
-    """Every node of a graph and of its subgraphs (the branches of If, the bodies of Loop and Scan)."""
-    from onnx import AttributeProto
-
+    """Every node of a graph and of its subgraphs."""
     for node in graph.node:
         yield node
-        for attribute in node.attribute:
-            if attribute.type == AttributeProto.GRAPH:
-                yield from nodes(attribute.g)
-            elif attribute.type == AttributeProto.GRAPHS:
-                for subgraph in attribute.graphs:
-                    yield from nodes(subgraph)
+        for subgraph in subgraphs(node):
+            yield from nodes(subgraph)
 
 
 def ops_without_kernels(model) -> list[str]:
