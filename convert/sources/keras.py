@@ -1,17 +1,20 @@
 """Keras / TensorFlow source: keras.Model objects, .keras archives, SavedModel folders, legacy .h5, factories + weights.
 
 ``.keras`` archives are loaded with Keras's safe mode, after our own scan of their config: a config that
-names code outside Keras (a custom module, a lambda's bytecode) is refused unless ``trust_code``. A
+names code outside Keras (a custom module, a lambda's bytecode) is refused unless ``trust_code``; with it, the
+modules the config names are imported first (so that their registered custom objects exist) and safe mode is off. A
 SavedModel folder is a TensorFlow graph that can run arbitrary ops, and legacy
 ``.h5`` files were loaded without safe mode by older Keras versions, so both need ``trust_code``.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
+import sys
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -220,22 +223,77 @@ def _load_path(path: Path, trust_code: bool) -> tuple[Any, str, Any]:
     )
 
 
-def keras_config_risks(config: Any, found: list[str] | None = None) -> list[str]:
-    """What in a .keras config would import or run code from outside Keras."""
-    found = [] if found is None else found
+def _serialized_objects(config: Any) -> Iterator[Mapping]:
+    """Every mapping in a .keras config, nested ones included (each serialized object is one)."""
     if isinstance(config, Mapping):
-        module = config.get("module")
-        class_name = config.get("class_name")
-        if class_name == "__lambda__":
-            found.append("a Lambda layer holding serialized Python bytecode")
-        elif isinstance(module, str) and module.split(".")[0] != "keras":
-            found.append(f"'{module}.{class_name}', from outside Keras")
-        for value in config.values():
-            keras_config_risks(value, found)
+        yield config
+        values = config.values()
     elif isinstance(config, list):
-        for value in config:
-            keras_config_risks(value, found)
+        values = config
+    else:
+        return
+    for value in values:
+        yield from _serialized_objects(value)
+
+
+def _outside_keras(module: Any) -> bool:
+    return isinstance(module, str) and module.split(".")[0] != "keras"
+
+
+def keras_config_risks(config: Any) -> list[str]:
+    """What in a .keras config would import or run code from outside Keras."""
+    found = []
+    for item in _serialized_objects(config):
+        if item.get("class_name") == "__lambda__":
+            found.append("a Lambda layer holding serialized Python bytecode")
+        elif _outside_keras(item.get("module")):
+            found.append(f"'{item['module']}.{item.get('class_name')}', from outside Keras")
     return found
+
+
+def _custom_modules(config: Any) -> list[str]:
+    """The modules outside Keras that a .keras config takes its custom objects from."""
+    return sorted({item["module"] for item in _serialized_objects(config) if _outside_keras(item.get("module"))})
+
+
+def _without_module(config: Any) -> list[str]:
+    """The custom objects a .keras config names with no module: Keras writes none for a class or function defined in
+    the script that saved the model (``__main__``), so no load can find them."""
+    return sorted(
+        {
+            item["registered_name"]
+            for item in _serialized_objects(config)
+            if "module" in item and item["module"] is None and isinstance(item.get("registered_name"), str)
+        }
+    )
+
+
+def _import_custom_modules(path: Path, modules: list[str]) -> None:
+    """Import the modules a trusted archive's config names: Keras itself imports only its own packages, and finds a
+    custom object only once its module has run its @register_keras_serializable decorator."""
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:  # the console script does not put it there
+        sys.path.insert(0, str(Path.cwd()))
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+                raise _import_failed(path, module, exc) from exc  # the module was found, and something it imports was not
+            raise ConvertError(
+                f"the config of {path} names custom objects from the module '{module}', which cannot be imported here ({exc})",
+                f"Put the folder that holds {module.split('.')[0]} (its .py file or package) on PYTHONPATH, or run "
+                "convert from that folder, so that the module registers its custom objects before Keras loads the model.",
+            ) from exc
+        except Exception as exc:
+            raise _import_failed(path, module, exc) from exc
+
+
+def _import_failed(path: Path, module: str, exc: Exception) -> ConvertError:
+    return ConvertError(
+        f"importing the module '{module}', which the config of {path} names for its custom objects, raised "
+        f"{type(exc).__name__}: {_first(exc)}",
+        f"Fix the module, or what it imports, so that python -c 'import {module}' works from this folder.",
+    )
 
 
 def _load_keras_archive(path: Path, trust_code: bool):
@@ -251,17 +309,36 @@ def _load_keras_archive(path: Path, trust_code: bool):
         with zipfile.ZipFile(path) as archive:
             config = json.loads(read_member(archive, infos["config.json"]))
         risks = sorted(set(keras_config_risks(config)))
+        modules = _custom_modules(config)
+        orphans = _without_module(config)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError, RecursionError) as exc:
         raise ConvertError(f"{path} is not a readable .keras archive ({exc})", "Save the model again with model.save(path).") from exc
     if risks and not trust_code:
         raise ConvertError(f"the config of {path} names code that loading would import or run: {'; '.join(risks)}", TRUST_HINT)
+    if trust_code:
+        _import_custom_modules(path, modules)
     try:
         return keras_module.saving.load_model(str(path), compile=False, safe_mode=not trust_code)
     except Exception as exc:
         raise ConvertError(
             f"Keras cannot load {path}: {type(exc).__name__}: {_first(exc)}",
-            "If it uses custom layers, give its code as a module:callable factory with --weights.",
+            _load_hint(modules, orphans),
         ) from exc
+
+
+def _load_hint(modules: list[str], orphans: list[str]) -> str:
+    if orphans:
+        return (
+            f"Its config names {', '.join(orphans)} with no module to import from, as Keras saves a class or function "
+            "defined in the script or notebook that saved the model: move it into a module file, import it from there, "
+            "and save the model again."
+        )
+    if modules:
+        return (
+            f"Check that each custom class and function the config names is registered in its module ({', '.join(modules)}) "
+            "with @keras.saving.register_keras_serializable, or give the model's code as a module:callable factory with --weights."
+        )
+    return "If it uses custom layers, give its code as a module:callable factory with --weights."
 
 
 def _load_h5(path: Path, trust_code: bool):
