@@ -116,6 +116,17 @@ OPTIONS: tuple[RunOption, ...] = (
         stages=("load",),
     ),
     RunOption(
+        "dtype",
+        "--dtype",
+        "What a Hugging Face folder's floating weights compute in: float32 (a bfloat16 or float16 checkpoint is upcast, "
+        "exactly, so every runtime runs the artifact), float16, bfloat16, or source (the checkpoint's own dtype).",
+        default="float32",
+        show_default=True,
+        policy="model.dtype",
+        stages=("load",),
+        choices=("float32", "float16", "bfloat16", "source"),
+    ),
+    RunOption(
         "weights",
         "--weights",
         "Weights for a module:callable factory: .safetensors or a torch.save'd state dict (torch), .weights.h5 (keras).",

@@ -42,8 +42,11 @@ def _parsed(parse, texts):
 
 class ModelSpec(_Strict):
     path: str = Field(description="a model file or folder, package.module:callable, or path/to/file.py:callable (relative to this file)")
-    framework: Literal["torch", "transformers", "keras", "jax", "onnx"] | None = None
+    framework: Literal["torch", "transformers", "sentence-transformers", "diffusers", "keras", "jax", "onnx"] | None = None
     task: str | None = Field(None, description="a Hugging Face model's task (Optimum's names), e.g. text-generation-with-past")
+    dtype: Literal["float32", "float16", "bfloat16", "source"] = Field(
+        "float32", description="what a Hugging Face folder's floating weights compute in (source: the checkpoint's own dtype)"
+    )
     weights: str | None = None
     params: str | None = None
     inputs: list[str] = []

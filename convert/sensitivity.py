@@ -101,6 +101,11 @@ def _compared(optimizer, job, kept: list[str], scratch: str, samples: list[tuple
     actual = _run_with(optimizer, job, kept, scratch, [feed for feed, _ in samples])
     if actual is None:
         return None
+    from convert.validation import named_as_the_source
+
     return merge_results(
-        [compare_outputs(reference, outputs, policy, optimizer.precision) for (_, reference), outputs in zip(samples, actual)]
+        [
+            compare_outputs(reference, named_as_the_source(outputs, reference, tuple(feed)), policy, optimizer.precision)
+            for (feed, reference), outputs in zip(samples, actual)
+        ]
     )

@@ -45,7 +45,7 @@ def checks_on(
 ) -> list[rm.Check]:
     """One check per shape case; one skipped check with the reason where the runtime cannot run here."""
     from convert.errors import ArtifactUnsupported
-    from convert.runtimes.base import FeedMismatch
+    from convert.runtimes.base import FeedMismatch, runtime_failure
 
     runner_class = REGISTRY.get("runtime", runtime).load()
     reason = runner_class.unavailable_reason(device)
@@ -103,7 +103,7 @@ def checks_on(
                         check.status, check.reason = "failed", f"the artifact does not take these inputs: {exc}"
                         break
                     except Exception as exc:
-                        check.status, check.reason = "failed", f"the runtime failed: {type(exc).__name__}: {first_line(str(exc))}"
+                        check.status, check.reason = "failed", f"the runtime failed: {runtime_failure(exc)}"
                         break
                     if not per_sample:
                         check.declared_mismatches = declared_mismatches(
@@ -113,6 +113,7 @@ def checks_on(
                             {n: getattr(a, "shape", ()) for n, a in actual.items()},
                             check.shape,
                         )
+                    actual = named_as_the_source(actual, reference, tuple(feed))
                     per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
                     if case.labels is not None:
                         scored.append(actual)
@@ -144,6 +145,16 @@ def checks_on(
     finally:
         runner.deactivate()
     return checks
+
+
+def named_as_the_source(actual: dict[str, np.ndarray], reference: dict[str, np.ndarray], inputs: tuple[str, ...]) -> dict:
+    """An artifact's outputs under the source's names: an ONNX graph names an output apart from the input of its name
+    (a UNet's ``sample`` is ``out_sample``: convert/backends/onnx.py outputs_apart), and that one is compared with the
+    source's ``sample``; every other name as it is."""
+    from convert.backends.onnx import outputs_apart
+
+    apart = {new: name for name, new in outputs_apart(tuple(reference), inputs).items() if new in actual and name not in actual}
+    return {apart.get(name, name): value for name, value in actual.items()}
 
 
 def task_result(case: ValidationCase, outputs: list[dict[str, np.ndarray]], policy: TolerancePolicy) -> rm.TaskResult:
@@ -180,6 +191,7 @@ def user_metric(reference: str | None):
 
 def _generation_check(runner, runtime: str, device: str, case: ValidationCase, policy: TolerancePolicy, precision: str) -> rm.Check:
     """The artifact decodes the source's prompts with its own cache fed back, teacher-forced with the source's tokens."""
+    from convert.runtimes.base import runtime_failure
     from convert.validators.generation import compare_generation, decode
 
     reference = case.generation
@@ -190,7 +202,7 @@ def _generation_check(runner, runtime: str, device: str, case: ValidationCase, p
     except Exception as exc:
         check.status, check.reason = (
             "failed",
-            f"the artifact cannot decode with its cache fed back: {type(exc).__name__}: {first_line(str(exc))}",
+            f"the artifact cannot decode with its cache fed back: {runtime_failure(exc)}",
         )
     else:
         check.generation, reason = compare_generation(reference, actual, policy.for_output("logits", precision), precision)
@@ -293,18 +305,34 @@ def declared_repairs(checks: list[rm.Check], cases: list[ValidationCase]) -> dic
         repairs[(tensor, axis)] = (
             name,
             f"{found[0][0].reason}: made axis {axis} of output '{tensor}' the dynamic dim "
-            f"'{name}' in the graph's declared outputs and validated again",
+            f"'{name}' in the graph's declared outputs (the shapes it declares inside inferred again) and validated again",
         )
     return repairs
 
 
+def repairs_not_held(before: list[rm.Check], after: list[rm.Check], repairs: dict[tuple[str, int], tuple[str, str]]) -> list[str]:
+    """Why the checks after a repair of declared output dims do not show that it took (empty where they do): a check
+    that still finds a repaired axis declared otherwise than it ran, or a runtime, device and shape that found one
+    before the repair and did not run again after it."""
+    found = [m.reason for check in after for m in check.declared_mismatches if (m.tensor, m.axis) in repairs]
+    ran = {(c.runtime, c.device, c.shape) for c in after if c.samples}
+    for check in before:
+        if any((m.tensor, m.axis) in repairs for m in check.declared_mismatches) and (check.runtime, check.device, check.shape) not in ran:
+            found.append(f"{check.runtime} on {check.device} did not run again at {check.shape}")
+    return found
+
+
 def name_onnx_output_dims(path, dims: dict[tuple[str, int], str]) -> None:
-    """Declare the given output axes of an ONNX file as named dynamic dims (the file is rewritten in place; external
-    data files are left as they are)."""
+    """Declare the given output axes of an ONNX file as named dynamic dims, and infer the shapes the graph declares
+    inside again (the file is rewritten in place; external data files are left as they are). The intermediate
+    declarations go too: they hold the same frozen size along the chain to the output, and ONNX Runtime would take
+    them over the output's."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    for output in model.graph.output:
+    from convert.backends.onnx import reinfer_inner_shapes
+
+    model = reinfer_inner_shapes(onnx.load(str(path), load_external_data=False))
+    for output in model.graph.output:  # after the inference, which may write a size it derived on an output
         for (name, axis), dim_name in dims.items():
             if output.name == name:
                 dim = output.type.tensor_type.shape.dim[axis]

@@ -8,9 +8,11 @@ source's tokens exactly.
 
 Inputs and outputs are named as Optimum names them: ``input_ids``, ``attention_mask`` (over the cache and the new
 tokens), ``position_ids`` where the decoder takes them, ``past_key_values.N.key``/``.value`` in (``[batch, kv_heads,
-past, head_dim]``, empty on the first step) and ``logits``, ``present.N.key``/``.value`` out. An encoder-decoder's
-decoder takes ``encoder_hidden_states`` (and ``encoder_attention_mask``) at every step instead of a mask over its
-cache, and names its cache ``past_key_values.N.decoder.key``; its prompts are its start token.
+past, head_dim]``, empty on the first step) and ``logits``, ``present.N.key``/``.value`` out. Where a layer attends
+over a window (a sliding window, an attention chunk), the prompts end a few steps before the longest window, so the
+decoding crosses it. An encoder-decoder's decoder takes ``encoder_hidden_states`` (and ``encoder_attention_mask``) at
+every step instead of a mask over its cache, and names its cache ``past_key_values.N.decoder.key``; its prompts are
+its start token.
 
 A full-precision artifact passes when every step picks the source's token (or one the source itself scores within
 tolerance of its own choice: a tie) and every step's logits are within tolerance. A reduced-precision one passes when
@@ -32,25 +34,46 @@ GENERATION_BATCH = 2
 PROMPT_LENGTH = 5
 # the least share of steps whose greedy choice a reduced-precision artifact must share with the source
 GENERATION_AGREEMENT = {"fp16": 0.9, "int8": 0.75}
+PAST = "P"  # the symbol of the cache's length in a decoder's input specs
 
 Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
 @dataclass(frozen=True)
 class CacheLayout:
-    """How a decoder's cache is laid out: one key and one value per layer, [batch, kv_heads, past, head_dim]."""
+    """How a decoder's cache is laid out: one key and one value per layer, [batch, kv_heads, past, head_dim], every
+    layer as long as the past (``PAST`` in the input specs)."""
 
     layers: int
-    kv_heads: int
+    kv_heads: int  # the first layer's (each tensor's own in past_shapes())
     head_dim: int
     dtype: str
     vocab_size: int
     position_ids: bool  # the decoder takes position_ids
     attention_mask: bool = True  # the decoder takes a mask over its cache and new tokens (an encoder-decoder's does not)
     infix: str = ""  # ".decoder" in an encoder-decoder's cache names (past_key_values.0.decoder.key)
+    # (kv_heads, head_dim) of each past_names() tensor where they are not all alike (Gemma 4's full-attention layers
+    # have wider heads than its sliding ones); empty when every one is (kv_heads, head_dim)
+    shapes: tuple[tuple[int, int], ...] = ()
+    # the longest span a layer attends over (a sliding window, an attention chunk, a local window); 0 when every layer
+    # attends over its whole past. Checks go past it: a cache that stops growing at a window is wrong only beyond it.
+    window: int = 0
 
     def past_names(self) -> list[str]:
         return [f"past_key_values.{i}{self.infix}.{part}" for i in range(self.layers) for part in ("key", "value")]
+
+    def past_shapes(self) -> dict[str, tuple[int, int]]:
+        """(kv_heads, head_dim) of each cache input, by name."""
+        names = self.past_names()
+        return dict(zip(names, self.shapes or [(self.kv_heads, self.head_dim)] * len(names), strict=True))
+
+    def prompt_length(self) -> int:
+        """The generation check's prompt length: half its steps short of the window, so that decoding crosses it."""
+        return max(PROMPT_LENGTH, self.window - GENERATION_STEPS // 2)
+
+    def past_sizes(self) -> dict[str, tuple[int, ...]]:
+        """Cache lengths every check of a decoder covers besides the planned ones: one past the window."""
+        return {PAST: (self.window + 1,)} if self.window else {}
 
 
 @dataclass
@@ -86,7 +109,9 @@ class GenerationMetrics(BaseModel):
         )
 
 
-def make_prompts(layout: CacheLayout, seed: int = 0, batch: int = GENERATION_BATCH, length: int = PROMPT_LENGTH) -> np.ndarray:
+def make_prompts(layout: CacheLayout, seed: int = 0, batch: int = GENERATION_BATCH, length: int | None = None) -> np.ndarray:
+    """Seeded prompts, ``layout.prompt_length()`` tokens long unless ``length`` is given."""
+    length = layout.prompt_length() if length is None else length
     return np.random.default_rng(seed + 7919).integers(0, layout.vocab_size, size=(batch, length), dtype=np.int64)
 
 
@@ -103,7 +128,9 @@ def decode(
     (an encoder-decoder's encoder outputs)."""
     context = dict(context or {})
     batch, length = prompts.shape
-    past = {name: np.zeros((batch, layout.kv_heads, 0, layout.head_dim), dtype=layout.dtype) for name in layout.past_names()}
+    # NumPy has no bfloat16: a bfloat16 cache is fed as float32, as every generated bfloat16 input is
+    dtype = np.float32 if layout.dtype == "bfloat16" else layout.dtype
+    past = {name: np.zeros((batch, heads, 0, dim), dtype=dtype) for name, (heads, dim) in layout.past_shapes().items()}
     ids, cached = prompts, 0
     tokens, logits = [], []
     for index in range(steps):

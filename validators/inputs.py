@@ -36,16 +36,19 @@ def plan_shape_cases(
     chosen: dict[str, tuple[int, ...]] | None = None,
     export_sizes: dict[str, int] | None = None,
     ranges: dict[str, tuple[int, int | None]] | None = None,
+    extra: dict[str, tuple[int, ...]] | None = None,
 ) -> list[ShapeCase]:
     """The export case, every symbol at its smallest size, then each symbol at its largest size while the others
     stay at their smallest (and at any other size ``--dim`` asks for): every symbol moves on its own.
 
     ``chosen`` maps a symbol to (export size, other sizes...) as given with ``--dim``; ``export_sizes``
-    are the sizes symbols take in the example inputs; ``ranges`` bound a symbol's sizes (inclusive).
+    are the sizes symbols take in the example inputs; ``ranges`` bound a symbol's sizes (inclusive); ``extra`` are
+    sizes the model asks a symbol to be checked at besides, whatever ``--dim`` says (a decoder's cache past its
+    attention window).
     """
     if not symbols:
         return [ShapeCase("export", {})]
-    chosen, ranges = chosen or {}, ranges or {}
+    chosen, ranges, extra = chosen or {}, ranges or {}, extra or {}
     exports = _export_sizes(symbols, chosen, export_sizes or {}, ranges)
     per_symbol: dict[str, list[int]] = {}
     for symbol in symbols:
@@ -56,7 +59,7 @@ def plan_shape_cases(
             low, high = ranges.get(symbol, (1, None))
             empty = (0,) if low == 0 else ()  # a dim that may be empty (a decoder's cache before the first step) is checked empty
             sizes = [export, *empty, *(_clamp(size, low, high) for size in (1, 2 * export + 1))]
-        per_symbol[symbol] = list(dict.fromkeys(sizes))
+        per_symbol[symbol] = list(dict.fromkeys([*sizes, *extra.get(symbol, ())]))
     low = {s: min(v) for s, v in per_symbol.items()}
     planned = [("export", exports), ("min", low)]
     planned += [(f"{symbol} max", {**low, symbol: max(sizes)}) for symbol, sizes in per_symbol.items()]

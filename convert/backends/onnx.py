@@ -17,6 +17,8 @@ from convert.artifacts import Artifact
 
 # Weights past this go to external data: torch.onnx's own threshold, which leaves the graph room under the limit.
 EXTERNAL_DATA_THRESHOLD = 1536 * 2**20
+# What an output named like an input is renamed with (Optimum's convention: a UNet's ``sample`` out is ``out_sample``).
+OUTPUT_PREFIX = "out_"
 
 
 def onnx_artifact(path: Path, opset: int | None = None) -> Artifact:
@@ -40,6 +42,55 @@ def onnx_artifact(path: Path, opset: int | None = None) -> Artifact:
         files=files,
         output_names=tuple(o.name for o in model.graph.output),
     )
+
+
+def outputs_apart(outputs, inputs) -> dict[str, str]:
+    """The name an ONNX graph gives each output named like an input (a graph names its inputs and outputs alike: an
+    output ``sample`` beside an input ``sample`` breaks every export), prefixed until it is no other input's or output's.
+    The source's outputs keep their names; validation matches the two by this rule (convert/validation.py)."""
+    taken = {*outputs, *inputs}
+    renamed = {}
+    for name in outputs:
+        if name in inputs:
+            new = OUTPUT_PREFIX + name
+            while new in taken:
+                new = OUTPUT_PREFIX + new
+            taken.add(new)
+            renamed[name] = new
+    return renamed
+
+
+def name_dims_after_specs(model, specs) -> dict[str, str]:
+    """Give the dims an exporter named after itself (``s53``, ``unk__24``) the specs' names for them (``B``, ``S``),
+    wherever the graph declares them (inputs, outputs, value_info), and return which name became which. An exporter's
+    name is known by where it stands on an input axis the specs name; one standing where the specs give two names, or
+    whose new name the graph already gives another dim, keeps its own."""
+    import re
+
+    by_input = {spec.name: spec for spec in specs}
+    seen: dict[str, set[str]] = {}
+    for value in model.graph.input:
+        spec = by_input.get(value.name)
+        if spec is None or len(value.type.tensor_type.shape.dim) != len(spec.dims):
+            continue
+        for dim, wanted in zip(value.type.tensor_type.shape.dim, spec.dims):
+            if dim.dim_param and isinstance(wanted, str):
+                seen.setdefault(dim.dim_param, set()).add(wanted)
+    declared = [*model.graph.input, *model.graph.output, *model.graph.value_info]
+    used = {dim.dim_param for value in declared for dim in value.type.tensor_type.shape.dim if dim.dim_param}
+    names = {own: wanted.pop() for own, wanted in seen.items() if len(wanted) == 1}
+    # a new name that is already another dim's would make the two one
+    mapping = {own: new for own, new in names.items() if own != new and (new not in used or new in names)}
+    if not mapping:
+        return {}
+    token = re.compile(r"\b(" + "|".join(re.escape(own) for own in sorted(mapping, key=len, reverse=True)) + r")\b")
+    for value in declared:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in mapping:
+                dim.dim_param = mapping[dim.dim_param]
+            elif dim.dim_param:  # an expression of the exporter's names (s53 + 1)
+                dim.dim_param = token.sub(lambda found: mapping[found.group(1)], dim.dim_param)
+    return mapping
 
 
 def tensors(graph):
@@ -114,6 +165,32 @@ def check_external_data(path: Path) -> list[Path]:
             )
         files.append(data)
     return files
+
+
+def graphs(graph):
+    """A graph and every subgraph its nodes hold, however deep."""
+    yield graph
+    for node in graph.node:
+        for subgraph in subgraphs(node):
+            yield from graphs(subgraph)
+
+
+def reinfer_inner_shapes(model):
+    """The model with the shapes it declares inside (the value_info of its graphs and functions, the inputs and outputs
+    of its subgraphs) dropped and inferred again from its inputs by ONNX's shape inference. An exporter writes there the sizes
+    it traced, a frozen one included, and ONNX Runtime takes those over the graph outputs' own declarations."""
+    import onnx
+
+    for graph in graphs(model.graph):
+        del graph.value_info[:]
+        if graph is not model.graph:  # an If branch's declared outputs are the shape ONNX Runtime gives the If's
+            for value in [*graph.input, *graph.output]:
+                if value.type.HasField("tensor_type"):
+                    value.type.tensor_type.ClearField("shape")
+    for function in model.functions:
+        del function.value_info[:]
+    # data_prop: sizes computed from Shape ops (the reshapes after an RNN) stay symbolic instead of unknown
+    return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
 
 
 def nodes(graph):

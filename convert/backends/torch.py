@@ -70,8 +70,12 @@ def to_numpy(tensor) -> np.ndarray:
 
 
 def to_tensors(specs: tuple[InputSpec, ...], feed: dict[str, np.ndarray], device: str = "cpu") -> tuple:
+    """The feed as tensors; a bfloat16 input (NumPy has none: it is fed as float32) cast to bfloat16."""
     torch = require_torch()
-    return tuple(torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(device) for s in specs)
+    tensors = (torch.from_numpy(np.ascontiguousarray(feed[s.name])) for s in specs)
+    return tuple(
+        (tensor.to(torch.bfloat16) if spec.dtype == "bfloat16" else tensor).to(device) for spec, tensor in zip(specs, tensors, strict=True)
+    )
 
 
 class CallConvention:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.backends.onnx import onnx_artifact
+from convert.backends.onnx import onnx_artifact, outputs_apart
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example_arguments, export_program, exportable_module, record_bounds
 
@@ -21,12 +21,12 @@ class TorchToOnnx(Exporter):
     def strategies(self, job: ExportJob):
         converted = "TS2EPConverter, then " if job.source.is_scripted else ""  # see torch_common.exportable_module
         return [
-            (f"{converted}torch.onnx.export(dynamo=True)", lambda path: self._dynamo(job, path)),
+            (f"{converted}torch.onnx.export(dynamo=True)", lambda path: self._noted(job, self._dynamo(job, path))),
             (
                 f"{converted}torch.export.export, its default decompositions, then torch.onnx.export",
-                lambda path: self._decomposed(job, path),
+                lambda path: self._noted(job, self._decomposed(job, path)),
             ),
-            ("torch.onnx.export(dynamo=False)", lambda path: self._torchscript(job, path)),
+            ("torch.onnx.export(dynamo=False)", lambda path: self._noted(job, self._torchscript(job, path))),
         ]
 
     def traced(self, job: ExportJob, strategy: str):
@@ -47,7 +47,18 @@ class TorchToOnnx(Exporter):
         return TracedProgram(job.source, made.exported_program)
 
     def _names(self, job: ExportJob) -> dict:
-        return {"input_names": [s.name for s in job.source.signature.inputs], "output_names": list(job.source.signature.outputs)}
+        inputs = [s.name for s in job.source.signature.inputs]
+        renamed = outputs_apart(job.source.signature.outputs, inputs)
+        return {"input_names": inputs, "output_names": [renamed.get(name, name) for name in job.source.signature.outputs]}
+
+    def _noted(self, job: ExportJob, artifact: Artifact) -> Artifact:
+        """The artifact, with a note of each output the graph names apart from an input."""
+        for name, new in outputs_apart(job.source.signature.outputs, [s.name for s in job.source.signature.inputs]).items():
+            artifact.notes.append(
+                f"the output '{name}' is '{new}' in the graph, apart from the input '{name}', which keeps its name "
+                f"(ONNX names inputs and outputs alike; Optimum's convention); validation compares it with the source's '{name}'"
+            )
+        return artifact
 
     def _dynamo(self, job: ExportJob, path: Path) -> Artifact:
         import torch
@@ -64,6 +75,7 @@ class TorchToOnnx(Exporter):
             **self._names(job),
         )
         program.save(str(path), external_data=None)  # None: external data only past the 2 GB limit
+        _dims_named_after_specs(path, job)
         # torch.onnx applies torch.export's suggested fixes on its own (a bound on a dim): its program tells which
         return record_bounds(onnx_artifact(path, job.opset), program.exported_program, job)
 
@@ -78,6 +90,7 @@ class TorchToOnnx(Exporter):
             program.run_decompositions(), dynamo=True, opset_version=job.opset, optimize=True, **self._names(job)
         )
         onnx_program.save(str(path), external_data=None)
+        _dims_named_after_specs(path, job)
         return record_bounds(onnx_artifact(path, job.opset), program, job, bounded)
 
     def _torchscript(self, job: ExportJob, path: Path) -> Artifact:
@@ -95,4 +108,16 @@ class TorchToOnnx(Exporter):
             **({"opset_version": job.opset} if job.opset else {}),
             **self._names(job),
         )
+        _dims_named_after_specs(path, job)
         return onnx_artifact(path, job.opset)
+
+
+def _dims_named_after_specs(path: Path, job: ExportJob) -> None:
+    """The exported graph's dims under the specs' names where it named them after itself (torch.export's s53)."""
+    import onnx
+
+    from convert.backends.onnx import name_dims_after_specs
+
+    model = onnx.load(str(path), load_external_data=False)
+    if name_dims_after_specs(model, job.source.signature.inputs):
+        onnx.save(model, str(path))

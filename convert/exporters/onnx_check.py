@@ -1,8 +1,9 @@
 """An ONNX source to an ONNX artifact: the model checked and normalised, not re-exported.
 
 The graph is kept as it is; its inputs declare the specs' dims (a dim the user named with --input, or named after its
-input and axis where the file left it unnamed), its weights move beside it under the artifact's own name (external data
-only past the size one protobuf message can hold), and --opset converts it with ONNX's version converter."""
+input and axis where the file left it unnamed), and so do its outputs where they declare an input's named dim; its
+weights move beside it under the artifact's own name (external data only past the size one protobuf message can hold),
+and --opset converts it with ONNX's version converter."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ class OnnxToOnnx(Exporter):
     def _normalise(self, job: ExportJob, path: Path) -> Artifact:
         import onnx
 
-        from convert.backends.onnx import onnx_artifact, save_onnx
+        from convert.backends.onnx import name_dims_after_specs, onnx_artifact, save_onnx
 
         model = onnx.load(str(job.source.native))  # with its external data, checked when the source was loaded
         if job.opset:
             model = onnx.version_converter.convert_version(model, job.opset)
+        name_dims_after_specs(model, job.source.signature.inputs)  # the outputs' too, where they share an input's dim
         specs = {spec.name: spec for spec in job.source.signature.inputs}
         for value in model.graph.input:
             spec = specs.get(value.name)

@@ -9,7 +9,7 @@ from typing import Any
 from convert.artifacts import Artifact
 from convert.backends.torch import to_tensors
 from convert.exporters.base import ExportJob
-from convert.specs import is_sum
+from convert.specs import dim_symbols, is_sum
 
 
 def example_arguments(job: ExportJob) -> tuple[tuple, dict[str, Any]]:
@@ -17,8 +17,10 @@ def example_arguments(job: ExportJob) -> tuple[tuple, dict[str, Any]]:
     return job.source.convention.arguments(to_tensors(job.source.signature.inputs, job.feed))
 
 
-def dynamic_shapes(job: ExportJob, lowest: dict[str, int] | None = None) -> tuple | dict[str, Any] | None:
-    """One torch.export Dim per symbol, shared by every input axis that names it; ``lowest`` raises a symbol's min."""
+def dynamic_shapes(job: ExportJob, lowest: dict[str, int] | None = None, named_sums: bool = False) -> tuple | dict[str, Any] | None:
+    """One torch.export Dim per symbol, shared by every input axis that names it; ``lowest`` raises a symbol's min.
+    ``named_sums``: a sum of symbols is a Dim named after it (``sum_dim_name``) instead of Dim.DYNAMIC, for torch
+    functions that name every dim they meet (never for an export: the sum is no symbol of its own)."""
     import torch
 
     specs = job.source.signature.inputs
@@ -31,13 +33,25 @@ def dynamic_shapes(job: ExportJob, lowest: dict[str, int] | None = None) -> tupl
                 low, high = job.dim_ranges.get(symbol, (1, None))
                 low = max(low, (lowest or {}).get(symbol, low))
                 dims[symbol] = torch.export.Dim(symbol, min=low, **({"max": high} if high else {}))
+        for dim in spec.dims:
+            if named_sums and is_sum(dim):
+                dims.setdefault(dim, torch.export.Dim(sum_dim_name(dim)))
     # a sum of symbols (P+S) is no Dim of its own: torch.export derives it from the trace
     return job.source.convention.dynamic_shapes(
         [
-            {axis: torch.export.Dim.DYNAMIC if is_sum(d) else dims[d] for axis, d in enumerate(spec.dims) if isinstance(d, str)}
+            {
+                axis: torch.export.Dim.DYNAMIC if is_sum(d) and not named_sums else dims[d]
+                for axis, d in enumerate(spec.dims)
+                if isinstance(d, str)
+            }
             for spec in specs
         ]
     )
+
+
+def sum_dim_name(dim: str) -> str:
+    """The name a sum of symbols goes by where a Dim needs a name: ``P+S`` is ``P_plus_S``."""
+    return "_plus_".join(dim_symbols(dim))
 
 
 def dynamic_axes(job: ExportJob) -> dict[str, dict[int, str]]:
@@ -54,7 +68,6 @@ def export_program(job: ExportJob) -> tuple[Any, str]:
     suggested fix (ResNet's ``1 + (H - 1) // 16 != 1``), the dims it names are bounded below by their export size,
     where the trace held, and the export retried once. ``record_bounds`` tells what the program takes."""
     import torch
-    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
 
     args, kwargs = example_arguments(job)
     shapes = dynamic_shapes(job)
@@ -67,13 +80,34 @@ def export_program(job: ExportJob) -> tuple[Any, str]:
         if shapes is None or ("Suggested fixes:" not in message and not violated):
             raise
     if "Suggested fixes:" in message:
-        refined = refine_dynamic_shapes_from_suggested_fixes(message, shapes)
+        refined = _refined(message, job)
         fixes = message.split("Suggested fixes:", 1)[1]
         why = "torch.export's suggested fix ({}), applied".format("; ".join(line.strip() for line in fixes.splitlines() if line.strip()))
     else:
         refined = dynamic_shapes(job, lowest=violated)
         why = "torch.export's guard on {} had no suggested fix: bounded below by the export size".format(", ".join(violated))
     return torch.export.export(module, args, kwargs, dynamic_shapes=refined, strict=False), why
+
+
+def _refined(message: str, job: ExportJob) -> tuple | dict[str, Any] | None:
+    """The specs' dynamic shapes with torch.export's suggested fixes applied. torch's refine_dynamic_shapes_from_
+    suggested_fixes reads the ``__name__`` of every dim it meets, and a sum's Dim.DYNAMIC (a _DimHint) has none
+    ("'_DimHint' object has no attribute '__name__'"): it refines shapes where each sum is a Dim named after it, and
+    the sums it left alone are given back to torch.export as Dim.DYNAMIC."""
+    import torch
+    from torch.export.dynamic_shapes import refine_dynamic_shapes_from_suggested_fixes
+
+    sums = {sum_dim_name(d) for spec in job.source.signature.inputs for d in spec.dims if is_sum(d)}
+    refined = refine_dynamic_shapes_from_suggested_fixes(message, dynamic_shapes(job, named_sums=True))
+
+    def unnamed(tree):
+        if isinstance(tree, dict):
+            return {key: unnamed(value) for key, value in tree.items()}
+        if isinstance(tree, (tuple, list)):
+            return type(tree)(unnamed(value) for value in tree)
+        return torch.export.Dim.DYNAMIC if isinstance(tree, torch.export.Dim) and tree.__name__ in sums else tree
+
+    return unnamed(refined)
 
 
 def _violated_symbols(message: str, job: ExportJob) -> dict[str, int]:

@@ -30,6 +30,7 @@ class ConvertRequest:
     out: Path | None = None
     framework: str | None = None
     task: str | None = None  # a Hugging Face task
+    dtype: str = "float32"  # what a Hugging Face folder's floating weights compute in ("source": the checkpoint's)
     weights: Path | None = None
     params: Any = None  # a JAX model's params: a file path, or a pytree from Python
     inputs: tuple[str, ...] = ()

@@ -29,7 +29,8 @@ def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, 
             f"--dim or --shape-range names the symbol {unknown[0]}, which no input uses",
             f"The inputs' symbols are: {', '.join(signature.symbols) or 'none'}.",
         )
-    shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, source.dim_ranges or None)
+    past = source.generation.past_sizes() if source.generation is not None else None  # a decoder's cache past its window
+    shapes = plan_shape_cases(signature.symbols, dim_sizes, source.export_sizes or None, source.dim_ranges or None, past)
     sample_bytes = [feed_bytes(signature.inputs, shape.sizes) for shape in shapes]
     largest = max(range(len(shapes)), key=sample_bytes.__getitem__)
     fits = functools.partial(
@@ -131,7 +132,11 @@ def _generation_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase:
             f"the source model cannot decode greedily with its cache fed back: {type(exc).__name__}: {exc}",
             "Check that the model generates with model.generate(); or export it with --task text-generation (no cache).",
         ) from exc
-    label = f"generation of {GENERATION_STEPS} tokens from {generation.prompts.shape[0]} prompts"
+    batch, length = generation.prompts.shape
+    label = f"generation of {GENERATION_STEPS} tokens from {batch} prompts"
+    window = generation.layout.window
+    if window:  # which cache lengths it crossed the window at
+        label += f" of {length} tokens (past {length}..{length + GENERATION_STEPS - 2}, attention window {window})"
     return ValidationCase(ShapeCase(label, {}), generation=generation)
 
 

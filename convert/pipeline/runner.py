@@ -55,6 +55,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         model=request.model,
         framework=request.framework,
         task=request.task,
+        dtype=request.dtype,
         weights=Path(request.weights) if request.weights else None,
         params=request.params,
         inputs=the_plan.specs,

@@ -5,6 +5,7 @@ validated artifact is then published: moved to its final path, or to the failed 
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -89,7 +90,7 @@ def validate(
 ) -> None:
     """Validate a staged artifact on ``cases`` (the run's by default); an artifact whose declared output shapes did not
     hold has those dims made dynamic in its graph where its format can be repaired (ONNX) and ``repair`` allows it, and
-    is validated again (the report records the repair)."""
+    is validated again (the report records the repair where the checks show it took)."""
     from convert.validation import declared_repairs
 
     cases = ctx.cases if cases is None else cases
@@ -97,11 +98,46 @@ def validate(
         record.checks = _checks(ctx, stage, artifact, record, cases)
         repairs = declared_repairs(record.checks, cases) if artifact.format == "onnx" and repair else {}
         if repairs:
-            ctx.worker.call(Session.name_onnx_output_dims, artifact.path, {where: name for where, (name, _) in repairs.items()})
-            record.repairs = [why for _, why in repairs.values()]
-            record.checks = _checks(ctx, stage, artifact, record, cases)
+            _repair(ctx, stage, key, artifact, record, cases, repairs)
     record.fixed_dims = list(fixed_dims(artifact, cases))
     record.passed = artifact_passed(record)
+
+
+def _repair(
+    ctx: RunContext,
+    stage: rm.Stage,
+    key: str,
+    artifact: Artifact,
+    record: rm.ArtifactRecord,
+    cases: list[ValidationCase],
+    repairs: dict[tuple[str, int], tuple[str, str]],
+) -> None:
+    """Make the output dims whose declarations did not hold dynamic, and validate again. A repair is kept, and recorded,
+    only where the checks after it show that it took; otherwise the artifact goes back to its exported bytes, its
+    first checks stand, and a note says what was tried."""
+    from convert.validation import repairs_not_held
+
+    first, digest = record.checks, (artifact.sha256, artifact.size_bytes)
+    exported = artifact.path.with_name(f".{artifact.path.name}.unrepaired")
+    shutil.copy2(artifact.path, exported)
+    try:
+        ctx.worker.call(Session.name_onnx_output_dims, artifact.path, {where: name for where, (name, _) in repairs.items()})
+        repaired = _checks(ctx, stage, artifact, record, cases)
+    except BaseException:
+        os.replace(exported, artifact.path)
+        raise
+    not_held = repairs_not_held(first, repaired, repairs)
+    if not not_held:
+        exported.unlink()
+        record.checks, record.repairs = repaired, [why for _, why in repairs.values()]
+        return
+    os.replace(exported, artifact.path)
+    artifact.sha256, artifact.size_bytes = record.sha256, record.size_bytes = digest
+    dims = ", ".join(f"axis {axis} of '{tensor}' as '{name}'" for (tensor, axis), (name, _) in repairs.items())
+    ctx.report.notes.append(
+        f"{key}: its declared output dims were made dynamic ({dims}) and validated again, but the repair did not take "
+        f"({not_held[0]}): the artifact is kept as exported, and its checks are those of its first validation"
+    )
 
 
 def artifact_passed(record: rm.ArtifactRecord) -> bool:

@@ -8,6 +8,7 @@ validation holds the artifact to what it declares.
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,33 @@ class InputMeta:
 
     dtype: str
     shape: tuple[int | str | None, ...]  # None or a name where the dim is dynamic
+
+
+# Where a runtime's C++ code raised: ONNX Runtime's "/onnxruntime_src/…/reshape_helper.h:91 onnxruntime::ReshapeHelper::
+# ReshapeHelper(const onnxruntime::TensorShape&, …) " before its reason, OpenVINO's "Exception from src/…/node.cpp:794:" and
+# "failed at src/…/reshape.cpp:77:" around it. The function's signature (its parentheses nested one deep, a gcc
+# "[with T = float]") goes with the location.
+_SOURCE_LOCATION = re.compile(
+    r"(?:Exception from |(?<=failed) at )?(?:[A-Za-z]:)?[\w./\\-]+\.(?:c|cc|cpp|cxx|cu|cuh|h|hh|hpp|hxx):\d+"
+    r"(?: (?:[\w:<>,*&~]+ )*[\w:<>,*&~]*::[\w<>,*&~]+\((?:[^()]|\([^()]*\))*\)(?: const)?(?: \[with [^\]]*\])?)?"
+)
+RUNTIME_FAILURE_CHARS = 400  # as much of a runtime's reason as a check keeps; the CLI shows 400 characters of a reason
+
+
+def runtime_failure(exc: BaseException, limit: int = RUNTIME_FAILURE_CHARS) -> str:
+    """A runtime's error as one line that keeps its reason: the C++ source locations a runtime puts before it are
+    dropped, and a line that ends at one (OpenVINO's) goes on with the next."""
+    kept = ""
+    for line in str(exc).splitlines():
+        if not line.strip():
+            continue
+        stripped = _SOURCE_LOCATION.sub("", line).strip()
+        stripped = "" if stripped == ":" else stripped  # a line that was only a location
+        kept = f"{kept} {stripped}".strip() if stripped else kept
+        if kept and not line.rstrip().endswith(":"):
+            break
+    text = re.sub(r"\s+", " ", f"{type(exc).__name__}: {kept}").strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class FeedMismatch(Exception):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.backends.torch import CallConvention, flatten_outputs, load_program, to_numpy
+from convert.backends.torch import CallConvention, flatten_outputs, load_program, to_numpy, to_tensors
 from convert.runtimes.base import InputMeta, Runner
 
 
@@ -32,12 +32,16 @@ class _TorchRunner(Runner):
         return None
 
     def input_metadata(self) -> dict[str, InputMeta]:
-        return {s.name: InputMeta(s.dtype, tuple(d if isinstance(d, int) else None for d in s.dims)) for s in self.artifact.inputs}
+        # a bfloat16 input is fed as float32 (NumPy has no bfloat16) and cast when it becomes a tensor
+        return {
+            s.name: InputMeta("float32" if s.dtype == "bfloat16" else s.dtype, tuple(d if isinstance(d, int) else None for d in s.dims))
+            for s in self.artifact.inputs
+        }
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
-        tensors = [torch.from_numpy(np.ascontiguousarray(feed[s.name])).to(self.device) for s in self.artifact.inputs]
+        tensors = to_tensors(tuple(self.artifact.inputs), feed, self.device)
         with torch.inference_mode():
             outputs = self.convention(self.module, tensors)
         return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}

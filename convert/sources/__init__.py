@@ -15,6 +15,32 @@ REGISTRY.add(
     framework_import="convert.backends.torch:require_torch",
     suffixes=(".pt", ".pth", ".pt2", ".ts", ".jit", ".bin"),
 )
+# A folder is told apart by a marker file (and, where two sources share one, a top-level key of that JSON file): the
+# first entry whose marker the folder holds loads it, so the more specific folders come first.
+REGISTRY.add(
+    "source",
+    "sentence-transformers",
+    "convert.sources.sentence_transformers:load_sentence_transformers_source",
+    extra="sentence-transformers",
+    packages=("torch", "transformers", "sentence_transformers", "safetensors"),
+    framework_import="convert.backends.torch:require_torch",
+    folder_marker="modules.json",
+    folder_name="a sentence-transformers folder",
+)
+REGISTRY.add(
+    "source",
+    "diffusers",
+    "convert.sources.diffusers:load_diffusers_source",
+    extra="diffusers",
+    packages=("torch", "diffusers", "safetensors"),
+    # installed or not, each changes how from_pretrained loads a folder (accelerate: where weights are materialised and
+    # which error a resized weight raises)
+    loading_packages=("accelerate", "huggingface_hub"),
+    framework_import="convert.backends.torch:require_torch",
+    folder_marker="config.json",
+    folder_key="_class_name",
+    folder_name="a diffusers model folder",
+)
 REGISTRY.add(
     "source",
     "transformers",
@@ -25,7 +51,8 @@ REGISTRY.add(
     # into the model, accelerate places and materialises the weights, huggingface_hub resolves the folder's files
     loading_packages=("peft", "accelerate", "huggingface_hub"),
     framework_import="convert.backends.torch:require_torch",
-    folder_marker="config.json",
+    # a PEFT adapter saved alone holds adapter_config.json, and names its base model there
+    folder_marker=("config.json", "adapter_config.json"),
     folder_name="a Hugging Face model folder",
 )
 REGISTRY.add(

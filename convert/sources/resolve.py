@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from convert.errors import ConvertError
+from convert.readers import loads_json
 from convert.registry import REGISTRY
 from convert.safety import check_contained, detect_format
 from convert.sources.base import SourceModel
@@ -76,11 +77,11 @@ def detect_framework(model) -> str:
     if isinstance(model, Path):
         if model.is_dir():
             for entry in REGISTRY.entries("source"):
-                marker = entry.meta.get("folder_marker")
-                if marker and (model / marker).is_file():
+                if _holds_marker(model, entry):
                     return entry.name
             markers = [
-                f"{e.meta['folder_name']} holds {e.meta['folder_marker']}"
+                f"{e.meta['folder_name']} holds {' or '.join(_markers(e))}"
+                + (f" (with {e.meta['folder_key']})" if e.meta.get("folder_key") else "")
                 for e in REGISTRY.entries("source")
                 if e.meta.get("folder_marker")
             ]
@@ -101,3 +102,25 @@ def detect_framework(model) -> str:
         if set(modules if isinstance(modules, tuple) else (modules,)) & roots:
             return entry.name
     raise ConvertError(f"cannot tell which framework a {type(model).__name__} belongs to", f"Pass framework= ({', '.join(frameworks())}).")
+
+
+def _markers(entry) -> tuple[str, ...]:
+    marker = entry.meta.get("folder_marker") or ()
+    return marker if isinstance(marker, tuple) else (marker,)
+
+
+def _holds_marker(folder: Path, entry) -> bool:
+    """Whether the folder holds one of the entry's marker files (with its top-level key, where the entry names one)."""
+    key = entry.meta.get("folder_key")
+    for marker in _markers(entry):
+        path = folder / marker
+        if not path.is_file():
+            continue
+        if key is None:
+            return True
+        try:
+            data = loads_json(path.read_text(errors="replace"), str(path), "")
+        except (ConvertError, OSError):
+            return False
+        return isinstance(data, dict) and key in data
+    return False

@@ -15,15 +15,14 @@ Nothing is downloaded, and nothing in the folder runs without ``trust_code``: we
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from convert.backends.huggingface import offline, position_offset, stored_dtype
 from convert.backends.torch import CallConvention, TorchSource, require_torch
 from convert.compat import library_mismatch
 from convert.errors import ConvertError, require
@@ -31,7 +30,7 @@ from convert.safety import sha256_files
 from convert.sources.base import SourceInfo
 from convert.sources.request import SourceRequest
 from convert.specs import InputSpec
-from convert.validators.generation import CacheLayout
+from convert.validators.generation import PAST, CacheLayout
 
 TRUST_HINT = "If you trust the folder and where it came from, pass --trust-code."
 
@@ -41,35 +40,48 @@ class Task:
     name: str
     auto_class: str  # the transformers Auto class that loads the folder for this task
     with_past: bool = False  # a decoder that takes and returns its cache
+    # the transformers table of the architectures that Auto class loads (modeling_auto's MODEL_..._MAPPING_NAMES)
+    mapping: str = ""
 
 
+# In the order a folder's architecture is matched against them: a head before the base model (CLIPModel is both
+# AutoModel's and the zero-shot classifier's), a decoder with its cache before without. Optimum's task names.
 TASKS = {
     task.name: task
     for task in (
-        Task("feature-extraction", "AutoModel"),
-        Task("fill-mask", "AutoModelForMaskedLM"),
-        Task("text-classification", "AutoModelForSequenceClassification"),
-        Task("token-classification", "AutoModelForTokenClassification"),
-        Task("image-classification", "AutoModelForImageClassification"),
-        Task("text-generation", "AutoModelForCausalLM"),
-        Task("text-generation-with-past", "AutoModelForCausalLM", with_past=True),
-        Task("text2text-generation-with-past", "AutoModelForSeq2SeqLM", with_past=True),
-        Task("automatic-speech-recognition-with-past", "AutoModelForSpeechSeq2Seq", with_past=True),
+        Task("text-generation-with-past", "AutoModelForCausalLM", True, "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+        Task("text2text-generation-with-past", "AutoModelForSeq2SeqLM", True, "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+        Task("automatic-speech-recognition-with-past", "AutoModelForSpeechSeq2Seq", True, "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"),
+        Task("fill-mask", "AutoModelForMaskedLM", mapping="MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+        Task("text-classification", "AutoModelForSequenceClassification", mapping="MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+        Task("token-classification", "AutoModelForTokenClassification", mapping="MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
+        Task("question-answering", "AutoModelForQuestionAnswering", mapping="MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES"),
+        Task("multiple-choice", "AutoModelForMultipleChoice", mapping="MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES"),
+        Task("image-classification", "AutoModelForImageClassification", mapping="MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES"),
+        Task("semantic-segmentation", "AutoModelForSemanticSegmentation", mapping="MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES"),
+        Task("object-detection", "AutoModelForObjectDetection", mapping="MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES"),
+        Task("depth-estimation", "AutoModelForDepthEstimation", mapping="MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES"),
+        Task("masked-im", "AutoModelForMaskedImageModeling", mapping="MODEL_FOR_MASKED_IMAGE_MODELING_MAPPING_NAMES"),
+        Task(
+            "zero-shot-image-classification",
+            "AutoModelForZeroShotImageClassification",
+            mapping="MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+        ),
+        Task("audio-classification", "AutoModelForAudioClassification", mapping="MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES"),
+        Task(
+            "audio-frame-classification",
+            "AutoModelForAudioFrameClassification",
+            mapping="MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES",
+        ),
+        Task("audio-xvector", "AutoModelForAudioXVector", mapping="MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES"),
+        # CTC speech recognition (Wav2Vec2ForCTC); an encoder-decoder's is automatic-speech-recognition-with-past
+        Task("automatic-speech-recognition", "AutoModelForCTC", mapping="MODEL_FOR_CTC_MAPPING_NAMES"),
+        Task("feature-extraction", "AutoModel", mapping="MODEL_MAPPING_NAMES"),
+        Task("text-generation", "AutoModelForCausalLM", mapping="MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
     )
 }
-# config.architectures[0] ends with one of these → the task a folder is for (a decoder is exported with its cache by
-# default, as Optimum does)
-ARCHITECTURE_TASKS = (
-    ("ForMaskedLM", "fill-mask"),
-    ("ForSequenceClassification", "text-classification"),
-    ("ForTokenClassification", "token-classification"),
-    ("ForImageClassification", "image-classification"),
-    ("ForCausalLM", "text-generation-with-past"),
-    ("LMHeadModel", "text-generation-with-past"),
-    ("Model", "feature-extraction"),
-)
 # Optimum's tasks of an encoder-decoder's decoder without its cache: exported with it (-with-past) instead
-SEQ2SEQ_TASKS = ("text2text-generation", "automatic-speech-recognition")
+SEQ2SEQ_TASKS = ("text2text-generation",)
 TASK_HINT = "Tasks: " + ", ".join(TASKS) + "."
 SEQ2SEQ_HINT = (
     "Export the decoder with its cache (--task text2text-generation-with-past, or automatic-speech-recognition-with-past), "
@@ -77,22 +89,31 @@ SEQ2SEQ_HINT = (
 )
 
 
+def _architectures_of(task: Task, model_type: str) -> tuple[str, ...]:
+    """The architecture classes transformers' Auto class of the task loads for this model type."""
+    from transformers.models.auto import modeling_auto
+
+    names = getattr(modeling_auto, task.mapping, {}).get(model_type, ())
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
 def infer_task(config: dict | Any) -> tuple[str, str]:
-    """(task, why) from a config's architectures."""
-    architectures = (config.get("architectures") if isinstance(config, dict) else getattr(config, "architectures", None)) or []
-    encoder_decoder = config.get("is_encoder_decoder") if isinstance(config, dict) else getattr(config, "is_encoder_decoder", False)
-    for architecture in architectures:
-        if encoder_decoder and not architecture.endswith("Model"):
-            task = (
-                "automatic-speech-recognition-with-past"
-                if "Speech" in architecture or "Whisper" in architecture
-                else "text2text-generation-with-past"
-            )
-            return task, f"inferred from config.architectures ({architecture}, an encoder-decoder)"
-        for suffix, task in ARCHITECTURE_TASKS:
-            if architecture.endswith(suffix):
-                return task, f"inferred from config.architectures ({architecture})"
-    return "feature-extraction", "the config names no architecture with a task head, so the base model's features"
+    """(task, why): the task whose transformers Auto class loads the architecture the config names for its model type.
+    A config naming an architecture no task loads is refused: loading it as another class would drop its head."""
+    get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
+    architectures = get("architectures") or []
+    model_type = get("model_type") or ""
+    if not architectures:
+        return "feature-extraction", "the config names no architecture, so the base model's features"
+    architecture = architectures[0]
+    for task in TASKS.values():
+        if architecture in _architectures_of(task, model_type):
+            return task.name, f"inferred from config.architectures ({architecture})"
+    raise ConvertError(
+        f"the config names the architecture {architecture} ({model_type}), which no task of this tool loads; loading it "
+        "as another class would drop its head's weights",
+        f"Give --task only if the folder's weights fit that task's class. {TASK_HINT}",
+    )
 
 
 def check_task(name: str, why: str = "") -> Task:
@@ -113,9 +134,13 @@ def check_folder(folder: Path, trust_code: bool) -> dict:
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as exc:
-        raise ConvertError(
-            f"cannot read {folder / 'config.json'}: {exc}", "Write the folder again with save_pretrained, or fix the JSON."
-        ) from exc
+        hint = "Write the folder again with save_pretrained, or fix the JSON."
+        if (folder / "modules.json").is_file() and not (folder / "config.json").exists():
+            hint = (
+                "This is a sentence-transformers folder whose transformer is in a module folder that modules.json names "
+                "(e.g. 0_Transformer/): give that folder with --task."
+            )
+        raise ConvertError(f"cannot read {folder / 'config.json'}: {exc}", hint) from exc
     if not isinstance(config, dict):
         raise ConvertError(f"{folder / 'config.json'} is not a JSON object", "Write the folder again with save_pretrained.")
     if config.get("auto_map") and not trust_code:
@@ -142,21 +167,6 @@ def check_folder(folder: Path, trust_code: bool) -> dict:
     return config
 
 
-@contextlib.contextmanager
-def _offline():
-    """Loading from a folder never reaches the network (the hub client reads these on each call)."""
-    saved = {key: os.environ.get(key) for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    os.environ.update({key: "1" for key in saved})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def load_transformers_source(request: SourceRequest):
     """A TorchSource of the folder (or transformers model object) for the request's task."""
     require_torch()
@@ -169,15 +179,29 @@ def load_transformers_source(request: SourceRequest):
     if isinstance(model, Path):
         if not model.is_dir():
             raise ConvertError(f"{model} is not a model folder", "Give the folder that save_pretrained wrote.")
-        config = check_folder(model, request.trust_code)
+        folder = model
+        adapter = read_adapter_config(folder)
+        base = base_folder(folder, adapter) if adapter is not None else folder
+        config = check_folder(base, request.trust_code)
+        architecture = None
         if task_name is None:
             task_name, why = infer_task(config)
+            architecture = (config.get("architectures") or [None])[0]
         else:
             why = "given with --task"
         task = check_task(task_name, why)
-        info.path = str(model)
-        info.sha256 = sha256_files(sorted(p for p in model.rglob("*") if p.is_file()))
-        model = _load_folder(transformers, model, task, request.trust_code)
+        info.path = str(folder)
+        info.sha256 = sha256_files(sorted({p for f in (folder, base) for p in f.rglob("*") if p.is_file()}))
+        stored = stored_dtype(config)
+        model = _load_folder(
+            transformers, base, task, request.trust_code, architecture, adapter is not None and base == folder, request.dtype
+        )
+        computed = str(next(model.parameters()).dtype).removeprefix("torch.")
+        if stored and stored != computed:
+            why += f"; weights stored as {stored}, computed in {computed} (--dtype {request.dtype})"
+        if adapter is not None:
+            model, adapted = merge_adapter(model, folder, adapter, request.trust_code)
+            why += f"; {adapted}"
     else:
         if not isinstance(model, transformers.PreTrainedModel):
             raise ConvertError(
@@ -221,30 +245,49 @@ def load_transformers_source(request: SourceRequest):
         specs, ranges = _with_past_specs(specs, layout, ranges)
         module, convention = decoder_with_past(model, layout, cache_argument), CallConvention()
     else:
-        specs, ranges = _model_inputs(config, parameters, request)
+        specs, ranges = _model_inputs(config, parameters, request, task)
         if hasattr(config, "use_cache"):
             config.use_cache = False  # outputs are the task's fields, with no cache object among them
         module, convention = model, CallConvention(keywords=tuple(s.name for s in specs))
         layout = None
     if request.inputs:
-        given = {s.name: s for s in request.inputs}
-        unknown = sorted(set(given) - {s.name for s in specs})
-        if unknown:
-            raise ConvertError(
-                f"--input names '{unknown[0]}', which the {task.name} model does not take",
-                "Its inputs are: " + ", ".join(s.name for s in specs) + ".",
-            )
-        specs = tuple(given.get(s.name, s) for s in specs)
-        ranges = {k: v for k, v in ranges.items() if any(k in s.symbols for s in specs)}
-    source = TorchSource(module, info, specs, {}, ranges, convention)
+        specs, ranges = _with_given_inputs(specs, ranges, request.inputs, parameters if layout is None else [], task)
+        if layout is None:
+            convention = CallConvention(keywords=tuple(s.name for s in specs))
+    # raw audio is exported at a few times the shortest length, where the encoder makes more than one frame (torch.export
+    # fixes a dim whose frames are 1)
+    export_sizes = {"T": 4 * ranges["T"][0]} if ranges.get("T", (1, None))[0] > 1 else {}
+    source = TorchSource(module, info, specs, export_sizes, ranges, convention)
     source.generation = layout
     return source
 
 
-def _load_folder(transformers, folder: Path, task: Task, trust_code: bool):
-    auto = getattr(transformers, task.auto_class)
+def _with_given_inputs(specs, ranges, given_specs, parameters: list[str], task: Task):
+    """The specs with those ``--input`` gives in their place, and those it adds: any input the model's forward takes
+    by that name (``parameters``; none for a decoder with its cache, whose inputs are fixed)."""
+    given = {s.name: s for s in given_specs}
+    names = [s.name for s in specs]
+    others = [p for p in parameters if p not in names]
+    unknown = sorted(set(given) - set(names) - set(others))
+    if unknown:
+        raise ConvertError(
+            f"--input names '{unknown[0]}', which the {task.name} model does not take",
+            "Its inputs are: " + ", ".join(names) + (f"; its forward also takes: {', '.join(others)}" if others else "") + ".",
+        )
+    specs = (*(given.get(name, spec) for name, spec in zip(names, specs, strict=True)), *(given[n] for n in given if n not in names))
+    return specs, {k: v for k, v in ranges.items() if any(k in s.symbols for s in specs)}
+
+
+def _load_folder(
+    transformers, folder: Path, task: Task, trust_code: bool, architecture: str | None, beside_adapter: bool, dtype: str = "float32"
+):
+    """The model the folder holds, as the class its config names (else the task's Auto class), with every weight the
+    class has loaded from the folder and every weight of the folder used: transformers' load report is a refusal
+    where it names a weight dropped, missing (freshly initialised) or of another shape."""
+    model_class = getattr(transformers, architecture, None) if architecture else None
+    model_class = model_class or getattr(transformers, task.auto_class)
     safetensors = any(p.suffix == ".safetensors" for p in folder.iterdir())
-    with _offline():
+    with offline():
         try:
             config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True, trust_remote_code=trust_code)
         except (OSError, ValueError, KeyError) as exc:
@@ -252,23 +295,145 @@ def _load_folder(transformers, folder: Path, task: Task, trust_code: bool):
                 f"transformers cannot read the config of {folder}: {first_line(exc)}",
                 "Check that the folder was written by save_pretrained with a transformers version that knows this model type.",
             ) from exc
+        torch = require_torch()
+        # transformers 5 loads a checkpoint in its own dtype by default, and 4 in float32: the dtype is always given
+        options = {
+            "config": config,
+            "trust_remote_code": trust_code,
+            "output_loading_info": True,
+            "dtype": "auto" if dtype == "source" else getattr(torch, dtype),
+        }
         try:
-            return auto.from_pretrained(
-                str(folder), config=config, local_files_only=True, trust_remote_code=trust_code, use_safetensors=safetensors
-            )
+            if beside_adapter:
+                # with peft installed, from_pretrained would load the adapter beside the weights itself (and, before
+                # transformers 5, the base its config names instead of this folder's): the base's weights go in as a
+                # state dict, and the adapter is merged by merge_adapter
+                model, report = model_class.from_pretrained(None, state_dict=_state_dict(folder), **options)
+            else:
+                model, report = model_class.from_pretrained(str(folder), local_files_only=True, use_safetensors=safetensors, **options)
         except ValueError as exc:
             if "Unrecognized configuration class" not in str(exc):
                 raise ConvertError(f"transformers cannot load {folder}: {first_line(exc)}", "Check that the folder is complete.") from exc
-            inferred, _ = infer_task(config)
+            try:
+                inferred = f"fit --task {infer_task(config)[0]}"
+            except ConvertError:
+                inferred = "fit no task of this tool"
             raise ConvertError(
                 f"a {type(config).__name__} model has no {task.auto_class} head, so it cannot be exported for the task {task.name}",
-                f"Its architectures ({', '.join(config.architectures or ['none'])}) fit --task {inferred}. {TASK_HINT}",
+                f"Its architectures ({', '.join(config.architectures or ['none'])}) {inferred}. {TASK_HINT}",
             ) from exc
         except OSError as exc:
             raise ConvertError(
                 f"transformers cannot load the weights of {folder}: {first_line(exc)}",
                 "Check that the folder is complete (every shard its index names).",
             ) from exc
+    check_load_report(report, f"{type(model).__name__} from {folder}", task)
+    return model
+
+
+def check_load_report(report: dict, what: str, task: Task | None = None) -> None:
+    """Refuse a model whose loading dropped weights of the checkpoint, initialised some afresh, or resized some: it is
+    not the model that was saved."""
+    problems = []
+    for key, said in (
+        ("missing_keys", "not in the checkpoint, so freshly initialised"),
+        ("unexpected_keys", "in the checkpoint but not used by the class"),
+        ("mismatched_keys", "of another shape in the checkpoint"),
+    ):
+        names = sorted(k if isinstance(k, str) else k[0] for k in report.get(key) or ())
+        if names:
+            problems.append(f"{len(names)} weight(s) {said}: {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+    problems += [first_line(Exception(message)) for message in report.get("error_msgs") or ()]
+    if problems:
+        raise ConvertError(
+            f"loading {what} does not give the model that was saved ({'; '.join(problems)})",
+            "Give the task whose class holds exactly these weights"
+            + (f" (this run used {task.name})" if task else "")
+            + ", or save the model again with save_pretrained from the class you trained.",
+        )
+
+
+def _state_dict(folder: Path) -> dict:
+    """Every tensor of a folder's safetensors files (the shards an index names, or model.safetensors)."""
+    from safetensors.torch import load_file
+
+    tensors: dict = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        if not path.name.startswith("adapter_"):
+            tensors.update(load_file(str(path)))
+    return tensors
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def read_adapter_config(folder: Path) -> dict | None:
+    """The PEFT adapter config a folder holds, or None."""
+    path = folder / ADAPTER_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConvertError(f"cannot read {path}: {exc}", "Save the adapter again with PeftModel.save_pretrained.") from exc
+    if not isinstance(config, dict):
+        raise ConvertError(f"{path} is not a JSON object", "Save the adapter again with PeftModel.save_pretrained.")
+    return config
+
+
+def base_folder(folder: Path, adapter: dict) -> Path:
+    """The folder of the model an adapter adapts: its own folder where the base's weights lie beside the adapter, else
+    the local folder ``base_model_name_or_path`` names (relative to the adapter's folder, then to the working folder).
+    Nothing is downloaded."""
+    if (folder / "config.json").is_file():
+        return folder
+    named = adapter.get("base_model_name_or_path")
+    candidates = [folder / str(named), Path(str(named))] if named else []
+    for candidate in candidates:
+        if (candidate / "config.json").is_file():
+            return candidate.resolve()
+    raise ConvertError(
+        f"{folder} holds a PEFT adapter without its base model: its {ADAPTER_CONFIG} names the base "
+        + (f"'{named}', which is not a local model folder" if named else "as nothing")
+        + " (this tool downloads nothing)",
+        "Save the base model with save_pretrained, and give its folder as base_model_name_or_path in "
+        f"{ADAPTER_CONFIG}, or save the adapter into the base model's folder.",
+    )
+
+
+def merge_adapter(model, folder: Path, adapter: dict, trust_code: bool):
+    """The base model with the folder's PEFT adapter loaded (every adapter weight used) and merged into its weights
+    (``merge_and_unload``), and a sentence naming the adapter."""
+    peft = require("peft", "peft", f"Loading the PEFT adapter in {folder}")
+    names = {p.name for p in folder.iterdir()}
+    if "adapter_model.safetensors" not in names:
+        if "adapter_model.bin" not in names:
+            raise ConvertError(
+                f"{folder} holds {ADAPTER_CONFIG} but no adapter weights", "Save the adapter again with PeftModel.save_pretrained."
+            )
+        if not trust_code:
+            raise ConvertError(
+                f"{folder} holds its adapter weights only as adapter_model.bin, a pickle: unpickling it runs code from the file",
+                TRUST_HINT + " Or save the adapter again with PeftModel.save_pretrained (safetensors is its default).",
+            )
+    with offline():
+        try:
+            config = peft.PeftConfig.from_pretrained(str(folder))
+            config.inference_mode = True
+            adapted = peft.PeftModel(model, config)
+            result = adapted.load_adapter(str(folder), adapter_name="default", is_trainable=False)
+        except (ValueError, KeyError, OSError, RuntimeError) as exc:
+            raise ConvertError(
+                f"peft cannot load the adapter in {folder} onto {type(model).__name__}: {first_line(exc)}",
+                "Check that the adapter was trained on this base model (its target modules and shapes).",
+            ) from exc
+    missing = sorted(k for k in result.missing_keys if "default" in k)
+    unused = sorted(result.unexpected_keys)
+    if missing or unused:
+        check_load_report({"missing_keys": missing, "unexpected_keys": unused}, f"the PEFT adapter in {folder} onto {type(model).__name__}")
+    kind = getattr(config.peft_type, "value", config.peft_type)
+    rank = f", r={config.r}" if getattr(config, "r", None) else ""
+    return adapted.merge_and_unload().eval(), f"the PEFT adapter ({kind}{rank}) in {folder} merged into its base model"
 
 
 def first_line(exc: BaseException) -> str:
@@ -279,41 +444,54 @@ def _text_config(config):
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def _model_inputs(config, parameters: list[str], request: SourceRequest) -> tuple[tuple[InputSpec, ...], dict[str, tuple[int, int | None]]]:
-    """The task model's inputs from its config: text, image or audio, as its forward names them."""
+def _model_inputs(
+    config, parameters: list[str], request: SourceRequest, task: Task | None = None
+) -> tuple[tuple[InputSpec, ...], dict[str, tuple[int, int | None]]]:
+    """The task model's inputs from its config, as its forward names them: text and images together where it takes
+    both (CLIP, SigLIP), else audio. A multiple-choice model takes each choice's tokens: [B, C, S]."""
     ranges: dict[str, tuple[int, int | None]] = {}
+    specs: list[InputSpec] = []
     if "input_ids" in parameters:
         text = _text_config(config)
-        specs = [InputSpec("input_ids", "int64", ("B", "S"), 0, text.vocab_size - 1)]
+        lead = ("B", "C") if task is not None and task.name == "multiple-choice" else ("B",)
+        specs.append(InputSpec("input_ids", "int64", (*lead, "S"), 0, text.vocab_size - 1))
         if "attention_mask" in parameters:
-            specs.append(InputSpec("attention_mask", "int64", ("B", "S")))
+            specs.append(InputSpec("attention_mask", "int64", (*lead, "S")))
         type_vocab = getattr(text, "type_vocab_size", None)
         if "token_type_ids" in parameters and type_vocab:
-            specs.append(InputSpec("token_type_ids", "int64", ("B", "S"), 0, type_vocab - 1))
+            specs.append(InputSpec("token_type_ids", "int64", (*lead, "S"), 0, type_vocab - 1))
         positions = getattr(text, "max_position_embeddings", None)
         if positions:
             ranges["S"] = (1, positions - position_offset(text))
-        return tuple(specs), ranges
     if "pixel_values" in parameters:
-        size = getattr(config, "image_size", 224)
+        vision = getattr(config, "vision_config", None) or config
+        size = getattr(vision, "image_size", 224)
         height, width = (size, size) if isinstance(size, int) else tuple(size)
-        return (InputSpec("pixel_values", "float32", ("B", getattr(config, "num_channels", 3), height, width)),), ranges
+        specs.append(InputSpec("pixel_values", "float32", ("B", getattr(vision, "num_channels", 3), height, width)))
+    if specs:
+        return tuple(specs), ranges
     if "input_features" in parameters:
         frames = 2 * config.max_source_positions if hasattr(config, "max_source_positions") else 3000
         return (InputSpec("input_features", "float32", ("B", config.num_mel_bins, frames)),), ranges
     if "input_values" in parameters:
-        return (InputSpec("input_values", "float32", ("B", "T"), -1.0, 1.0),), ranges
+        return (InputSpec("input_values", "float32", ("B", "T"), -1.0, 1.0),), {"T": (shortest_audio(config), None)}
     raise ConvertError(
         f"cannot tell the inputs of this model from its forward ({', '.join(parameters[:4])}...)",
         "Give every input with --input name:dtype[dims].",
     )
 
 
-def position_offset(config) -> int:
-    """Positions a model's position table keeps before the first token (RoBERTa-style models count from the padding id)."""
-    return (
-        config.pad_token_id + 1 if config.model_type in ("roberta", "xlm-roberta", "camembert") and config.pad_token_id is not None else 0
-    )
+def shortest_audio(config) -> int:
+    """The fewest samples a raw-audio model's convolutional feature encoder turns into two frames (720 for wav2vec2's
+    default kernels and strides): a shorter input fails inside its first convolutions, and at one frame an exporter
+    specialises the frame axis to 1."""
+    kernels, strides = getattr(config, "conv_kernel", None), getattr(config, "conv_stride", None)
+    if not kernels or not strides:
+        return 1
+    length = 2
+    for kernel, stride in zip(reversed(kernels), reversed(strides), strict=False):
+        length = (length - 1) * stride + kernel
+    return length
 
 
 def cache_layout(model, position_ids: bool) -> CacheLayout:
@@ -321,7 +499,22 @@ def cache_layout(model, position_ids: bool) -> CacheLayout:
     torch = require_torch()
     with torch.no_grad():
         out = model(input_ids=torch.zeros((1, 1), dtype=torch.int64), use_cache=True)
-    return _layout_of(out, position_ids=position_ids)
+    return _layout_of(out, position_ids=position_ids, window=_attention_window(model.config))
+
+
+# The config fields of a span a layer attends over instead of its whole past: Mistral's and Gemma's sliding window,
+# Llama 4's attention chunk, GPT-Neo's local window, ModernBERT-decoder's local attention.
+_WINDOW_FIELDS = ("sliding_window", "attention_chunk_size", "window_size", "local_attention")
+
+
+def _attention_window(config) -> int:
+    """The longest such span the decoder's config (or one of its layers' own, in a heterogeneous config) declares, below
+    the positions it has; 0 when none."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layers = getattr(text, "per_layer_config", None) or ()
+    spans = [getattr(c, field, None) for c in (text, *layers) for field in _WINDOW_FIELDS]
+    positions = getattr(text, "max_position_embeddings", None) or 0
+    return max((s for s in spans if type(s) is int and 0 < s and (not positions or s < positions)), default=0)
 
 
 # What transformers has called the cache argument and output field: ``cache`` since 5.24, ``past_key_values`` before
@@ -357,25 +550,31 @@ def _cache_of(out):
 
 
 def _layout_of(out, **facts) -> CacheLayout:
-    """The layout of the cache a decoder step returned, with the facts its inputs add."""
+    """The layout of the cache a decoder step returned, every layer's key and value read (layers may differ in heads
+    and head size), with the facts its inputs add."""
     layers = _cache_layers(_cache_of(out))
-    key = layers[0][0]
+    shapes = tuple((int(part.shape[1]), int(part.shape[3])) for layer in layers for part in layer)
     return CacheLayout(
         layers=len(layers),
-        kv_heads=int(key.shape[1]),
-        head_dim=int(key.shape[3]),
-        dtype=str(key.dtype).removeprefix("torch."),
+        kv_heads=shapes[0][0],
+        head_dim=shapes[0][1],
+        dtype=str(layers[0][0].dtype).removeprefix("torch."),
         vocab_size=int(out.logits.shape[-1]),
+        shapes=shapes if len(set(shapes)) > 1 else (),
         **facts,
     )
 
 
-def _cache_from(inputs: dict, layout: CacheLayout, config):
-    """A DynamicCache holding the past keys and values of a flat feed, layer by layer (its layers as the config makes
-    them: sliding-window ones where the model has them)."""
+def _cache_from(inputs: dict, layout: CacheLayout):
+    """A DynamicCache holding the past keys and values of a flat feed, layer by layer, every layer at full length.
+
+    Not ``DynamicCache(config=...)``: its sliding-window layers keep only their last window-1 tokens, so their outputs
+    would be shorter than the full layers' once the past reaches the window (no one length P+S for the graph, and
+    ONNX Runtime fails there). A sliding layer given the whole past gives the same logits: its attention mask leaves
+    out what lies beyond its window."""
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=config)
+    cache = DynamicCache()
     names = layout.past_names()
     for i in range(layout.layers):
         cache.update(inputs[names[2 * i]], inputs[names[2 * i + 1]], i)
@@ -419,12 +618,16 @@ def _cache_layers(cache) -> list[tuple[Any, Any]]:
 
 def _with_past_specs(specs: tuple[InputSpec, ...], layout: CacheLayout, ranges: dict) -> tuple[tuple[InputSpec, ...], dict]:
     by_name = {s.name: s for s in specs}
-    text = [by_name["input_ids"], InputSpec("attention_mask", "int64", ("B", "P+S"))]
+    text = [by_name["input_ids"], InputSpec("attention_mask", "int64", ("B", f"{PAST}+S"))]
     if layout.position_ids:
         high = ranges.get("S", (1, None))[1]
         text.append(InputSpec("position_ids", "int64", ("B", "S"), 0, (high or 2048) - 1))
-    past = [InputSpec(name, layout.dtype, ("B", layout.kv_heads, "P", layout.head_dim)) for name in layout.past_names()]
-    return (*text, *past), {**ranges, "P": (0, None)}
+    return (*text, *_past_specs(layout)), {**ranges, PAST: (0, None)}
+
+
+def _past_specs(layout: CacheLayout) -> list[InputSpec]:
+    """One input per layer's key and value, each with its own heads and head size, every one as long as the past."""
+    return [InputSpec(name, layout.dtype, ("B", heads, PAST, dim)) for name, (heads, dim) in layout.past_shapes().items()]
 
 
 def decoder_with_past(model, layout: CacheLayout, cache_argument: str):
@@ -442,7 +645,7 @@ def decoder_with_past(model, layout: CacheLayout, cache_argument: str):
         def forward(self, *values):
             inputs = dict(zip(names, values))
             step = {name: inputs[name] for name in ("input_ids", "attention_mask", "position_ids") if name in inputs}
-            step[cache_argument] = _cache_from(inputs, layout, self.model.config)
+            step[cache_argument] = _cache_from(inputs, layout)
             return _outputs(self.model(**step, use_cache=True), layout)
 
     return _by_name(DecoderWithPast, names)
@@ -463,13 +666,13 @@ def seq2seq_layout(model) -> tuple[CacheLayout, tuple[InputSpec, ...], dict[str,
             encoder_outputs=(torch.zeros((1, frames or 2, config.d_model)),),
             use_cache=True,
         )
-    layout = _layout_of(out, position_ids=False, attention_mask=False, infix=".decoder")
+    layout = _layout_of(out, position_ids=False, attention_mask=False, infix=".decoder", window=_attention_window(config))
     specs = [InputSpec("input_ids", "int64", ("B", "S"), 0, text.vocab_size - 1)]
     if not audio:
         specs.append(InputSpec("encoder_attention_mask", "int64", ("B", "E")))
     specs.append(InputSpec("encoder_hidden_states", layout.dtype, ("B", frames or "E", config.d_model)))
-    specs += [InputSpec(name, layout.dtype, ("B", layout.kv_heads, "P", layout.head_dim)) for name in layout.past_names()]
-    ranges: dict[str, tuple[int, int | None]] = {"P": (0, None)}
+    specs += _past_specs(layout)
+    ranges: dict[str, tuple[int, int | None]] = {PAST: (0, None)}
     if getattr(config, "max_target_positions", None):
         ranges["S"] = (1, config.max_target_positions)
     return layout, tuple(specs), ranges
@@ -504,11 +707,7 @@ def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec
                 encoder_outputs=(inputs["encoder_hidden_states"],),
                 attention_mask=inputs.get("encoder_attention_mask"),
                 use_cache=True,
-                **{
-                    cache_argument: EncoderDecoderCache(
-                        _cache_from(inputs, layout, self.model.config), DynamicCache(config=self.model.config)
-                    )
-                },
+                **{cache_argument: EncoderDecoderCache(_cache_from(inputs, layout), DynamicCache(config=self.model.config))},
             )
             return _outputs(out, layout)
 

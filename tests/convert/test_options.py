@@ -21,6 +21,7 @@ NON_DEFAULT = {
     "out": "elsewhere",
     "framework": "torch",
     "task": "fill-mask",
+    "dtype": "bfloat16",
     "weights": "w.safetensors",
     "params": "p.msgpack",
     "inputs": ("x:float32[B,8]", "m:int64[B]{0..1}"),

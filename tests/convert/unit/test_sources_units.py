@@ -263,7 +263,9 @@ def test_a_folder_with_no_model_is_an_error_saying_what_a_saved_model_holds(tmp_
         detect_framework(tmp_path)
     assert (
         info.value.problem
-        == f"{tmp_path} is a folder with no model in it (a Hugging Face model folder holds config.json; a SavedModel folder holds saved_model.pb)"
+        == f"{tmp_path} is a folder with no model in it (a sentence-transformers folder holds modules.json; a diffusers model folder holds "
+        "config.json (with _class_name); a Hugging Face model folder holds config.json or adapter_config.json; a SavedModel "
+        "folder holds saved_model.pb)"
     )
 
 
@@ -273,7 +275,7 @@ def test_a_file_of_no_known_framework_is_an_error_asking_for_framework(tmp_path)
     with pytest.raises(ConvertError) as info:
         detect_framework(path)
     assert info.value.problem == f"cannot tell which framework {path} belongs to"
-    assert info.value.next_step == "Pass --framework (torch, transformers, keras, jax, onnx)."
+    assert info.value.next_step == "Pass --framework (torch, sentence-transformers, diffusers, transformers, keras, jax, onnx)."
 
 
 def test_a_corrupt_onnx_file_is_a_clear_error(tmp_path):
