@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-EXTRAS := torch,tensorflow,jax,openvino,optimize,data,executorch,litert,mlflow,ray,transformers,dev
+EXTRAS := torch,tensorflow,jax,openvino,optimize,data,executorch,litert,mlflow,ray,transformers,peft,sentence-transformers,diffusers,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 LOCK := requirements.lock
@@ -71,6 +71,7 @@ $(OPTIMUM_STAMP): $(LOCK)
 
 zoo: install
 	$(PY) -m benchmarks.zoo
+	$(PY) -m benchmarks.zoo_hf
 
 clean:
 	rm -rf $(VENV) .venv-latest out .pytest_cache

@@ -1,13 +1,20 @@
 """Hugging Face Transformers source: a model folder as ``save_pretrained`` writes it (or a model object), and a task.
 
-The task picks the Auto class, the inputs and the outputs, with Optimum's task names. It is inferred from
-``config.architectures`` when not given, and the report says which and why. Specs come from the config: token ids
-below the vocabulary size, padding masks, token types below ``type_vocab_size``, pixel values at the config's image
-size, audio features at the feature extractor's size; the sequence is bounded by ``max_position_embeddings``.
+The folder is loaded as the class its config names (``config.architectures[0]``; with a task given, that task's Auto
+class), and transformers' load report is a refusal where a weight was dropped, initialised afresh or resized: the
+artifact is the model that was saved, or nothing. The task is the one whose Auto class loads that architecture, with
+Optimum's names, and the report says which and why. A PEFT adapter in the folder (or an adapter folder naming its base's
+folder) is loaded with peft and merged. ``--dtype`` says what the floating weights compute in (float32 by default: a
+bfloat16 checkpoint is upcast exactly). Specs come from the config: token ids below the vocabulary size, padding masks,
+token types below ``type_vocab_size``, pixel values at the config's image size, text and images together where the
+model takes both, audio features at the feature extractor's size, raw audio no shorter than two frames of the feature
+encoder; the sequence is bounded by ``max_position_embeddings``.
 
 ``text-generation-with-past`` wraps a decoder so that it takes and returns its cache as Optimum names it
 (``past_key_values.N.key``/``.value`` in, ``present.N.key``/``.value`` out, beside ``logits``), with the cache
-length ``P`` a dynamic dim of its own that may be 0 (the first step) and the attention mask spanning ``P+S``.
+length ``P`` a dynamic dim of its own that may be 0 (the first step) and the attention mask spanning ``P+S``. Every
+layer's cache is the whole past, sliding-window layers included (their mask leaves out what lies beyond the window), so
+the artifact runs at any ``P``; validation goes past every window the config declares.
 
 Nothing is downloaded, and nothing in the folder runs without ``trust_code``: weights load from safetensors only
 (``pytorch_model.bin`` is a pickle), and a config whose ``auto_map`` names code in the folder is refused.
@@ -189,6 +196,10 @@ def load_transformers_source(request: SourceRequest):
             architecture = (config.get("architectures") or [None])[0]
         else:
             why = "given with --task"
+            if task_name == "feature-extraction":
+                # the features of the model that was saved: its own class, then its base model (the head left aside,
+                # no pooler the checkpoint lacks initialised)
+                architecture = (config.get("architectures") or [None])[0]
         task = check_task(task_name, why)
         info.path = str(folder)
         info.sha256 = sha256_files(sorted({p for f in (folder, base) for p in f.rglob("*") if p.is_file()}))
@@ -257,6 +268,11 @@ def load_transformers_source(request: SourceRequest):
     # raw audio is exported at a few times the shortest length, where the encoder makes more than one frame (torch.export
     # fixes a dim whose frames are 1)
     export_sizes = {"T": 4 * ranges["T"][0]} if ranges.get("T", (1, None))[0] > 1 else {}
+    window = _attention_window(config) if layout is None else 0
+    if window and any("S" in s.symbols for s in specs):
+        # an encoder whose layers attend within a local window (ModernBERT) is exported, and checked with padded rows, at
+        # a sequence past the window: below it, local and global attention agree and a wrong window would pass
+        export_sizes["S"] = min(window + 1, ranges.get("S", (1, None))[1] or window + 1)
     source = TorchSource(module, info, specs, export_sizes, ranges, convention)
     source.generation = layout
     return source
@@ -328,6 +344,8 @@ def _load_folder(
                 "Check that the folder is complete (every shard its index names).",
             ) from exc
     check_load_report(report, f"{type(model).__name__} from {folder}", task)
+    if task.name == "feature-extraction" and getattr(model, "base_model", model) is not model:
+        return model.base_model
     return model
 
 
@@ -609,8 +627,9 @@ def _cache_layers(cache) -> list[tuple[Any, Any]]:
     layers = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in cache.layers]
     if not layers or not all(isinstance(part, torch.Tensor) for layer in layers for part in layer):
         raise ConvertError(
-            f"the model's cache ({type(cache).__name__}) holds no key and value tensors per layer (a state-space or recurrent "
-            "cache), and this tool exports decoders with a key/value cache only",
+            f"the model's cache ({type(cache).__name__}) holds no key and value tensors of its own in every layer (a "
+            "state-space or recurrent cache, or layers that share another layer's keys and values), and this tool exports "
+            "decoders whose every layer keeps its own key/value cache only",
             "Use --task text-generation (the decoder without its cache).",
         )
     return layers

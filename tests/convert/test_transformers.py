@@ -155,8 +155,7 @@ def test_an_encoder_decoders_decoder_takes_the_encoders_outputs_and_its_own_cach
     t5_run, t5 = runs["t5 decoder"]
     assert t5_run.returncode == 0, t5_run.output
     assert (
-        "text2text-generation-with-past: inferred from config.architectures (T5ForConditionalGeneration)"
-        in (t5["source"]["description"])
+        "text2text-generation-with-past: inferred from config.architectures (T5ForConditionalGeneration)" in (t5["source"]["description"])
     )
     past = [f"past_key_values.{i}.decoder.{part}:float32[B,4,P,8]" for i in range(2) for part in ("key", "value")]
     assert t5["source"]["inputs"] == [

@@ -57,14 +57,29 @@ def test_a_question_answering_folder_exports_its_head_and_matches_the_library_at
 
 
 def test_weights_loading_drops_or_initialises_are_a_refusal_naming_them(heads, tmp_path):
-    # the base model of a question-answering folder would drop its head and initialise a pooler the folder lacks
-    run, _ = _convert(heads["question-answering"], tmp_path / "base", "--task", "feature-extraction")
+    # a sequence classifier on a question-answering folder would drop its head and initialise a classifier afresh
+    run, _ = _convert(heads["question-answering"], tmp_path / "classifier", "--task", "text-classification")
     assert run.returncode == 2, run.output
-    assert "qa_outputs.weight" in run.stderr and "pooler.dense.weight" in run.stderr and "freshly initialised" in run.stderr
-    assert "Traceback" not in run.stderr and not (tmp_path / "base" / "question-answering.onnx").exists()
+    assert "qa_outputs.weight" in run.stderr and "classifier.weight" in run.stderr and "freshly initialised" in run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "classifier" / "question-answering.onnx").exists()
     # an architecture no task loads is refused, not loaded as the base model
     run, _ = _convert(heads["pretraining"], tmp_path / "pretraining")
     assert run.returncode == 2 and "BertForPreTraining" in run.stderr and "no task of this tool loads" in run.stderr
+
+
+def test_the_features_of_a_head_folder_are_its_own_encoders_with_no_pooler_made_up(heads, tmp_path):
+    run, report = _convert(heads["question-answering"], tmp_path / "out", "--task", "feature-extraction")
+    assert run.returncode == 0, run.output
+    graph = onnx.load(tmp_path / "out" / "question-answering.onnx").graph
+    assert [o.name for o in graph.output] == ["last_hidden_state"]
+    ids = np.random.default_rng(9).integers(0, 100, (3, 19))
+    got = _onnx_outputs(
+        tmp_path / "out" / "question-answering.onnx", {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": 0 * ids}
+    )
+    eager = transformers.BertForQuestionAnswering.from_pretrained(heads["question-answering"]).eval()
+    with torch.no_grad():
+        want = eager.bert(input_ids=torch.from_numpy(ids)).last_hidden_state.numpy()
+    np.testing.assert_allclose(got["last_hidden_state"], want, atol=1e-4)
 
 
 def test_a_ctc_folder_exports_its_logits_at_audio_lengths_its_encoder_takes(heads, tmp_path):
