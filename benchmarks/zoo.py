@@ -202,14 +202,20 @@ def _fixed_dim(reason: str) -> bool:
 
 def classify(report: dict, entry: ZooEntry, form: str, target: str) -> Cell:
     """One target's cell from a run's report.json."""
+    return Cell(entry.name, form, target, **artifact_verdict(report, target, _symbols(entry)))
+
+
+def artifact_verdict(report: dict, target: str, symbols: list[str], error_line: Callable[[str], str] = _one_line) -> dict:
+    """A cell's fields for the report's artifact of ``target``: status, reason, the stage seconds, the worst error and
+    the sizes each symbol was validated at (``error_line`` makes an export error one line)."""
     stages = {s["name"]: s for s in report.get("stages", [])}
     export, validate = stages.get(f"export:{target}", {}), stages.get(f"validate:{target}", {})
-    cell = Cell(entry.name, form, target, "error", export_s=export.get("seconds"), validate_s=validate.get("seconds"))
+    verdict = {"status": "error", "export_s": export.get("seconds"), "validate_s": validate.get("seconds")}
     artifact = next((a for a in report.get("artifacts", []) if a["format"] == target and not a.get("optimization")), None)
     if artifact is None or not artifact.get("path"):
         failed_stages = [s for s in report.get("stages", []) if s["status"] == "failed"]
         attempts = [a["error"] for a in (artifact or {}).get("attempts", []) if a.get("error")]
-        cell.reason = _one_line(
+        verdict["reason"] = error_line(
             export.get("error")
             or (attempts[0] if attempts else "")
             or report.get("error")
@@ -217,11 +223,10 @@ def classify(report: dict, entry: ZooEntry, form: str, target: str) -> Cell:
             or export.get("reason")
             or "no artifact"
         )
-        return cell
+        return verdict
     errors = [o["max_abs_error"] for c in artifact.get("checks", []) for o in c.get("outputs", []) if o.get("max_abs_error") is not None]
-    cell.max_abs_error = max(errors) if errors else None
-    symbols = _symbols(entry)
-    cell.sizes = " ".join(f"{s}={','.join(map(str, sorted(sizes_checked(artifact, s))))}" for s in symbols)
+    verdict["max_abs_error"] = max(errors) if errors else None
+    verdict["sizes"] = " ".join(f"{s}={','.join(map(str, sorted(sizes_checked(artifact, s))))}" for s in symbols)
     checks = artifact.get("checks", [])
     failed = [c for c in checks if c["status"] == "failed"]
     skipped = [c for c in checks if c["status"] == "skipped" and not c.get("device_unsupported") and c["device"] == "cpu"]
@@ -229,21 +234,17 @@ def classify(report: dict, entry: ZooEntry, form: str, target: str) -> Cell:
         check = failed[0]
         output_reasons = [o["reason"] for o in check.get("outputs", []) if o["status"] == "failed" and o.get("reason")]
         reason = check.get("reason") or (output_reasons[0] if output_reasons else "a check failed")
-        cell.status = "fixed-shape" if _fixed_dim(reason) else "failed"
-        cell.reason = _one_line(f"{check['runtime']} {check['shape']}: {reason}")
-        return cell
+        status = "fixed-shape" if _fixed_dim(reason) else "failed"
+        return {**verdict, "status": status, "reason": _one_line(f"{check['runtime']} {check['shape']}: {reason}")}
     if skipped:
-        cell.status, cell.reason = "fixed-shape", _one_line(f"{skipped[0]['runtime']} {skipped[0]['shape']}: {skipped[0]['reason']}")
-        return cell
+        reason = _one_line(f"{skipped[0]['runtime']} {skipped[0]['shape']}: {skipped[0]['reason']}")
+        return {**verdict, "status": "fixed-shape", "reason": reason}
     if not artifact.get("passed"):
-        cell.status, cell.reason = "failed", _one_line(report.get("error") or "the artifact did not pass")
-        return cell
+        return {**verdict, "status": "failed", "reason": _one_line(report.get("error") or "the artifact did not pass")}
     once = [s for s in symbols if len(sizes_checked(artifact, s)) < 2]
     if once:
-        cell.status, cell.reason = "fixed-shape", f"validated at one size of {', '.join(once)} only"
-        return cell
-    cell.status = "passed"
-    return cell
+        return {**verdict, "status": "fixed-shape", "reason": f"validated at one size of {', '.join(once)} only"}
+    return {**verdict, "status": "passed"}
 
 
 def run_zoo(

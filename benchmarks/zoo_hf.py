@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from benchmarks.zoo import _cpu, _fixed_dim, _last_line, _number, _one_line, sizes_checked
+from benchmarks.zoo import _cpu, _last_line, _number, _one_line, artifact_verdict
 from fixtures.zoo import REPO
 from fixtures.zoo_hf import ENTRIES, KERAS_MODULE, HfEntry
 
@@ -187,49 +187,8 @@ def _symbols(report: dict) -> list[str]:
 
 
 def classify(report: dict, name: str) -> Cell:
-    """The cell of the report's ONNX artifact, as benchmarks.zoo.classify reads one (symbols from the report's inputs)."""
-    stages = {s["name"]: s for s in report.get("stages", [])}
-    export, validate = stages.get("export:onnx", {}), stages.get("validate:onnx", {})
-    cell = Cell(name, "error", export_s=export.get("seconds"), validate_s=validate.get("seconds"))
-    artifact = next((a for a in report.get("artifacts", []) if a["format"] == "onnx" and not a.get("optimization")), None)
-    if artifact is None or not artifact.get("path"):
-        failed_stages = [s for s in report.get("stages", []) if s["status"] == "failed"]
-        attempts = [a["error"] for a in (artifact or {}).get("attempts", []) if a.get("error")]
-        cell.reason = _reason(
-            export.get("error")
-            or (attempts[0] if attempts else "")
-            or report.get("error")
-            or (failed_stages[0]["error"] if failed_stages else "")
-            or export.get("reason")
-            or "no artifact"
-        )
-        return cell
-    errors = [o["max_abs_error"] for c in artifact.get("checks", []) for o in c.get("outputs", []) if o.get("max_abs_error") is not None]
-    cell.max_abs_error = max(errors) if errors else None
-    symbols = _symbols(report)
-    cell.sizes = " ".join(f"{s}={','.join(map(str, sorted(sizes_checked(artifact, s))))}" for s in symbols)
-    checks = artifact.get("checks", [])
-    failed = [c for c in checks if c["status"] == "failed"]
-    skipped = [c for c in checks if c["status"] == "skipped" and not c.get("device_unsupported") and c["device"] == "cpu"]
-    if failed:
-        check = failed[0]
-        output_reasons = [o["reason"] for o in check.get("outputs", []) if o["status"] == "failed" and o.get("reason")]
-        reason = check.get("reason") or (output_reasons[0] if output_reasons else "a check failed")
-        cell.status = "fixed-shape" if _fixed_dim(reason) else "failed"
-        cell.reason = _one_line(f"{check['runtime']} {check['shape']}: {reason}")
-        return cell
-    if skipped:
-        cell.status, cell.reason = "fixed-shape", _one_line(f"{skipped[0]['runtime']} {skipped[0]['shape']}: {skipped[0]['reason']}")
-        return cell
-    if not artifact.get("passed"):
-        cell.status, cell.reason = "failed", _one_line(report.get("error") or "the artifact did not pass")
-        return cell
-    once = [s for s in symbols if len(sizes_checked(artifact, s)) < 2]
-    if once:
-        cell.status, cell.reason = "fixed-shape", f"validated at one size of {', '.join(once)} only"
-        return cell
-    cell.status = "passed"
-    return cell
+    """The cell of the report's ONNX artifact, as benchmarks.zoo judges one (symbols from the report's inputs)."""
+    return Cell(name, **artifact_verdict(report, "onnx", _symbols(report), _reason))
 
 
 def run_zoo(
