@@ -309,8 +309,9 @@ LIMITATIONS = (
 )
 
 
-def limitation_of(cell: Cell) -> Limitation | None:
-    return next((known for known in LIMITATIONS if known.fragment in cell.reason), None) if cell.status != "passed" else None
+def limitation_of(cell, known_ones: tuple[Limitation, ...] = LIMITATIONS) -> Limitation | None:
+    """The known limitation a cell that did not pass names in its reason, if any."""
+    return next((known for known in known_ones if known.fragment in cell.reason), None) if cell.status != "passed" else None
 
 
 def _version(distribution: str) -> str:
@@ -320,9 +321,9 @@ def _version(distribution: str) -> str:
         return distribution
 
 
-def _versions() -> str:
+def _versions(libraries: tuple[str, ...] = LIBRARIES) -> str:
     found = {}
-    for name in LIBRARIES:
+    for name in libraries:
         try:
             found.setdefault(name.removesuffix("-cpu"), f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:

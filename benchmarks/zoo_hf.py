@@ -33,10 +33,9 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 
-from benchmarks.zoo import _cpu, _last_line, _number, _one_line, artifact_verdict
+from benchmarks.zoo import Limitation, _cpu, _last_line, _number, _one_line, _version, _versions, artifact_verdict, limitation_of
 from fixtures.zoo import REPO
 from fixtures.zoo_hf import ENTRIES, KERAS_MODULE, HfEntry
 
@@ -847,15 +846,6 @@ CHECKS = {
 # ---- the results -------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Limitation:
-    """A known limitation that keeps cells from passing: matched by a fragment of the cell's reason."""
-
-    fragment: str
-    library: str  # the distribution whose version the table names (model-convert: this tool)
-    why: str
-
-
 LIMITATIONS = (
     Limitation(
         "transformers.grouped_mm_fallback",
@@ -865,36 +855,7 @@ LIMITATIONS = (
         "exporters/exporter_onnx.py registers a translation of it; experts_implementation='eager' avoids the op); the "
         "TorchScript-based fallback fails on the router's aten::histc",
     ),
-    Limitation(
-        "freshly initialised: decoder.embed_positions.weight, encoder.embed_positions.weight",
-        "model-convert",
-        "--task feature-extraction loads a MarianMTModel folder as MarianModel, whose load report names the sinusoidal "
-        "position tables (never saved: computed on initialisation) as freshly initialised and the LM head's "
-        "final_logits_bias as unused; the tool refuses any such report, so an encoder-decoder's encoder cannot be exported "
-        "from the folder its users save",
-    ),
 )
-
-
-def limitation_of(cell: Cell) -> Limitation | None:
-    return next((known for known in LIMITATIONS if known.fragment in cell.reason), None) if cell.status != "passed" else None
-
-
-def _version(distribution: str) -> str:
-    try:
-        return f"{distribution} {metadata.version(distribution)}"
-    except metadata.PackageNotFoundError:
-        return distribution
-
-
-def _versions() -> str:
-    found = {}
-    for name in LIBRARIES:
-        try:
-            found.setdefault(name.removesuffix("-cpu"), f"{name} {metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return ", ".join(found.values())
 
 
 def _cell(text: str) -> str:
@@ -917,7 +878,7 @@ def render(cells: list[Cell], jobs: int, seconds: float, command: str, progress:
         f"Measured {datetime.now(UTC):%Y-%m-%d} by `{command}` ({jobs} entry at a time, stage cache off, "
         f"{'the reports kept by an earlier run classified and checked again' if reused else f'{seconds / 60:.0f} min'}) on {_cpu()}, "
         f"{platform.machine()}, Python {platform.python_version()}, CPU only.",
-        f"Libraries: {_versions()}.",
+        f"Libraries: {_versions(LIBRARIES)}.",
         *([f"**Partial: {progress}.**"] if progress else []),
         "",
         f"**{len(passed)} / {len(cells)} cells passed ({100 * len(passed) / max(len(cells), 1):.1f}%)**: {tally}. "
@@ -960,10 +921,10 @@ def render(cells: list[Cell], jobs: int, seconds: float, command: str, progress:
     if failing:
         lines += ["", "## Why the other cells do not pass", "", "| library | cells | limitation |", "|---|---|---|"]
         for known in LIMITATIONS:
-            hit = [c for c in failing if limitation_of(c) is known]
+            hit = [c for c in failing if limitation_of(c, LIMITATIONS) is known]
             if hit:
                 lines.append(f"| {_version(known.library)} | {len(hit)}: {', '.join(c.entry for c in hit)} | {known.why} |")
-        unknown = [c for c in failing if limitation_of(c) is None]
+        unknown = [c for c in failing if limitation_of(c, LIMITATIONS) is None]
         if unknown:
             lines.append(f"| (not known) | {len(unknown)}: {', '.join(c.entry for c in unknown)} | see the reason column |")
     lines += ["", "## Entries", "", "| entry | family | CLI flags | truth check | note |", "|---|---|---|---|---|"]
