@@ -54,9 +54,9 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "gate":
-        from convert.promotion import gate
+        import convert.gate  # a package that is callable as the gate itself
 
-        return gate
+        return convert.gate
     if name in ("Report", "Verdict"):
         from convert.reports import model
 

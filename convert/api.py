@@ -11,55 +11,56 @@ from typing import Any
 from convert import options
 from convert.artifacts import given_by_name
 from convert.errors import ConvertError
+from convert.options import API_DEFAULTS
 from convert.pipeline import ConversionResult, ConvertRequest, run
 from convert.sources.base import SourceModel
 from convert.sources.request import SourceRequest
 from convert.sources.resolve import resolve_source
 from convert.specs import parse_input_specs
-from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 
 def convert(
     model: Any,
     *,
-    to: Sequence[str] = ("onnx",),
-    example_inputs: Any = None,
-    inputs: Sequence[str] = (),
-    out: str | Path | None = None,
-    framework: str | None = None,
-    task: str | None = None,
-    dtype: str = "float32",
-    weights: str | Path | None = None,
-    params: Any = None,
-    dims: Sequence[str] = (),
-    optimize: Sequence[str] = (),
-    data: str | Path | None = None,
-    data_samples: int = 500,
-    columns: Sequence[str] = (),
-    preprocess: str | None = None,
-    metric: str | None = None,
-    calibration_data: str | Path | None = None,
-    calibration_method: str = "minmax",
-    keep_fp32: Sequence[str] = (),
-    accuracy: Sequence[str] = (),
-    shape_ranges: Sequence[str] = (),
-    benchmark: bool = False,
-    threads: int | None = None,
-    benchmark_batch: int = 8,
-    benchmark_seconds: float = 2.0,
-    opset: int | None = None,
-    tolerance: Sequence[str] = (),
-    samples: int = 3,
-    seed: int = 0,
-    allow_fixed_shapes: bool = False,
-    trust_code: bool = False,
-    force: bool = False,
-    stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT,
-    isolate: bool = True,
-    cache: bool = True,
-    cache_dir: str | Path | None = None,
+    to: Sequence[str] = API_DEFAULTS["to"],
+    example_inputs: Any = API_DEFAULTS["example_inputs"],
+    inputs: Sequence[str] = API_DEFAULTS["inputs"],
+    out: str | Path | None = API_DEFAULTS["out"],
+    framework: str | None = API_DEFAULTS["framework"],
+    task: str | None = API_DEFAULTS["task"],
+    dtype: str = API_DEFAULTS["dtype"],
+    weights: str | Path | None = API_DEFAULTS["weights"],
+    params: Any = API_DEFAULTS["params"],
+    dims: Sequence[str] = API_DEFAULTS["dims"],
+    optimize: Sequence[str] = API_DEFAULTS["optimize"],
+    package: Sequence[str] = API_DEFAULTS["package"],
+    data: str | Path | None = API_DEFAULTS["data"],
+    data_samples: int = API_DEFAULTS["data_samples"],
+    columns: Sequence[str] = API_DEFAULTS["columns"],
+    preprocess: str | None = API_DEFAULTS["preprocess"],
+    metric: str | None = API_DEFAULTS["metric"],
+    calibration_data: str | Path | None = API_DEFAULTS["calibration_data"],
+    calibration_method: str = API_DEFAULTS["calibration_method"],
+    keep_fp32: Sequence[str] = API_DEFAULTS["keep_fp32"],
+    accuracy: Sequence[str] = API_DEFAULTS["accuracy"],
+    shape_ranges: Sequence[str] = API_DEFAULTS["shape_ranges"],
+    benchmark: bool = API_DEFAULTS["benchmark"],
+    threads: int | None = API_DEFAULTS["threads"],
+    benchmark_batch: int = API_DEFAULTS["benchmark_batch"],
+    benchmark_seconds: float = API_DEFAULTS["benchmark_seconds"],
+    opset: int | None = API_DEFAULTS["opset"],
+    tolerance: Sequence[str] = API_DEFAULTS["tolerance"],
+    samples: int = API_DEFAULTS["samples"],
+    seed: int = API_DEFAULTS["seed"],
+    allow_fixed_shapes: bool = API_DEFAULTS["allow_fixed_shapes"],
+    trust_code: bool = API_DEFAULTS["trust_code"],
+    force: bool = API_DEFAULTS["force"],
+    stage_timeout: float | None = API_DEFAULTS["stage_timeout"],
+    isolate: bool = API_DEFAULTS["isolate"],
+    cache: bool = API_DEFAULTS["cache"],
+    cache_dir: str | Path | None = API_DEFAULTS["cache_dir"],
 ) -> ConversionResult:
-    """Export ``model`` to every format in ``to`` and validate each artifact against it.
+    """Export ``model`` to every format in ``to`` (default: onnx) and validate each artifact against it.
 
     ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, a Hugging Face model folder (what
     ``save_pretrained`` writes; ``task`` picks the head, e.g. ``"text-generation-with-past"``), or a
@@ -101,7 +102,7 @@ def validate(artifacts: str | Path | Sequence[str | Path], *, against: Any, **ke
     unknown = sorted(set(keywords) - (set(inspect.signature(convert).parameters) - {"model"}))
     if unknown:
         raise TypeError(f"validate() got an unexpected keyword argument {unknown[0]!r} (the source model is against=)")
-    out = keywords.pop("out", None)
+    out = keywords.pop("out", API_DEFAULTS["out"])
     request = ConvertRequest(
         model=against,
         **{**options.from_api(keywords), "to": (), "out": Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="convert-"))},
@@ -113,14 +114,14 @@ def validate(artifacts: str | Path | Sequence[str | Path], *, against: Any, **ke
 def load(
     model: Any,
     *,
-    inputs: Sequence[str] = (),
-    example_inputs: Any = None,
-    framework: str | None = None,
-    task: str | None = None,
-    dtype: str = "float32",
-    weights: str | Path | None = None,
-    params: Any = None,
-    trust_code: bool = False,
+    inputs: Sequence[str] = API_DEFAULTS["inputs"],
+    example_inputs: Any = API_DEFAULTS["example_inputs"],
+    framework: str | None = API_DEFAULTS["framework"],
+    task: str | None = API_DEFAULTS["task"],
+    dtype: str = API_DEFAULTS["dtype"],
+    weights: str | Path | None = API_DEFAULTS["weights"],
+    params: Any = API_DEFAULTS["params"],
+    trust_code: bool = API_DEFAULTS["trust_code"],
 ) -> SourceModel:
     """Load a model the way the pipeline does and return its SourceModel (reference inference and specs)."""
     return resolve_source(

@@ -8,9 +8,6 @@ from pathlib import Path
 from convert.errors import ConvertError
 from convert.specs import InputSpec
 
-# How a file or folder someone already has says which format it is: its suffix, else what it holds.
-GIVEN_SUFFIXES = {".onnx": "onnx", ".pt2": "torch_export", ".pte": "executorch", ".tflite": "tflite"}
-
 
 @dataclass
 class Artifact:
@@ -67,28 +64,28 @@ def given_by_name(paths) -> dict[str, Path]:
 
 
 def given_format(path: Path) -> str:
-    """The format of an artifact given by path (``convert validate``, a policy's ``require.artifacts``)."""
-    from convert.backends.openvino import IR_NAME
-    from convert.safety import detect_format
+    """The format of an artifact given by path (``convert validate``, a policy's ``require.artifacts``): the format
+    whose suffix its name has, else whose marker file its folder holds, else whose bytes it has (each format's spec)."""
+    from convert.registry import REGISTRY, load_target
 
     if not path.exists():
         raise ConvertError(f"the artifact {path} does not exist", "Give the path of an artifact file or folder.")
-    if path.suffix.lower() in (".engine", ".plan"):
-        raise ConvertError(
-            f"{path} is a TensorRT engine, which is not taken: deserializing an engine runs its plugins' native code",
-            "Give the ONNX file it was built from, with --optimize trt to build and validate an engine here.",
-        )
+    formats = REGISTRY.entries("format")
+    suffix = path.suffix.lower()
+    for spec in formats:
+        if spec.given_refusal and suffix in spec.given_suffixes:
+            raise ConvertError(f"{path} is {spec.title}, which is not taken: {spec.given_refusal[0]}", spec.given_refusal[1])
     if path.is_dir():
-        if (path / "saved_model.pb").is_file():
-            return "savedmodel"
-        if (path / IR_NAME).is_file():
-            return "openvino"
-    elif path.suffix.lower() in GIVEN_SUFFIXES:
-        return GIVEN_SUFFIXES[path.suffix.lower()]
-    elif detect_format(path) == "torchscript":
-        return "torchscript"
+        found = next((spec.name for spec in formats if spec.given_folder_marker and (path / spec.given_folder_marker).is_file()), None)
+    else:
+        found = next((spec.name for spec in formats if suffix in spec.given_suffixes), None)
+        found = found or next((spec.name for spec in formats if spec.given_detect and load_target(spec.given_detect)(path)), None)
+    if found:
+        return found
+    suffixes = [s for spec in formats if not spec.given_refusal for s in spec.given_suffixes]
+    folders = [f"a folder holding {spec.given_folder_marker} ({spec.name})" for spec in formats if spec.given_folder_marker]
+    detected = [spec.title for spec in formats if spec.given_detect]
     raise ConvertError(
         f"cannot tell which format the artifact {path} is",
-        f"Give a file ending in {', '.join(GIVEN_SUFFIXES)}, a TorchScript archive, a SavedModel folder, or an OpenVINO "
-        f"folder holding {IR_NAME}.",
+        f"Give a file ending in {', '.join(suffixes)}, {' or '.join(detected)}, or {', or '.join(folders)}.",
     )

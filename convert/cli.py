@@ -147,8 +147,7 @@ def _start_worker_ahead(model: str, keywords: dict) -> None:
 def _run_and_exit(request, quiet: bool) -> None:
     """Run the pipeline with progress on the terminal, print the summary and every failure, exit with the run's code."""
     from convert.pipeline import run
-    from convert.reports.console import print_summary, stdout_console
-    from convert.text import first_line
+    from convert.reports.console import print_failures, print_summary, stdout_console
 
     stdout = stdout_console()
     result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
@@ -159,26 +158,7 @@ def _run_and_exit(request, quiet: bool) -> None:
         )
     else:
         print_summary(result.report, stdout, str(result.report_path))
-    for artifact in result.report.artifacts:
-        if artifact.checks and not artifact.passed and not artifact.candidate:
-            stderr.print(f"[bold red]error:[/] {escape(_failed_validation(artifact, str(result.report_path)))}", soft_wrap=True)
-    failed_exports = [s for s in result.report.stages if s.makes_artifact and s.status == "failed"]
-    for stage in failed_exports:
-        target = stage.subject
-        if stage.signal or stage.timed_out:
-            stderr.print(
-                f"[bold red]error:[/] the {target} export {'timed out' if stage.timed_out else 'crashed'}: "
-                f"{escape(first_line(stage.error).rstrip('.'))}; the run went on with the other targets. "
-                f"{'Raise --stage-timeout if it needs longer' if stage.timed_out else 'Try another --opset, or run it with --no-isolation in a debugger'}"
-                f"; the report has the details: {escape(str(result.report_path))}",
-                soft_wrap=True,
-            )
-            continue
-        stderr.print(
-            f"[bold red]error:[/] the {target} export failed with every strategy; the first said: "
-            f"{escape(first_line(stage.error).rstrip('.'))}. The report lists every attempt: {escape(str(result.report_path))}",
-            soft_wrap=True,
-        )
+    print_failures(result.report, stderr, str(result.report_path))
     sys.exit(result.exit_code)
 
 
@@ -221,7 +201,7 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
     Exit codes: 0 promote; 1 rejected (every reason is printed and in the report);
     2 bad policy, baseline or input; 3 internal error.
     """
-    from convert.promotion import gate
+    from convert.gate.run import gate
     from convert.reports.console import print_summary, print_verdict, stdout_console
     from convert.reports.model import Report
 
@@ -295,15 +275,13 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
     2 bad manifest or options (nothing ran); 3 internal error; 130 interrupted.
     """
     from convert.batch import run_batch
-    from convert.reports.console import stdout_console
+    from convert.reports.console import print_batch, print_batch_progress, stdout_console
 
     stdout = stdout_console()
 
     def finished(outcome) -> None:
         if not quiet:
-            mark = "[green]✓[/]" if outcome.passed else "[red]✗[/]"
-            reason = f" [dim]{escape(outcome.reasons[0])}[/]" if outcome.reasons else ""
-            stderr.print(f"{mark} {escape(outcome.name)} {outcome.status} ({outcome.seconds:.1f} s){reason}", soft_wrap=True)
+            print_batch_progress(outcome, stderr)
 
     summary, path = _guarded(
         lambda: run_batch(
@@ -319,26 +297,7 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
             finished=finished,
         )
     )
-    if not quiet:
-        table = Table(title=f"Batch: {len(summary.models)} models on {summary.engine}")
-        for column in ("model", "status", "seconds", "reused", "reason", "report"):
-            table.add_column(column, overflow="fold")
-        for outcome in summary.models:
-            color = "green" if outcome.passed else "red"
-            table.add_row(
-                escape(outcome.name),
-                f"[{color}]{outcome.status}[/]",
-                f"{outcome.seconds:.1f}",
-                str(outcome.reused),
-                escape(outcome.reasons[0] if outcome.reasons else ""),
-                escape(outcome.report or outcome.log),
-            )
-        stdout.print(table)
-    promoted = sum(o.passed for o in summary.models)
-    stdout.print(
-        f"{'PASSED' if summary.passed else 'FAILED'}: {promoted} of {len(summary.models)} models promoted "
-        f"(exit code {summary.exit_code}); summary: {escape(str(path))}"
-    )
+    print_batch(summary, stdout, str(path), table=not quiet)
     sys.exit(summary.exit_code)
 
 
@@ -351,7 +310,7 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Write JUnit XML here.")
 def report_command(report_json, html, markdown, junit):
     """Render a JSON report (from convert or convert gate) as HTML, Markdown or JUnit XML; with none of them, print it."""
-    from convert.promotion import load_report
+    from convert.gate.baseline import load_report
     from convert.reports.console import print_summary, print_verdict, stdout_console
     from convert.reports.render import render_files
 
@@ -408,34 +367,6 @@ class _ConsoleProgress:
         mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
         note = f" [dim]{escape(stage.reason)}[/]" if stage.status == "skipped" else " [dim]reused from the cache[/]" if stage.reused else ""
         stderr.print(f"{mark} {escape(stage.name)} ({stage.seconds:.1f} s){note}", soft_wrap=True)
-
-
-def _failed_validation(artifact, report_path: str) -> str:
-    """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
-    from convert.text import first_line
-
-    key = artifact.key
-    check = next((c for c in artifact.checks if c.status == "failed"), None)
-    problem = (
-        f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
-        if check
-        else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}"
-    )
-    values_failed = check is None or any(o.status == "failed" for o in check.outputs)
-    advice = (
-        "Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "
-        "configs) would be wrong too."
-        if check is not None and check.declared_mismatches and not values_failed
-        else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
-        if check is not None and artifact.fixed_dims and not check.outputs
-        else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the conversion is wrong."
-    )
-    where = (
-        f"It is left as it was at {artifact.path}."
-        if artifact.given
-        else f"It is kept at {artifact.path} for inspection, not at a final path."
-    )
-    return f"{problem}. {where} {advice} Every check is in {report_path}"
 
 
 def _guarded(action):

@@ -10,7 +10,7 @@ from importlib import metadata
 from convert.devices import ALL_DEVICES, cuda_gpus
 from convert.errors import ConvertError
 from convert.hardware import cpu_info
-from convert.registry import REGISTRY
+from convert.registry import CORE_EXTRA, REGISTRY
 
 
 @dataclass
@@ -36,7 +36,7 @@ def package_rows() -> list[Row]:
             else:
                 extra = REGISTRY.extra_of(name)
                 rows.append(
-                    Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != "(core)" else "reinstall model-convert")
+                    Row(name, "-", "missing", f"pip install 'model-convert[{extra}]'" if extra != CORE_EXTRA else "reinstall model-convert")
                 )
         elif name in ranges and not ranges[name].holds(version):
             rows.append(Row(name, version, "untested", f"outside the tested range ({ranges[name]}): results may differ or fail"))
@@ -57,11 +57,13 @@ def runtime_rows() -> list[Row]:
             try:
                 reason = runner.unavailable_reason(device)
             except (ImportError, ConvertError):
-                reason = f"not installed: pip install 'model-convert[{entry.meta.get('extra', '')}]'"
+                reason = (
+                    f"not installed: pip install 'model-convert[{entry.extra}]'" if entry.extra != CORE_EXTRA else "reinstall model-convert"
+                )
             rows.append(
                 Row(
                     f"{entry.name} on {device}",
-                    package_version(entry.meta["packages"][0]),
+                    package_version(entry.packages[0]) if entry.packages else "-",
                     "usable" if reason is None else "unusable",
                     reason or "",
                 )

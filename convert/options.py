@@ -4,6 +4,11 @@ stages whose results it changes, and whether an artifact's reproduce command rep
 The CLI's options (``cli.export_command``), the requests the API and the gate build (``from_api``, ``from_policy``),
 the report's ``options`` record, the cache's option digest and the reproduce command (convert/pipeline/reproduce.py)
 are all derived from ``OPTIONS``; a test proves every option is either reproduced or excluded with its reason.
+
+Each option's default is declared here once, too: ConvertRequest's field defaults (``DEFAULTS``), the Python API's
+keyword defaults (``API_DEFAULTS``), the click defaults (``RunOption.click_default``) and the policy schema's defaults
+(``policy_default``) are read from it. Where a surface's default differs, the option says so and why (``Differs``);
+tests/convert/test_options.py compares the default on every surface.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from convert.worker import DEFAULT_STAGE_TIMEOUT
@@ -27,6 +33,17 @@ Kind = Literal["value", "flag", "negated-flag", "multiple", "comma-list"]
 Reproduce = Literal["always", "optimization", "never"]
 # The cached results an option changes (convert/cache.py): the stages whose keys take its value
 Stage = Literal["load", "reference", "export", "optimize", "validate"]
+# Where a user gives an option: the command line, the Python API's keywords, a promotion policy
+Surface = Literal["cli", "api", "policy"]
+
+
+@dataclass(frozen=True)
+class Differs:
+    """A surface whose default is not the option's own: declared with the option, and why, never a silent second one."""
+
+    surface: Surface
+    value: Any  # in the request's form, as RunOption.default
+    why: str
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,10 @@ class RunOption:
     help: str
     kind: Kind = "value"
     type: Any = str  # the click type of a value
+    # the value a run takes when no one gives one, in the request's form (a list kind's is a tuple, a PATH's a Path):
+    # ConvertRequest's field default, and every surface's unless ``differs`` names that surface
     default: Any = None
+    differs: tuple[Differs, ...] = ()
     metavar: str | None = None
     show_default: bool = False
     policy: str | None = None  # "section.key" in a promotion policy
@@ -48,9 +68,29 @@ class RunOption:
     choices: tuple[str, ...] = ()  # the only values (where no registry lists them)
     recorded: bool = True  # kept in the report's options (not where the run writes, nor --force)
 
+    def __post_init__(self) -> None:
+        # a list kind's default may be declared as None or "": it is kept as the request holds it, ()
+        object.__setattr__(self, "default", self.to_request(self.default))
+
     @property
     def keyword(self) -> str:
         return self.api or self.name
+
+    def default_on(self, surface: Surface) -> Any:
+        """The default a surface gives, in the request's form: the option's own unless it declares a difference there."""
+        return next((differs.value for differs in self.differs if differs.surface == surface), self.default)
+
+    @property
+    def click_default(self) -> Any:
+        """The click parameter's default: the CLI's default as the command line spells it (a negated flag's is False)."""
+        value = self.default_on("cli")
+        if self.kind == "negated-flag":
+            return not value
+        if self.kind == "comma-list":
+            return ",".join(value) or None
+        if self.kind == "multiple":
+            return tuple(value) or None
+        return value
 
     @property
     def parameter(self) -> str:
@@ -74,7 +114,9 @@ class RunOption:
 
 DEFAULT_DATA_SAMPLES = 500
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
-PATH = Path  # a file or folder option: a Path in the request, the user's spelling in the reproduce command
+# a file or folder option: a Path in the request, the user's spelling in the reproduce command; in a promotion policy
+# relative to the policy file's folder (policy._resolved), its default included (out: "out" beside the policy)
+PATH = Path
 
 OPTIONS: tuple[RunOption, ...] = (
     RunOption(
@@ -82,6 +124,8 @@ OPTIONS: tuple[RunOption, ...] = (
         "--to",
         "Comma-separated target formats: {formats}. An ONNX model needs none: onnx (the model checked and normalised) is then the default.",
         kind="comma-list",
+        default=(),  # the model's own targets (plan.default_targets): onnx for an ONNX model, else --to is required
+        differs=(Differs("api", ("onnx",), "a Python caller gets ONNX without naming it: convert.convert(model)"),),
         metavar="FORMATS",
         policy="require.targets",
         reproduce="never",
@@ -93,6 +137,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "Output folder for the artifacts and report.json.",
         type=PATH,
         default=Path("out"),
+        differs=(Differs("api", None, "convert.convert() without out= writes to a new temporary folder"),),
         show_default=True,
         policy="out",
         reproduce="never",
@@ -176,11 +221,24 @@ OPTIONS: tuple[RunOption, ...] = (
         "{optimizers}; or auto: build every pass this machine can run, validate and benchmark them, keep the fastest "
         "within the accuracy budget.",
         kind="comma-list",
-        default="",
+        default=(),
         metavar="PASSES",
         policy="require.optimizations",
         reproduce="never",
         not_reproduced="an optimization's command names its own pass",
+    ),
+    RunOption(
+        "package",
+        "--package",
+        "Comma-separated packages to build from the validated artifacts, each checked as its consumer reads it: "
+        "{packagers}. A package holds only artifacts that passed, and passes only where their bytes in it are the "
+        "validated ones.",
+        kind="comma-list",
+        default=(),
+        metavar="PACKAGERS",
+        policy="require.packages",
+        reproduce="never",
+        not_reproduced="a package is built from the run's artifacts, not remade by one artifact's command",
     ),
     RunOption(
         "data",
@@ -261,7 +319,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "INT8 and FP16 passes and OpenVINO's INT8 leave in FP32: a failing reduced-precision artifact's report ranks "
         "its layers by sensitivity and names the ones to keep.",
         kind="comma-list",
-        default="",
+        default=(),
         metavar="PATTERNS",
         policy="validation.keep_fp32",
         stages=("optimize",),
@@ -452,6 +510,22 @@ OPTIONS: tuple[RunOption, ...] = (
     ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
+# ConvertRequest's field defaults, by option name (the request's form)
+DEFAULTS: MappingProxyType[str, Any] = MappingProxyType({option.name: option.default for option in OPTIONS})
+# the Python API's keyword defaults, by keyword (convert.convert, convert.load)
+API_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType({option.keyword: option.default_on("api") for option in OPTIONS})
+
+
+def policy_default(key: str) -> Any:
+    """The default of a promotion policy's key ("section.key"), as the policy spells it: a list for a tuple, a string for
+    a path (relative to the policy file's folder, as every path in a policy)."""
+    option = next(option for option in OPTIONS if option.policy == key)
+    value = option.default_on("policy")
+    if isinstance(value, tuple):
+        return list(value)
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
 CACHE_OPTIONS = ("cache", "cache_dir")  # the options every command that runs the pipeline shares
 
 
@@ -464,8 +538,12 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
     def decorate(command):
         for option in reversed(chosen):  # click lists options in the order their decorators are applied, outermost first
             text = option.help.replace("{formats}", formats).replace("{optimizers}", optimizers)
+            if "{packagers}" in text:
+                from convert.registry import REGISTRY
+
+                text = text.replace("{packagers}", ", ".join(entry.name for entry in REGISTRY.entries("packager")))
             if option.kind in ("flag", "negated-flag"):
-                command = click.option(option.flag, option.parameter, is_flag=True, help=text)(command)
+                command = click.option(option.flag, option.parameter, is_flag=True, default=option.click_default, help=text)(command)
                 continue
             kind = click.Path(path_type=Path) if option.type is PATH else option.type
             if option.choices_from:
@@ -478,7 +556,7 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
                 option.flag,
                 option.parameter,
                 type=kind,
-                default=option.default,
+                default=option.click_default,
                 metavar=option.metavar,
                 multiple=option.kind == "multiple",
                 show_default=option.show_default,
@@ -490,7 +568,7 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
 
 
 # the options of a run that make artifacts: validating artifacts someone already has takes none of them
-MAKES_ARTIFACTS = ("to", "optimize", "opset", "calibration_data", "calibration_method", "keep_fp32")
+MAKES_ARTIFACTS = ("to", "optimize", "package", "opset", "calibration_data", "calibration_method", "keep_fp32")
 
 
 def from_cli(values: dict[str, Any]) -> dict[str, Any]:

@@ -16,9 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from convert.errors import ConvertError
-from convert.options import CALIBRATION_METHODS, DEFAULT_DATA_SAMPLES
+from convert.options import CALIBRATION_METHODS, policy_default
 from convert.readers import PlainYamlLoader, load_yaml, shown
-from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 Device = Literal["cpu", "cuda"]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -42,16 +41,21 @@ def _parsed(parse, texts):
 
 class ModelSpec(_Strict):
     path: str = Field(description="a model file or folder, package.module:callable, or path/to/file.py:callable (relative to this file)")
-    framework: Literal["torch", "transformers", "sentence-transformers", "diffusers", "keras", "jax", "onnx"] | None = None
-    task: str | None = Field(None, description="a Hugging Face model's task (Optimum's names), e.g. text-generation-with-past")
-    dtype: Literal["float32", "float16", "bfloat16", "source"] = Field(
-        "float32", description="what a Hugging Face folder's floating weights compute in (source: the checkpoint's own dtype)"
+    framework: Literal["torch", "transformers", "sentence-transformers", "diffusers", "keras", "jax", "onnx"] | None = policy_default(
+        "model.framework"
     )
-    weights: str | None = None
-    params: str | None = None
-    inputs: list[str] = []
-    example_inputs: str | None = None
-    trust_code: bool = False
+    task: str | None = Field(
+        policy_default("model.task"), description="a Hugging Face model's task (Optimum's names), e.g. text-generation-with-past"
+    )
+    dtype: Literal["float32", "float16", "bfloat16", "source"] = Field(
+        policy_default("model.dtype"),
+        description="what a Hugging Face folder's floating weights compute in (source: the checkpoint's own dtype)",
+    )
+    weights: str | None = policy_default("model.weights")
+    params: str | None = policy_default("model.params")
+    inputs: list[str] = policy_default("model.inputs")
+    example_inputs: str | None = policy_default("model.example_inputs")
+    trust_code: bool = policy_default("model.trust_code")
 
     @field_validator("inputs")
     @classmethod
@@ -63,41 +67,61 @@ class ModelSpec(_Strict):
 
 class Requirements(_Strict):
     targets: list[str] = Field(
-        [], description="artifact formats that must be exported and pass (an .onnx model requiring nothing else: [onnx])"
+        policy_default("require.targets"),
+        description="artifact formats that must be exported and pass (an .onnx model requiring nothing else: [onnx])",
     )
     artifacts: dict[str, str] = Field(
         {},
         description="NAME: PATH of artifacts you already have (relative to this file) that must pass against the model, "
         "validated as they are and never changed; budgets name them by NAME",
     )
-    optimizations: list[str] = Field([], description="--optimize passes whose artifacts must be built and pass")
+    optimizations: list[str] = Field(
+        policy_default("require.optimizations"), description="--optimize passes whose artifacts must be built and pass"
+    )
+    packages: list[str] = Field(
+        policy_default("require.packages"), description="--package packagers whose packages must be built from the artifacts and pass"
+    )
     devices: list[Device] = Field(["cpu"], min_length=1, description="devices every required artifact must pass on")
     may_skip_devices: list[Device] = Field([], description="required devices that may be absent from the machine")
 
 
 class Validation(_Strict):
-    dims: list[str] = []
-    shape_ranges: list[str] = []
-    samples: int = Field(3, ge=1, le=10_000)
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    dims: list[str] = policy_default("validation.dims")
+    shape_ranges: list[str] = policy_default("validation.shape_ranges")
+    samples: int = Field(policy_default("validation.samples"), ge=1, le=10_000)
+    seed: int = Field(policy_default("validation.seed"), ge=0, le=2**32 - 1)
     allow_fixed_shapes: bool = Field(
-        False,
+        policy_default("validation.allow_fixed_shapes"),
         description="accept an artifact that fixes a dim asked dynamic; its checks at other "
         "sizes are skipped, and a skipped check on a required device still rejects",
     )
-    tolerances: list[str] = Field([], description="fp32 tolerance overrides, as --tolerance")
-    accuracy: list[str] = Field([], description="accuracy budgets that judge fp16 / int8 checks, as --accuracy")
-    opset: int | None = Field(None, ge=1, le=100)
-    data: str | None = Field(None, description="samples every artifact is validated on, in any form --data takes (relative to this file)")
-    data_samples: int = Field(DEFAULT_DATA_SAMPLES, ge=1, description="samples of the data used, chosen with the seed when there are more")
-    columns: list[str] = Field([], description="INPUT=COLUMN: the column or array that feeds an input, or label=COLUMN")
-    preprocess: str | None = Field(None, description="an image folder's preprocessing, as --preprocess")
-    metric: str | None = Field(None, description="module:function of a task metric of your own (needs model.trust_code)")
-    calibration_data: str | None = None
-    calibration_method: Literal[CALIBRATION_METHODS] = "minmax"
-    keep_fp32: list[str] = Field([], description="node-name or module-path patterns the INT8 / FP16 passes leave in FP32, as --keep-fp32")
+    tolerances: list[str] = Field(policy_default("validation.tolerances"), description="fp32 tolerance overrides, as --tolerance")
+    accuracy: list[str] = Field(
+        policy_default("validation.accuracy"), description="accuracy budgets that judge fp16 / int8 checks, as --accuracy"
+    )
+    opset: int | None = Field(policy_default("validation.opset"), ge=1, le=100)
+    data: str | None = Field(
+        policy_default("validation.data"),
+        description="samples every artifact is validated on, in any form --data takes (relative to this file)",
+    )
+    data_samples: int = Field(
+        policy_default("validation.data_samples"), ge=1, description="samples of the data used, chosen with the seed when there are more"
+    )
+    columns: list[str] = Field(
+        policy_default("validation.columns"), description="INPUT=COLUMN: the column or array that feeds an input, or label=COLUMN"
+    )
+    preprocess: str | None = Field(policy_default("validation.preprocess"), description="an image folder's preprocessing, as --preprocess")
+    metric: str | None = Field(
+        policy_default("validation.metric"), description="module:function of a task metric of your own (needs model.trust_code)"
+    )
+    calibration_data: str | None = policy_default("validation.calibration_data")
+    calibration_method: Literal[CALIBRATION_METHODS] = policy_default("validation.calibration_method")
+    keep_fp32: list[str] = Field(
+        policy_default("validation.keep_fp32"),
+        description="node-name or module-path patterns the INT8 / FP16 passes leave in FP32, as --keep-fp32",
+    )
     stage_timeout: float = Field(
-        DEFAULT_STAGE_TIMEOUT,
+        policy_default("validation.stage_timeout"),
         gt=0,
         le=7 * 24 * 3600,
         description="seconds a stage may run in the worker process before it is stopped and failed",
@@ -188,9 +212,11 @@ class Baseline(_Strict):
 
 
 class BenchmarkOptions(_Strict):
-    threads: int | None = Field(None, ge=1, le=4096)
-    batch: int = Field(8, ge=1, le=1_000_000)
-    seconds: float = Field(2.0, gt=0, le=3600, description="each measurement's least duration, as --benchmark-seconds")
+    threads: int | None = Field(policy_default("benchmark.threads"), ge=1, le=4096)
+    batch: int = Field(policy_default("benchmark.batch"), ge=1, le=1_000_000)
+    seconds: float = Field(
+        policy_default("benchmark.seconds"), gt=0, le=3600, description="each measurement's least duration, as --benchmark-seconds"
+    )
 
 
 class Policy(_Strict):
@@ -201,7 +227,7 @@ class Policy(_Strict):
     budgets: dict[str, ArtifactBudget] = Field({}, description="by artifact key: a target format or an optimization")
     benchmark: BenchmarkOptions = BenchmarkOptions()
     baseline: Baseline | None = None
-    out: str = "out"
+    out: str = policy_default("out")  # relative to the policy file's folder, as every path here
 
     def required_keys(self) -> list[str]:
         return [*self.require.targets, *self.require.optimizations, *self.require.artifacts]
@@ -364,7 +390,7 @@ def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, st
     for index, name in enumerate(policy.require.optimizations):
         if name not in passes:
             problem(("require", "optimizations", index), f"unknown pass '{name}' (known: {', '.join(passes)})")
-        elif (takes := REGISTRY.get("optimizer", name).meta["takes"]) not in policy.require.targets:
+        elif (takes := REGISTRY.get("optimizer", name).takes) not in policy.require.targets:
             problem(
                 ("require", "optimizations", index), f"the pass '{name}' starts from the {takes} artifact: add {takes} to require.targets"
             )

@@ -29,8 +29,9 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _expand(paths: list[Path]) -> list[tuple[str, Path]]:
-    """(name, file) for every file, folders walked; a name inside a folder is relative to that folder."""
+def named_files(paths: list[Path]) -> list[tuple[str, Path]]:
+    """(name, file) for every file, folders walked; a name inside a folder is relative to that folder (as the digest of
+    several files names each)."""
     found = []
     for path in paths:
         if path.is_dir():
@@ -44,14 +45,19 @@ def sha256_files(paths: list[Path]) -> str:
     """One digest over several files or folders (a single file's digest is its plain sha256)."""
     if len(paths) == 1 and paths[0].is_file():
         return sha256_file(paths[0])
+    return combine_digests([(name, sha256_file(path)) for name, path in named_files(paths)])
+
+
+def combine_digests(named: list[tuple[str, str]]) -> str:
+    """The digest of several files from (name, sha256) of each: what ``sha256_files`` gives for them."""
     digest = hashlib.sha256()
-    for name, path in _expand(paths):
-        digest.update(name.encode() + b"\0" + sha256_file(path).encode())
+    for name, file_digest in sorted(named):
+        digest.update(name.encode() + b"\0" + file_digest.encode())
     return digest.hexdigest()
 
 
 def size_of(paths: list[Path]) -> int:
-    return sum(path.stat().st_size for _, path in _expand(paths))
+    return sum(path.stat().st_size for _, path in named_files(paths))
 
 
 class Staging:
@@ -105,8 +111,9 @@ class Staging:
         finals = []
         folder = into or self.out_dir
         folder.mkdir(exist_ok=True)
-        # Data files first, the file that refers to them last, so a reader never sees a model without its data.
-        for path in sorted(staged, key=lambda p: p.suffix in (".onnx", ".xml")):
+        # In the order given: the caller puts the file that refers to the others last, so a reader never sees a model
+        # without its data.
+        for path in staged:
             final = folder / path.name
             stale = instead_of / path.name if instead_of is not None else None
             if stale is not None and (stale.exists() or stale.is_symlink()):
@@ -187,6 +194,11 @@ def check_contained(folder: Path) -> None:
                 f"{folder} has a symlink that leads outside it: {path.relative_to(folder)} -> {os.readlink(path)}",
                 "Refused: copy the files it needs into the folder instead.",
             )
+
+
+def is_torchscript(path: Path) -> bool:
+    """Whether a file is a TorchScript archive, by its members (a given artifact's format where its name says none)."""
+    return path.is_file() and detect_format(path) == "torchscript"
 
 
 def detect_format(path: Path) -> str:

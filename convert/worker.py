@@ -179,10 +179,11 @@ class Session:
 
         return rank(REGISTRY.get("optimizer", name).load()(), replace(job, source=self.source), samples, policy)
 
-    def name_onnx_output_dims(self, path, dims) -> None:
-        from convert.validation import name_onnx_output_dims
+    def repair_output_dims(self, fmt: str, path, dims) -> None:
+        """Make the artifact's declared output dims dynamic in place, as its format's spec says how."""
+        from convert.registry import REGISTRY, load_target
 
-        name_onnx_output_dims(path, dims)
+        load_target(REGISTRY.format(fmt).repair_output_dims)(path, dims)
 
     def benchmark_session(self, entries: list[tuple[str | None, object, str]], plan, settings, session: str) -> list[rm.Benchmark]:
         """Time the source (runtime None) and artifacts (runtime, artifact, device) interleaved (convert/benchmark.py)."""
@@ -395,7 +396,7 @@ def _import_ahead(model: str, framework: str | None) -> None:
 
         if not Path(model).exists():
             return
-        function = REGISTRY.get("source", framework or detect_framework(Path(model))).meta.get("framework_import")
+        function = REGISTRY.get("source", framework or detect_framework(Path(model))).framework_import
         if function:
             module, _, name = function.partition(":")
             getattr(importlib.import_module(module), name)()

@@ -2,19 +2,69 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 # Every test checks the work of each stage, so the stage cache is off unless a test turns it on with its own folder
 # (tests/convert/test_cache.py); nothing is written to the user's ~/.cache either.
 os.environ["CONVERT_NO_CACHE"] = "1"
+
+
+# `make test-fast` (pytest -m fast) runs every test in these folders and files (unit and layer tests, no conversion of a
+# whole model but test_compat's one), marked `fast` below, and the few end-to-end tests marked @pytest.mark.fast in
+# their modules (one torch -> ONNX CLI run, a gate run, a real report rendered as Markdown and JUnit XML). Under -m fast, a
+# test module with neither is not even imported (the imports of its frameworks would cost more than the fast tests).
+FAST = (
+    "tests/convert/unit",
+    "tests/validators",
+    "tests/convert/test_options.py",
+    "tests/convert/test_compat.py",
+    "tests/convert/test_layers.py",
+)
+
+
+def _in_fast(path: Path) -> bool:
+    return Path(path).resolve().relative_to(REPO).as_posix().startswith(FAST)
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    if config.getoption("markexpr", "") != "fast" or not collection_path.name.startswith("test_") or collection_path.suffix != ".py":
+        return None
+    return None if _in_fast(collection_path) or "mark.fast" in collection_path.read_text() else True
+
+
+# The modules that take longest (setup included, measured on 2 cores), longest first. `make test` spreads whole modules
+# over two xdist workers (--dist loadfile) in the order they are collected: started first, they do not leave one worker
+# running a long module alone at the end while the other has finished. Every other module keeps its place, after these.
+LONGEST_FIRST = (
+    "tests/convert/test_e2e_jax.py",
+    "tests/convert/exporters/test_executorch.py",
+    "tests/test_readme.py",
+    "tests/test_zoo.py",
+    "tests/convert/test_onnx_source.py",
+    "tests/convert/test_e2e_keras.py",
+    "tests/convert/test_transformers.py",
+    "tests/convert/test_gate.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if _in_fast(item.path):
+            item.add_marker(pytest.mark.fast)
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(item.path).resolve().relative_to(REPO).as_posix(), len(rank)))  # stable
 
 
 @dataclass
@@ -53,16 +103,81 @@ def sizes_checked(artifact: dict, symbol: str) -> set[str]:
     return {part.split("=")[1] for shape in shapes for part in shape.split(",") if part.startswith(symbol + "=")}
 
 
+def shared_folder(tmp_path_factory, name: str, build: Callable[[Path], object]) -> Path:
+    """A folder built once per test session and shared by every pytest-xdist worker (xdist's documented pattern: the
+    workers' base folders have one parent; a file lock lets one worker build while the others wait). ``build(folder)``
+    fills the empty folder; a build that raises leaves nothing behind, and the next caller builds again.
+
+    What is shared is read by many tests at once: a test that changes the files works on a copy (``shutil.copytree``)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                build(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            done.touch()
+    return folder
+
+
+class LazyRuns(Mapping):
+    """A mapping of names to runs, each run when it is first read: a test of one name (``-k``, ``make test-fast``) runs
+    that conversion alone; a test that reads every value runs them all, one at a time."""
+
+    def __init__(self, names: Iterable[str], run: Callable[[str], object]):
+        self._names, self._run, self._done = list(names), run, {}
+
+    def __getitem__(self, name: str):
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._done:
+            self._done[name] = self._run(name)
+        return self._done[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory) -> Callable[..., tuple[CliRun, Path]]:
+    """``converted(*ARGS, env=None)`` -> (the run, its --out folder): ``python -m convert ARGS --out FOLDER`` run once per
+    test session, whichever module or xdist worker asks first; identical command lines (same model, same options) share
+    the run and its outputs. The outputs are read-only to the tests: copy them to change them."""
+
+    def convert_once(*args: str, env: dict[str, str] | None = None) -> tuple[CliRun, Path]:
+        key = hashlib.sha256(json.dumps([args, sorted((env or {}).items())]).encode()).hexdigest()[:20]
+
+        def build(folder: Path) -> None:
+            run = run_cli(*args, "--out", str(folder / "out"), env=env)
+            (folder / "run.json").write_text(json.dumps(asdict(run)))
+
+        folder = shared_folder(tmp_path_factory, f"convert-{key}", build)
+        return CliRun(**json.loads((folder / "run.json").read_text())), folder / "out"
+
+    return convert_once
+
+
 @pytest.fixture(scope="session")
 def torch_files(tmp_path_factory) -> Path:
-    """Every PyTorch fixture written in every form (see fixtures/build_torch.py)."""
-    from fixtures.build_torch import write_fixture
-    from fixtures.torch_models import FIXTURES
+    """Every PyTorch fixture written in every form (see fixtures/build_torch.py), once per session for every worker."""
 
-    folder = tmp_path_factory.mktemp("torch_fixtures")
-    for name in FIXTURES:
-        write_fixture(name, folder)
-    return folder
+    def build(folder: Path) -> None:
+        from fixtures.build_torch import write_fixture
+        from fixtures.torch_models import FIXTURES
+
+        for name in FIXTURES:
+            write_fixture(name, folder)
+
+    return shared_folder(tmp_path_factory, "torch_fixtures", build)
 
 
 def _build_fixtures(module: str, folder: Path) -> Path:
@@ -75,11 +190,11 @@ def _build_fixtures(module: str, folder: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def keras_files(tmp_path_factory) -> Path:
-    """Every Keras fixture written in every form (see fixtures/build_keras.py)."""
-    return _build_fixtures("fixtures.build_keras", tmp_path_factory.mktemp("keras_fixtures"))
+    """Every Keras fixture written in every form (see fixtures/build_keras.py), once per session for every worker."""
+    return shared_folder(tmp_path_factory, "keras_fixtures", lambda folder: _build_fixtures("fixtures.build_keras", folder))
 
 
 @pytest.fixture(scope="session")
 def jax_files(tmp_path_factory) -> Path:
-    """The params files of the JAX fixtures (see fixtures/build_jax.py)."""
-    return _build_fixtures("fixtures.build_jax", tmp_path_factory.mktemp("jax_fixtures"))
+    """The params files of the JAX fixtures (see fixtures/build_jax.py), once per session for every worker."""
+    return shared_folder(tmp_path_factory, "jax_fixtures", lambda folder: _build_fixtures("fixtures.build_jax", folder))

@@ -44,6 +44,13 @@ def onnx_artifact(path: Path, opset: int | None = None) -> Artifact:
     )
 
 
+def output_names(path: Path) -> list[str]:
+    """The names an ONNX file gives its outputs (its weights not read)."""
+    import onnx
+
+    return [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+
+
 def outputs_apart(outputs, inputs) -> dict[str, str]:
     """The name an ONNX graph gives each output named like an input (a graph names its inputs and outputs alike: an
     output ``sample`` beside an input ``sample`` breaks every export), prefixed until it is no other input's or output's.

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-IR_NAME = "model.xml"
+from convert.formats import IR_NAME
+
 # f32 for every artifact, INT8 included: the CPU plugin's default on CPUs with bf16 would run a computation the
 # artifact does not describe
 F32_CPU = {"INFERENCE_PRECISION_HINT": "f32"}

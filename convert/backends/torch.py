@@ -1,6 +1,6 @@
 """PyTorch as every layer uses it: tensors to and from NumPy, a model's outputs named as the exporters see them, how a
-module takes its inputs, a module as a source model (every PyTorch source gives one), and loading a torch.export
-archive (a .pt2 the user gives, or one this run wrote).
+module takes its inputs, and loading a torch.export archive (a .pt2 the user gives, or one this run wrote). The source
+model every PyTorch source gives is the sources' own (convert/sources/torch_model.py); this module imports no source.
 
 A .pt2 whose input or output tree names a type of a well-known library (``PYTREE_LIBRARIES``, e.g. a transformers
 ModelOutput) imports the module that defines it, from that installed library, so that the type registers itself with
@@ -17,13 +17,12 @@ import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from convert.archives import check_archive, read_member
 from convert.errors import ConvertError, require
-from convert.sources.base import SourceInfo, SourceModel
 from convert.specs import InputSpec, SourceSignature
 
 # Libraries whose installed modules a .pt2 may name as pytree node types (package to import: what to pip install).
@@ -213,50 +212,12 @@ def _pytree_type_names(path: Path) -> set[str]:
     return names
 
 
-class TorchSource(SourceModel):
-    def __init__(
-        self,
-        module: Any,
-        info: SourceInfo,
-        inputs: tuple[InputSpec, ...],
-        export_sizes: dict[str, int],
-        dim_ranges: dict[str, tuple[int, int | None]] | None = None,
-        convention: CallConvention | None = None,
-    ):
-        self.module = module
-        self.convention = convention or CallConvention()
-        self.info = info
-        self.export_sizes = export_sizes
-        self.dim_ranges = dim_ranges or {}
-        self.signature = SourceSignature(inputs=inputs)
+class CalledModel(Protocol):
+    """What the helpers here need of a PyTorch source model (convert/sources/torch_model.py's TorchSource): how its
+    module takes its inputs, and their specs."""
 
-    @property
-    def native(self) -> Any:
-        return self.module
-
-    def generation_inputs(self, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        own = getattr(self.module, "generation_inputs", None)  # an encoder-decoder's: its encoder's outputs
-        return own(seed) if own is not None else super().generation_inputs(seed)
-
-    @property
-    def is_scripted(self) -> bool:
-        return isinstance(self.module, require_torch().jit.ScriptModule)
-
-    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        torch = require_torch()
-        with torch.inference_mode():
-            outputs = self.convention(self.module, to_tensors(self.signature.inputs, feed))
-        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
-
-    @contextlib.contextmanager
-    def pinned_threads(self, threads: int) -> Iterator[bool]:
-        torch = require_torch()
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            yield True
-        finally:
-            torch.set_num_threads(before)
+    convention: CallConvention
+    signature: SourceSignature
 
 
 class TracedProgram:
@@ -265,7 +226,7 @@ class TracedProgram:
 
     method = "torch.onnx's exported program, run node by node (ONNX values named after its nodes)"
 
-    def __init__(self, source: TorchSource, program):
+    def __init__(self, source: CalledModel, program):
         self.program = program  # an ExportedProgram as torch.onnx decomposed it
         self.source = source
         self.layers = {

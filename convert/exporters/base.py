@@ -15,23 +15,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field, field_validator
 
 from convert.artifacts import Artifact
 from convert.errors import ConvertError
+from convert.registry import REGISTRY, FromSpec
+from convert.reports import model as rm
 from convert.safety import no_space_error
 from convert.sources.base import SourceModel
 
 MAX_ERROR_CHARS = 4000
 
 
-@dataclass
-class Attempt:
-    strategy: str
-    status: str  # "ok" | "failed"
-    seconds: float
-    error: str = ""
-    log: str = ""
-    note: str = ""  # what a successful strategy found or changed on the way (e.g. bounds torch.export put on a dim)
+class Attempt(rm.Attempt):
+    """One strategy's try, as the report records it (convert.reports.model.Attempt: the report takes these as they are),
+    with what the strategy printed (``log``: kept in the stage cache, never written to the report). Its fields may be
+    given in order, as positional arguments; its seconds are kept to the millisecond, as the report shows them."""
+
+    log: str = Field("", exclude=True, description="what the strategy printed (its last MAX_ERROR_CHARS characters)")
+
+    def __init__(self, strategy: str, status: str, seconds: float, error: str = "", log: str = "", note: str = ""):
+        super().__init__(strategy=strategy, status=status, seconds=seconds, error=error, log=log, note=note)
+
+    @field_validator("seconds")
+    @classmethod
+    def _to_the_millisecond(cls, seconds: float) -> float:
+        return round(seconds, 3)
 
 
 @dataclass
@@ -86,9 +95,14 @@ def quiet(log: io.StringIO) -> Iterator[None]:
 class Exporter(abc.ABC):
     """Turns a source model into one artifact of ``format``; subclasses list their strategies in order."""
 
-    format: str
-    name: str
-    suffix: str  # file name suffix, e.g. ".onnx"
+    # read from the class's registered spec (convert/exporters/__init__.py): declared once, there
+    name = FromSpec()
+    format = FromSpec()
+
+    @classmethod
+    def artifact_suffix(cls) -> str:
+        """How its artifact's name ends: the format's suffix (an optimizer's own, where each pass names its artifact)."""
+        return REGISTRY.format(cls.format).suffix
 
     @abc.abstractmethod
     def strategies(self, job: ExportJob) -> list[tuple[str, Callable[[Path], Artifact]]]:
@@ -104,7 +118,7 @@ class Exporter(abc.ABC):
     def export(self, job: ExportJob) -> ExportOutcome:
         attempts: list[Attempt] = []
         for strategy, run in self.strategies(job):
-            path = job.folder / f"{job.stem}{self.suffix}"
+            path = job.folder / f"{job.stem}{self.artifact_suffix()}"
             log = io.StringIO()
             started = time.perf_counter()
             try:

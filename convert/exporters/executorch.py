@@ -21,10 +21,6 @@ from convert.exporters.torch_common import export_program, record_bounds
 
 
 class TorchToExecuTorch(Exporter):
-    format = "executorch"
-    name = "torch-executorch"
-    suffix = ".pte"
-
     def strategies(self, job: ExportJob):
         require_executorch("--to executorch")
         converted = "TS2EPConverter, then " if job.source.is_scripted else ""  # see torch_common.exportable_module

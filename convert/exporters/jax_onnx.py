@@ -37,10 +37,6 @@ LINEN_POOLING_PLUGINS = (
 
 
 class JaxToOnnx(Exporter):
-    format = "onnx"
-    name = "jax-onnx"
-    suffix = ".onnx"
-
     def strategies(self, job: ExportJob):
         strategies = [
             ("jax2onnx.to_onnx", lambda path: self._jax2onnx(job, path)),

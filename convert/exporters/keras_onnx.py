@@ -54,10 +54,6 @@ def _fold_captured_inputs(model, function, wanted: set[str]) -> bool:
 
 
 class KerasToOnnx(Exporter):
-    format = "onnx"
-    name = "keras-onnx"
-    suffix = ".onnx"
-
     def strategies(self, job: ExportJob):
         strategies = [("tf2onnx.convert.from_function", lambda path: self._tf2onnx(job, path))]
         if job.source.is_keras:

@@ -33,10 +33,6 @@ from convert.text import first_line
 
 
 class TorchToLiteRt(Exporter):
-    format = "tflite"
-    name = "litert-torch"
-    suffix = ".tflite"
-
     def strategies(self, job: ExportJob):
         converted = "TS2EPConverter, then " if job.source.is_scripted else ""  # see torch_common.exportable_module
         strategies = [(f"{converted}litert_torch.convert", lambda path: self._convert(job, path))]

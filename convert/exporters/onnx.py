@@ -14,10 +14,6 @@ from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example
 
 
 class TorchToOnnx(Exporter):
-    format = "onnx"
-    name = "torch-onnx"
-    suffix = ".onnx"
-
     def strategies(self, job: ExportJob):
         converted = "TS2EPConverter, then " if job.source.is_scripted else ""  # see torch_common.exportable_module
         return [

@@ -14,10 +14,6 @@ from convert.exporters.base import Exporter, ExportJob
 
 
 class OnnxToOnnx(Exporter):
-    format = "onnx"
-    name = "onnx-check"
-    suffix = ".onnx"
-
     def strategies(self, job: ExportJob):
         converted = f", version_converter to opset {job.opset}" if job.opset else ""
         return [(f"onnx.checker + declared input dims{converted}", lambda path: self._normalise(job, path))]

@@ -10,10 +10,6 @@ from convert.exporters.tf_common import write_savedmodel
 
 
 class TfSavedModel(Exporter):
-    format = "savedmodel"
-    name = "tf-savedmodel"
-    suffix = "_savedmodel"
-
     def strategies(self, job: ExportJob):
         bridge = getattr(job.source, "tf_bridge", "")
         strategy = (

@@ -17,10 +17,6 @@ from convert.exporters.tf_common import write_savedmodel
 
 
 class TfLite(Exporter):
-    format = "tflite"
-    name = "tflite-converter"
-    suffix = ".tflite"
-
     def strategies(self, job: ExportJob):
         return [
             ("TFLiteConverter(TFLITE_BUILTINS)", lambda path: self._convert(job, path, select_tf_ops=False)),

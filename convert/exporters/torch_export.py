@@ -11,10 +11,6 @@ from convert.exporters.torch_common import export_program, record_bounds
 
 
 class TorchToExportedProgram(Exporter):
-    format = "torch_export"
-    name = "torch-torch_export"
-    suffix = ".pt2"
-
     def strategies(self, job: ExportJob):
         converted = "TS2EPConverter, then " if job.source.is_scripted else ""
         return [(f"{converted}torch.export.export(strict=False)", lambda path: self._export(job, path))]

@@ -24,10 +24,6 @@ from convert.exporters.torch_common import example_arguments
 
 
 class TorchToTorchScript(Exporter):
-    format = "torchscript"
-    name = "torch-torchscript"
-    suffix = ".torchscript.pt"
-
     def strategies(self, job: ExportJob):
         if job.source.is_scripted:
             return [("torch.jit.save", lambda path: self._save(job.source.native, path))]

@@ -13,6 +13,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
+from convert.registry import REGISTRY, FromSpec
 
 
 @dataclass
@@ -52,8 +53,13 @@ class OptimizeJob(ExportJob):
 class Optimizer(Exporter):
     """Writes an optimized artifact of ``format`` at ``precision`` from ``job.base`` (an artifact of ``takes``)."""
 
-    takes = "onnx"
-    precision = "fp32"
+    # read from the class's registered spec (convert/optimizers/__init__.py)
+    takes = FromSpec()
+    precision = FromSpec()
+
+    @classmethod
+    def artifact_suffix(cls) -> str:
+        return REGISTRY.spec_of(cls).suffix
 
     @classmethod
     def unavailable_reason(cls) -> str | None:

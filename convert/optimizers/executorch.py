@@ -14,12 +14,6 @@ from convert.optimizers.base import OptimizeJob, Optimizer
 
 
 class ExecuTorchInt8(Optimizer):
-    takes = "executorch"
-    format = "executorch"
-    name = "executorch:int8"
-    suffix = ".int8.pte"
-    precision = "int8"
-
     def strategies(self, job: OptimizeJob):
         require_executorch("--optimize executorch:int8")
         steps = "torch.export, prepare_pt2e(XNNPACKQuantizer, symmetric per-channel), calibration, convert_pt2e, torch.export"

@@ -65,8 +65,6 @@ def kept_in_fp32(job: OptimizeJob, model: str | Path) -> list[str]:
 class _Int8(Optimizer):
     """An INT8 pass: from the pre-processed model first, from the model as exported as the fallback."""
 
-    format = "onnx"
-    precision = "int8"
     call = ""  # the ONNX Runtime call, as the strategies name it
 
     def strategies(self, job: OptimizeJob):
@@ -82,8 +80,6 @@ class _Int8(Optimizer):
 
 
 class StaticInt8(_Int8):
-    name = "int8"
-    suffix = ".int8.onnx"
     call = "quantize_static(QDQ, per-channel)"
 
     def quantizer(self, job: OptimizeJob, path: Path):
@@ -115,8 +111,6 @@ class StaticInt8(_Int8):
 
 
 class DynamicInt8(_Int8):
-    name = "int8-dynamic"
-    suffix = ".int8-dynamic.onnx"
     call = "quantize_dynamic"
 
     def quantizer(self, job: OptimizeJob, path: Path):
@@ -133,11 +127,6 @@ class DynamicInt8(_Int8):
 
 
 class Fp16(Optimizer):
-    format = "onnx"
-    name = "fp16"
-    suffix = ".fp16.onnx"
-    precision = "fp16"
-
     def strategies(self, job: OptimizeJob):
         return [("onnxruntime float16 conversion (float32 inputs and outputs kept)", lambda path: self._convert(job, path))]
 

@@ -15,10 +15,6 @@ from convert.optimizers.base import OptimizeJob, Optimizer
 
 
 class OpenVinoIR(Optimizer):
-    format = "openvino"
-    name = "openvino"
-    suffix = "_openvino"
-
     def strategies(self, job: OptimizeJob):
         return [(f"openvino.convert_model{self._detail}", lambda path: self._write(job, path))]
 
@@ -40,16 +36,10 @@ class OpenVinoIR(Optimizer):
 
 
 class OpenVinoFp16(OpenVinoIR):
-    name = "openvino:fp16"
-    suffix = "_openvino_fp16"
-    precision = "fp16"
     _detail = " + save_model(compress_to_fp16=True)"
 
 
 class OpenVinoInt8(OpenVinoIR):
-    name = "openvino:int8"
-    suffix = "_openvino_int8"
-    precision = "int8"
     _detail = (
         " + nncf.quantize (model_type TRANSFORMER where the graph has a Softmax; quantize_with_accuracy_control under a task-drop budget)"
     )

@@ -14,10 +14,6 @@ from convert.optimizers.base import OptimizeJob, Optimizer
 
 
 class Simplify(Optimizer):
-    format = "onnx"
-    name = "simplify"
-    suffix = ".slim.onnx"
-
     def strategies(self, job: OptimizeJob):
         return [
             ("onnxslim.slim", lambda path: self._onnxslim(job, path)),

@@ -64,10 +64,6 @@ def profile_shapes(
 
 
 class TensorRtFp32(Optimizer):
-    format = "tensorrt"
-    name = "trt"
-    suffix = ".engine"
-    precision = "fp32"
     detail = "FP32, TF32 off"
     needs: tuple[str, ...] = ()  # TensorRT attributes this precision needs (some are gone in TensorRT 11)
 
@@ -130,9 +126,6 @@ class TensorRtFp32(Optimizer):
 
 
 class TensorRtFp16(TensorRtFp32):
-    name = "trt:fp16"
-    suffix = "_fp16.engine"
-    precision = "fp16"
     detail = "FP16 flag"
     needs = ("BuilderFlag.FP16",)
 
@@ -141,9 +134,6 @@ class TensorRtFp16(TensorRtFp32):
 
 
 class TensorRtInt8(TensorRtFp32):
-    name = "trt:int8"
-    suffix = "_int8.engine"
-    precision = "int8"
     detail = "INT8 flag with FP16 fallback, IInt8EntropyCalibrator2 on the calibration feeds"
     needs = ("BuilderFlag.FP16", "BuilderFlag.INT8", "IInt8EntropyCalibrator2")
 

@@ -12,7 +12,7 @@ the run goes on with the others. Each artifact's record holds the command that m
 publishes only the fastest one that passed.
 """
 
-from convert.pipeline.context import ConversionResult, ConvertRequest, Progress
+from convert.pipeline.context import ConversionResult, ConvertRequest, Progress, RunHooks
 from convert.pipeline.runner import run
 
-__all__ = ["ConversionResult", "ConvertRequest", "Progress", "run"]
+__all__ = ["ConversionResult", "ConvertRequest", "Progress", "RunHooks", "run"]

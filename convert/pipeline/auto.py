@@ -10,6 +10,7 @@ from convert.reports import model as rm
 from convert.text import first_line
 from convert.timing import describe_ratio, paired_ratio
 
+AUTO_BASE = "onnx"  # the artifact auto's candidates start from: every pass it tries takes an exported ONNX model
 # the simpler of two candidates as fast as each other: full precision first, then the exported artifact itself
 PRECISION_ORDER = {"fp32": 0, "fp16": 1, "bf16": 1, "int8": 2}
 
@@ -18,14 +19,14 @@ def simplicity(candidate: rm.AutoCandidate) -> tuple[int, int]:
     return PRECISION_ORDER.get(candidate.precision, 3), 0 if candidate.name == "none" else 1
 
 
-def choose(ctx: RunContext, base_format: str) -> None:
-    """Rank the candidates and the exported ``base_format`` artifact they start from; publish the chosen one."""
+def choose(ctx: RunContext) -> None:
+    """Rank the candidates and the exported AUTO_BASE artifact they start from; publish the chosen one."""
     report = ctx.report
     source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
     stage_of = {s.subject: s for s in ctx.stages.records if s.kind == "auto"}
     ranked, others, timed_on = [], [], {}
     for record in report.artifacts:
-        if not (record.candidate or (record.format == base_format and not record.optimization)):
+        if not (record.candidate or (record.format == AUTO_BASE and not record.optimization)):
             continue
         name = record.optimization or "none"
         entry = rm.AutoCandidate(name=name, format=record.format, precision=record.precision, status="lost")

@@ -11,6 +11,7 @@ from convert.artifacts import Artifact
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings
 from convert.hardware import compute_limit
 from convert.pipeline.context import RunContext, crashed
+from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import sha256_files
 from convert.worker import Session, StageCrashed
@@ -60,17 +61,12 @@ def _session(
     return results
 
 
-# formats whose loading runs no code of the file's own: a baseline's artifact of another format is timed beside only
-# with --trust-code, as a given artifact would be validated
-CODE_FREE_FORMATS = ("onnx", "openvino", "tflite", "executorch", "tensorrt")
-
-
 def _baseline_artifacts(ctx: RunContext, by_key: dict[str, Artifact]) -> dict[str, Artifact]:
     """The gate baseline's artifacts that are still where its report says, unchanged (same sha256), for the keys this
     run benchmarks; the report notes why any other is compared with its recorded figures instead."""
-    if ctx.request.baseline is None:
+    if ctx.hooks.baseline is None:
         return {}
-    baseline, baseline_path = ctx.request.baseline
+    baseline, baseline_path = ctx.hooks.baseline
     found = {}
     for record in baseline.artifacts:
         current = by_key.get(record.key)
@@ -83,7 +79,7 @@ def _baseline_artifacts(ctx: RunContext, by_key: dict[str, Artifact]) -> dict[st
             why = f"it is {record.format}, this run's is {current.format}"
         elif not all(f.exists() for f in files):
             why = f"{path} is not there any more"
-        elif record.format not in CODE_FREE_FORMATS and not ctx.request.trust_code:
+        elif not REGISTRY.format(record.format).code_free and not ctx.request.trust_code:
             why = f"loading a {record.format} artifact runs code, which needs --trust-code (model.trust_code)"
         elif sha256_files(files) != record.sha256:
             why = f"{path} changed since the baseline was made (its sha256 differs)"

@@ -13,59 +13,69 @@ from typing import Any
 from convert.artifacts import Artifact
 from convert.cache import RunCache
 from convert.errors import ConvertError
+from convert.options import DEFAULTS
 from convert.protected_inputs import Read, Write
 from convert.reports import model as rm
 from convert.safety import Staging, atomic_write_text, no_space_error
 from convert.validation import ValidationCase
 from convert.validators import TolerancePolicy
-from convert.worker import DEFAULT_STAGE_TIMEOUT, SourceSummary, StageCrashed
+from convert.worker import SourceSummary, StageCrashed
 
 
 @dataclass
 class ConvertRequest:
-    """One run's options (declared once, with their flags and policy keys, in convert/options.py) and the caller's hooks."""
+    """One run's options (declared once, with their flags, policy keys and defaults, in convert/options.py: each field's
+    default is read from there); the caller's hooks are a RunHooks beside it."""
 
     model: Any
-    to: tuple[str, ...] = ("onnx",)
-    out: Path | None = None
-    framework: str | None = None
-    task: str | None = None  # a Hugging Face task
-    dtype: str = "float32"  # what a Hugging Face folder's floating weights compute in ("source": the checkpoint's)
-    weights: Path | None = None
-    params: Any = None  # a JAX model's params: a file path, or a pytree from Python
-    inputs: tuple[str, ...] = ()
-    example_inputs: Any = None  # an .npz path, a dict of arrays, or a tuple of tensors
-    dims: tuple[str, ...] = ()
-    opset: int | None = None
-    tolerances: tuple[str, ...] = ()
-    optimize: tuple[str, ...] = ()
+    to: tuple[str, ...] = DEFAULTS["to"]  # (): the model's own, onnx for an ONNX model (convert.convert's: onnx)
+    out: Path = DEFAULTS["out"]
+    framework: str | None = DEFAULTS["framework"]
+    task: str | None = DEFAULTS["task"]  # a Hugging Face task
+    dtype: str = DEFAULTS["dtype"]  # what a Hugging Face folder's floating weights compute in ("source": the checkpoint's)
+    weights: Path | None = DEFAULTS["weights"]
+    params: Any = DEFAULTS["params"]  # a JAX model's params: a file path, or a pytree from Python
+    inputs: tuple[str, ...] = DEFAULTS["inputs"]
+    example_inputs: Any = DEFAULTS["example_inputs"]  # an .npz path, a dict of arrays, or a tuple of tensors
+    dims: tuple[str, ...] = DEFAULTS["dims"]
+    opset: int | None = DEFAULTS["opset"]
+    tolerances: tuple[str, ...] = DEFAULTS["tolerances"]
+    optimize: tuple[str, ...] = DEFAULTS["optimize"]
+    package: tuple[str, ...] = DEFAULTS["package"]  # packagers to run on the validated artifacts
     # artifacts someone already has, by the name the report gives them: validated against the source as they are
     given: dict[str, Path] = field(default_factory=dict)
-    data: Path | None = None  # the user's samples, validated on besides the generated ones
-    data_samples: int = 500
-    columns: tuple[str, ...] = ()  # INPUT=COLUMN
-    preprocess: str | None = None  # an image folder's preprocessing
-    metric: str | None = None  # module:function of the user's own task metric
-    calibration_data: Path | None = None
-    calibration_method: str = "minmax"
-    keep_fp32: tuple[str, ...] = ()  # node-name or module-path patterns the reduced-precision passes leave in FP32
-    accuracy: tuple[str, ...] = ()  # accuracy budgets of reduced-precision artifacts
-    shape_ranges: tuple[str, ...] = ()  # "B=1..8..32": TensorRT profiles and the validation sizes
-    benchmark: bool = False
-    threads: int | None = None  # intra-op threads of every benchmarked runtime (default: every core)
-    benchmark_batch: int = 8
-    benchmark_seconds: float = 2.0  # each measurement's least duration
-    samples: int = 3
-    allow_fixed_shapes: bool = False  # an artifact that fixes a dim asked dynamic passes, its checks there skipped
-    seed: int = 0
-    trust_code: bool = False
-    force: bool = False
-    stage_timeout: float | None = DEFAULT_STAGE_TIMEOUT  # seconds per stage in the worker process; None: no limit
-    isolate: bool = True  # False: the framework work runs in this process (for debuggers and profilers)
-    cache: bool = True  # reuse the results of unchanged stages (convert/cache.py)
-    cache_dir: Path | None = None  # default: $CONVERT_CACHE_DIR, else ~/.cache/convert
-    report_json: Path | None = None
+    data: Path | None = DEFAULTS["data"]  # the user's samples, validated on besides the generated ones
+    data_samples: int = DEFAULTS["data_samples"]
+    columns: tuple[str, ...] = DEFAULTS["columns"]  # INPUT=COLUMN
+    preprocess: str | None = DEFAULTS["preprocess"]  # an image folder's preprocessing
+    metric: str | None = DEFAULTS["metric"]  # module:function of the user's own task metric
+    calibration_data: Path | None = DEFAULTS["calibration_data"]
+    calibration_method: str = DEFAULTS["calibration_method"]
+    keep_fp32: tuple[str, ...] = DEFAULTS["keep_fp32"]  # node-name or module-path patterns the reduced-precision passes leave in FP32
+    accuracy: tuple[str, ...] = DEFAULTS["accuracy"]  # accuracy budgets of reduced-precision artifacts
+    shape_ranges: tuple[str, ...] = DEFAULTS["shape_ranges"]  # "B=1..8..32": TensorRT profiles and the validation sizes
+    benchmark: bool = DEFAULTS["benchmark"]
+    threads: int | None = DEFAULTS["threads"]  # intra-op threads of every benchmarked runtime (default: every core)
+    benchmark_batch: int = DEFAULTS["benchmark_batch"]
+    benchmark_seconds: float = DEFAULTS["benchmark_seconds"]  # each measurement's least duration
+    samples: int = DEFAULTS["samples"]
+    allow_fixed_shapes: bool = DEFAULTS["allow_fixed_shapes"]  # an artifact that fixes a dim asked dynamic passes, its checks there skipped
+    seed: int = DEFAULTS["seed"]
+    trust_code: bool = DEFAULTS["trust_code"]
+    force: bool = DEFAULTS["force"]
+    stage_timeout: float | None = DEFAULTS["stage_timeout"]  # seconds per stage in the worker process; None: no limit
+    isolate: bool = DEFAULTS["isolate"]  # False: the framework work runs in this process (for debuggers and profilers)
+    cache: bool = DEFAULTS["cache"]  # reuse the results of unchanged stages (convert/cache.py)
+    cache_dir: Path | None = DEFAULTS["cache_dir"]  # default: $CONVERT_CACHE_DIR, else ~/.cache/convert
+    report_json: Path | None = DEFAULTS["report_json"]
     command: str = ""
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What a caller (the gate) adds to a run besides its options, passed beside the request: none of it is an option,
+    recorded in the report or part of a cache key."""
+
     reads: tuple[Read, ...] = ()  # what the caller reads besides the model's files (the gate's policy and baseline)
     writes: tuple[Write, ...] = ()  # what the caller writes besides the run's outputs (the gate's renderings)
     # the gate's baseline report and its path: those of its artifacts still on disk are timed beside their successors
@@ -147,6 +157,7 @@ class RunContext:
     artifacts: dict[str, Artifact] = field(default_factory=dict)  # published, by key
     candidates: dict[str, Artifact] = field(default_factory=dict)  # --optimize auto's, staged until one is chosen
     baseline_artifacts: dict[str, Artifact] = field(default_factory=dict)  # the gate baseline's, by key, timed beside
+    hooks: RunHooks = field(default_factory=RunHooks)
 
 
 def crashed(stage: rm.Stage, exc: StageCrashed) -> str:
@@ -172,7 +183,9 @@ def finish(report: rm.Report, stages: Stages) -> None:
     """The verdict and exit code: 0 passed, 1 a check failed, 2 an export or optimization failed, 130 interrupted."""
     report.stages = stages.records
     export_failed = any(s.status == "failed" and s.makes_artifact for s in report.stages)
-    check_failed = any(not a.passed for a in report.artifacts if a.checks and not a.candidate)
+    check_failed = any(not a.passed for a in report.artifacts if a.checks and not a.candidate) or any(
+        not p.passed for p in report.packages if p.checks
+    )
     report.passed = bool(report.artifacts) and not export_failed and not check_failed and not report.interrupted
     report.exit_code = 0 if report.passed else 1 if check_failed else 2 if export_failed else 1
     if report.interrupted:

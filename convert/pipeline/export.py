@@ -105,9 +105,7 @@ def made(ctx: RunContext, stage: rm.Stage, lookup: Lookup, method: Callable, nam
 
 def recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | None:
     """Record an export's (or optimization's) attempts; the artifact, or None when every strategy failed."""
-    record.attempts = [
-        rm.Attempt(strategy=a.strategy, status=a.status, seconds=round(a.seconds, 3), error=a.error, note=a.note) for a in outcome.attempts
-    ]
+    record.attempts = list(outcome.attempts)  # the report's Attempt, whose log the report leaves out
     if outcome.artifact is None:
         stage.status, stage.error = "failed", outcome.primary_error
         return None

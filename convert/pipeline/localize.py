@@ -10,6 +10,7 @@ from typing import TypeVar
 from convert.artifacts import Artifact
 from convert.exporters.base import ExportJob
 from convert.pipeline.context import RunContext, crashed
+from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.text import first_line
 from convert.validation import ValidationCase
@@ -18,7 +19,6 @@ from convert.worker import Session, StageCrashed
 T = TypeVar("T")
 
 REPRODUCER_SUFFIX = ".divergence"
-LOCATED_FORMATS = ("onnx", "openvino")
 
 
 def failing_case(ctx: RunContext, record: rm.ArtifactRecord) -> tuple[rm.Check, ValidationCase] | None:
@@ -49,7 +49,7 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
     if failing is None:
         return
     check, case = failing
-    if artifact.format not in LOCATED_FORMATS:
+    if not REGISTRY.format(artifact.format).localizable:
         record.divergence = rm.Divergence(
             status="skipped", reason=f"localisation reads ONNX graphs and OpenVINO IRs converted from one, not {artifact.format} artifacts"
         )

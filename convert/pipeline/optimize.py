@@ -22,22 +22,22 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
 
     entry = REGISTRY.get("optimizer", name)
     optimizer = entry.load()
-    base = ctx.artifacts.get(entry.meta["takes"])
+    base = ctx.artifacts.get(entry.takes)
     record = rm.ArtifactRecord(
-        format=entry.meta["format"],
+        format=entry.format,
         optimization=name,
         candidate=candidate,
         precision=optimizer.precision,
-        reproduce=reproduce_command(ctx.request, entry.meta["takes"], ctx.out_dir, name),
+        reproduce=reproduce_command(ctx.request, entry.takes, ctx.out_dir, name),
     )
     ctx.report.artifacts.append(record)
     with ctx.stages.run(f"{'auto' if candidate else 'optimize'}:{name}") as stage:
-        missing = [p for p in entry.meta.get("requires", ()) if importlib.util.find_spec(p) is None]
+        missing = [p for p in entry.requires if importlib.util.find_spec(p) is None]
         if base is None:
-            stage.status, stage.reason = "skipped", f"the {entry.meta['takes']} artifact it starts from was not exported"
+            stage.status, stage.reason = "skipped", f"the {entry.takes} artifact it starts from was not exported"
             return
         reason = (
-            f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.meta['extra']}]'"
+            f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.extra}]'"
             if missing
             else optimizer.unavailable_reason()
         )
@@ -73,7 +73,7 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
         searched = record.accuracy_control is not None and record.accuracy_control.status in ("met", "not-met")
         if not record.passed and not searched:  # accuracy control has already ranked the nodes
             sensitivity(ctx, name, job, record)
-    if ctx.calibration and entry.meta.get("calibrated"):
+    if ctx.calibration and entry.calibrated:
         ctx.report.calibration = getattr(ctx.calibration, "origin", "")
 
 
@@ -81,22 +81,22 @@ TASK_CONTROLLED = ("int8", "int8-dynamic")  # ONNX Runtime's INT8 passes: accura
 
 
 def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
-    if not entry.meta.get("cacheable", True):
+    if not entry.cacheable:  # read from the spec: the pass's packages (TensorRT) are not imported to decide it
         return Lookup(None)
     optimizer = entry.load()
     return ctx.cache.find(
         stage.name,
-        entry.packages,
+        entry.all_packages,
         name,
         ctx.stem,
-        ctx.artifacts[entry.meta["takes"]].sha256,
+        ctx.artifacts[entry.takes].sha256,
         ctx.export_feed,
         ctx.calibration,
         ctx.profile_ranges,
         job.keep_fp32,
         job.calibration_method,
         job.task and (job.task.feeds, job.task.labels, job.task.metric, job.task.max_drop, job.task.user_metric),
-        judge=artifact_judge(stage.name, entry.meta["format"], optimizer.precision, optimizer.name, job.base),
+        judge=artifact_judge(stage.name, entry.format, optimizer.precision, optimizer.name, job.base),
     )
 
 

@@ -11,14 +11,15 @@ from typing import Any
 from convert.artifacts import given_format
 from convert.benchmark import BenchmarkSettings
 from convert.errors import ConvertError, require
-from convert.pipeline.context import ConvertRequest
+from convert.options import DEFAULTS
+from convert.pipeline.auto import AUTO_BASE
+from convert.pipeline.context import ConvertRequest, RunHooks
 from convert.protected_inputs import Read, Write, reads_of, refuse_writes_to_inputs
 from convert.registry import REGISTRY
 from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX, refuse_existing
 from convert.sources.request import is_factory_reference, load_example_inputs
 from convert.specs import InputSpec, parse_dim_sizes, parse_input_specs, parse_shape_ranges
 from convert.validators import TolerancePolicy
-from convert.worker import DEFAULT_STAGE_TIMEOUT
 
 
 @dataclass
@@ -37,16 +38,20 @@ class Plan:
     report_path: Path
     finals: dict[str, Path]  # where each artifact lands (and, failed, in the failed folder)
     given: dict[str, tuple[Path, str]]  # the artifacts given to validate as they are: name -> (path, format)
+    packages: list[str]  # the packagers to run on the validated artifacts
 
 
-def plan(request: ConvertRequest) -> Plan:
-    """Check the request and plan the run; refuse it before any work when it would write over one of its inputs or,
-    without --force, over an earlier run's files."""
+def plan(request: ConvertRequest, hooks: RunHooks | None = None) -> Plan:
+    """Check the request and plan the run; refuse it before any work when it would write over one of its inputs (or
+    over what the caller's ``hooks`` read) or, without --force, over an earlier run's files."""
+    hooks = hooks or RunHooks()
     given = {name: (Path(path), given_format(Path(path))) for name, path in request.given.items()}
     check_given_trust(given, request.trust_code)
     targets = check_targets(request.to or default_targets(request.model)) if request.to or not given else []
     optimizations, auto = check_optimizations(request.optimize, targets)
-    out_dir = Path(request.out) if request.out is not None else Path("out")
+    formats = {**{t: t for t in targets}, **{o: REGISTRY.get("optimizer", o).format for o in optimizations}}
+    packages = check_packages(request.package, {*formats.values(), *(fmt for _, fmt in given.values())})
+    out_dir = Path(request.out)
     specs = parse_input_specs(request.inputs)
     dim_sizes = parse_dim_sizes(request.dims)
     shape_ranges = parse_shape_ranges(request.shape_ranges)
@@ -56,13 +61,19 @@ def plan(request: ConvertRequest) -> Plan:
     if request.samples < 1:
         raise ConvertError("--samples must be at least 1", "Use 3 or more samples per shape.")
     if request.threads is not None and request.threads < 1 or request.benchmark_batch < 1:
-        raise ConvertError("--threads and --benchmark-batch must be at least 1", "Leave them out for every core and a batch of 8.")
+        raise ConvertError(
+            "--threads and --benchmark-batch must be at least 1",
+            f"Leave them out for every core and a batch of {DEFAULTS['benchmark_batch']}.",
+        )
     if not request.benchmark_seconds > 0:
-        raise ConvertError(f"--benchmark-seconds must be positive, not {request.benchmark_seconds}", "Leave it out for 2 seconds.")
+        raise ConvertError(
+            f"--benchmark-seconds must be positive, not {request.benchmark_seconds}",
+            f"Leave it out for {DEFAULTS['benchmark_seconds']:g} seconds.",
+        )
     if request.stage_timeout is not None and not request.stage_timeout > 0:
         raise ConvertError(
             f"the stage timeout must be a positive number of seconds, not {request.stage_timeout}",
-            f"Leave it out for {DEFAULT_STAGE_TIMEOUT:g} s.",
+            f"Leave it out for {DEFAULTS['stage_timeout']:g} s.",
         )
     check_data_options(request, policy)
     settings = BenchmarkSettings(
@@ -74,13 +85,29 @@ def plan(request: ConvertRequest) -> Plan:
 
     name = stem(request.model)
     report_path = Path(request.report_json) if request.report_json else out_dir / "report.json"
-    finals = {t: out_dir / f"{name}{REGISTRY.entries('exporter', format=t)[0].load().suffix}" for t in targets}
-    finals.update({o: out_dir / f"{name}{REGISTRY.get('optimizer', o).load().suffix}" for o in optimizations})
+    finals = {t: out_dir / f"{name}{REGISTRY.format(t).suffix}" for t in targets}
+    finals.update({o: out_dir / f"{name}{REGISTRY.get('optimizer', o).suffix}" for o in optimizations})
+    formats.update({f"{key} (failed)": fmt for key, fmt in formats.items()})
+    finals.update({f"{p} package": out_dir / f"{name}{REGISTRY.get('packager', p).suffix}" for p in packages})
     finals.update({f"{key} (failed)": out_dir / FAILED_FOLDER / path.name for key, path in finals.items()})
-    refuse_writes_to_inputs([*writes(out_dir, finals, report_path), *request.writes], [*reads(request), *request.reads])
+    refuse_writes_to_inputs([*writes(out_dir, finals, formats, report_path), *hooks.writes], [*reads(request, given), *hooks.reads])
     refuse_existing([*finals.values(), report_path], request.force)  # again under the output lock, before writing
     return Plan(
-        targets, optimizations, auto, specs, dim_sizes, shape_ranges, policy, settings, example, out_dir, name, report_path, finals, given
+        targets,
+        optimizations,
+        auto,
+        specs,
+        dim_sizes,
+        shape_ranges,
+        policy,
+        settings,
+        example,
+        out_dir,
+        name,
+        report_path,
+        finals,
+        given,
+        packages,
     )
 
 
@@ -107,25 +134,21 @@ def check_data_options(request: ConvertRequest, policy: TolerancePolicy) -> None
 
 def check_given_trust(given: dict[str, tuple[Path, str]], trust_code: bool) -> None:
     """Refuse a given artifact whose loading runs code unless --trust-code, as the same file as a source would be."""
-    from convert.backends.torch import TRUST_HINT, pt2_code_reasons
+    from convert.backends.torch import TRUST_HINT
 
     for path, fmt in given.values():
-        if fmt == "torchscript":
-            runs_code = "it is TorchScript, whose code runs when it loads"
-        elif fmt == "savedmodel":
-            runs_code = "it is a SavedModel, whose graph can run any TensorFlow op, file access included"
-        elif fmt == "torch_export":
-            runs_code = "; ".join(pt2_code_reasons(path))
-        else:
-            continue
+        runs_code = "; ".join(REGISTRY.format(fmt).code_reasons(path))
         if runs_code and not trust_code:
             raise ConvertError(f"loading the artifact {path} runs code: {runs_code}", TRUST_HINT)
+
+
+ONNX_SOURCE = "onnx"  # an ONNX model is a source, and the format of its checked copy
 
 
 def default_targets(model: Any) -> tuple[str, ...]:
     """What a run without --to makes: an ONNX model's checked and normalised copy; nothing for any other model."""
     is_onnx_file = isinstance(model, (str, os.PathLike)) and Path(model).suffix.lower() == ".onnx" and Path(model).is_file()
-    return ("onnx",) if is_onnx_file else ()
+    return (ONNX_SOURCE,) if is_onnx_file else ()
 
 
 def check_targets(targets) -> list[str]:
@@ -149,35 +172,46 @@ def check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
                 "--optimize auto is given with other passes",
                 "Give auto alone (it tries every pass this machine can run), or list the passes you want.",
             )
-        if "onnx" not in targets:
-            raise ConvertError("--optimize auto starts from the onnx artifact, which --to does not ask for", "Add onnx to --to.")
-        return [e.name for e in REGISTRY.entries("optimizer") if e.meta["takes"] in targets], True
+        if AUTO_BASE not in targets:
+            raise ConvertError(
+                f"--optimize auto starts from the {AUTO_BASE} artifact, which --to does not ask for", f"Add {AUTO_BASE} to --to."
+            )
+        return [e.name for e in REGISTRY.entries("optimizer") if e.takes in targets], True
     unknown = [n for n in chosen if n not in available]
     if unknown:
         raise ConvertError(f"unknown optimization '{unknown[0]}'", f"Choose from: auto, {', '.join(available)}.")
     for name in chosen:
         entry = REGISTRY.get("optimizer", name)
-        if entry.meta["takes"] not in targets:
+        if entry.takes not in targets:
             raise ConvertError(
-                f"--optimize {name} works on the {entry.meta['takes']} artifact, which --to does not ask for",
-                f"Add {entry.meta['takes']} to --to.",
+                f"--optimize {name} works on the {entry.takes} artifact, which --to does not ask for", f"Add {entry.takes} to --to."
             )
-        for package in entry.meta.get("requires", ()):
-            require(package, entry.meta["extra"], f"--optimize {name}")
+        for package in entry.requires:
+            require(package, entry.extra, f"--optimize {name}")
     return chosen, False
+
+
+def check_packages(names, formats: set[str]) -> list[str]:
+    """The packagers to run: each registered, and taking one of the formats the run makes or is given."""
+    available = [e.name for e in REGISTRY.entries("packager")]
+    chosen = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+    for name in chosen:
+        if name not in available:
+            raise ConvertError(f"unknown packager '{name}'", f"Choose from: {', '.join(available)}.")
+        spec = REGISTRY.get("packager", name)
+        if not any(spec.packs(fmt) for fmt in formats):
+            raise ConvertError(
+                f"--package {name} packages {', '.join(spec.takes)} artifacts, and the run makes none",
+                f"Add one of {', '.join(spec.takes)} to --to.",
+            )
+    return chosen
 
 
 def exporter_for(target: str, framework: str) -> str:
     """The name of the exporter from this framework to the target."""
-    entries = REGISTRY.entries("exporter", format=target, source=framework)
+    entries = REGISTRY.entries("exporter", format=target, sources=framework)
     if not entries:
-        able = sorted(
-            {
-                name
-                for e in REGISTRY.entries("exporter", format=target)
-                for name in (e.meta["source"] if isinstance(e.meta["source"], tuple) else (e.meta["source"],))
-            }
-        )
+        able = sorted({name for e in REGISTRY.entries("exporter", format=target) for name in e.sources})
         raise ConvertError(f"there is no exporter from {framework} to {target}", f"{target} can be made from: {', '.join(able)}.")
     return entries[0].name
 
@@ -192,7 +226,7 @@ def stem(model: Any) -> str:
     return "model"
 
 
-def writes(out_dir: Path, finals: dict[str, Path], report_path: Path) -> list[Write]:
+def writes(out_dir: Path, finals: dict[str, Path], formats: dict[str, str], report_path: Path) -> list[Write]:
     """Every path the run writes, replaces or removes in the output folder."""
     found = [
         Write("the output folder", out_dir, replaces=False),
@@ -202,14 +236,14 @@ def writes(out_dir: Path, finals: dict[str, Path], report_path: Path) -> list[Wr
     ]
     for key, path in finals.items():
         found.append(Write(f"the {key} artifact", path))
-        if path.suffix == ".onnx":
-            found.append(Write(f"the {key} artifact's external data", path.with_name(f"{path.name}.data")))
+        for companion in REGISTRY.format(formats[key]).companion_suffixes if key in formats else ():
+            found.append(Write(f"the {key} artifact's external data", path.with_name(f"{path.name}{companion}")))
     found += [Write("a stale staging folder, which the run removes,", stale) for stale in out_dir.glob(f"{STAGING_PREFIX}*")]
     return found
 
 
-def reads(request: ConvertRequest) -> list[Read]:
-    """Every path the run reads."""
+def reads(request: ConvertRequest, given: dict[str, tuple[Path, str]]) -> list[Read]:
+    """Every path the run reads (``given``: the artifacts to validate as they are, with their formats)."""
     params = request.params if isinstance(request.params, (str, os.PathLike)) else None
     example = request.example_inputs if isinstance(request.example_inputs, (str, os.PathLike)) else None
     return (
@@ -224,20 +258,20 @@ def reads(request: ConvertRequest) -> list[Read]:
         )
         + [
             Read(f"the {what}'s external data", data)
-            for what, path in [("model", request.model), *((f"artifact {name}", p) for name, p in request.given.items())]
-            for data in _onnx_external_data(path)
+            for what, path, fmt in [("model", request.model, ONNX_SOURCE), *((f"artifact {name}", p, f) for name, (p, f) in given.items())]
+            for data in _files_beside(path, fmt)
         ]
         + [Read(f"the artifact {name}", Path(path)) for name, path in request.given.items()]
     )
 
 
-def _onnx_external_data(path: Any) -> list[Path]:
-    """The external data files an ONNX model given by path names, each checked to lie inside its folder."""
-    from convert.backends.onnx import check_external_data
-
-    if not isinstance(path, (str, os.PathLike)) or Path(path).suffix.lower() != ".onnx" or not Path(path).is_file():
+def _files_beside(path: Any, fmt: str) -> list[Path]:
+    """The files beside it (ONNX external data) a model or artifact of this format given by path names, each checked to
+    lie inside its folder; none for a model of another format."""
+    spec = REGISTRY.format(fmt)
+    if not isinstance(path, (str, os.PathLike)) or not Path(path).is_file() or Path(path).suffix.lower() not in spec.given_suffixes:
         return []
-    return check_external_data(Path(path))
+    return spec.files_beside(Path(path))
 
 
 def _metric_file(reference: str | None) -> Path | None:

@@ -21,6 +21,7 @@ from convert.pipeline.context import (
     ConvertRequest,
     Progress,
     RunContext,
+    RunHooks,
     Stages,
     finish,
     report_stop,
@@ -28,6 +29,7 @@ from convert.pipeline.context import (
 )
 from convert.pipeline.export import export_target, setup_job
 from convert.pipeline.optimize import optimize
+from convert.pipeline.package import package
 from convert.pipeline.plan import exporter_for, plan
 from convert.pipeline.reference import calibration_feeds, profile_ranges, reference
 from convert.pipeline.validate import validate_given
@@ -40,8 +42,10 @@ from convert.worker import Session, SourceSummary
 from convert.worker import start as start_worker
 
 
-def run(request: ConvertRequest, progress: Progress | None = None) -> ConversionResult:
-    the_plan = plan(request)
+def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHooks | None = None) -> ConversionResult:
+    """Run the stages the request asks for; ``hooks`` are the caller's (the gate's) additions to the run."""
+    hooks = hooks or RunHooks()
+    the_plan = plan(request, hooks)
     stages = Stages(progress or Progress())
     report = rm.Report(
         tool_version=__version__,
@@ -67,7 +71,9 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
     report.cache = cache.record
     worker = start_worker(source_request, request.stage_timeout, request.isolate)
     report.isolation = worker.isolation
-    ctx = RunContext(request, report, stages, worker, cache, the_plan.policy, the_plan.out_dir, the_plan.stem, the_plan.report_path)
+    ctx = RunContext(
+        request, report, stages, worker, cache, the_plan.policy, the_plan.out_dir, the_plan.stem, the_plan.report_path, hooks=hooks
+    )
     earlier_report_moved = False
     earlier_report = _identity(ctx.report_path)  # to tell it from a report another run writes while this one works
     try:
@@ -85,7 +91,7 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
         report.source.outputs = list(ctx.source.signature.outputs)
         report.source.inputs = [str(s) for s in ctx.source.signature.inputs]
         # checked before anything is written: bad calibration data must not leave exported artifacts behind
-        if any(REGISTRY.get("optimizer", o).meta.get("calibrated") for o in the_plan.optimizations):
+        if any(REGISTRY.get("optimizer", o).calibrated for o in the_plan.optimizations):
             ctx.calibration = calibration_feeds(ctx)
         ctx.profile_ranges = profile_ranges(ctx, the_plan.shape_ranges)
         ctx.staging = Staging(ctx.out_dir, [*the_plan.finals.values(), ctx.report_path], request.force)
@@ -107,13 +113,15 @@ def run(request: ConvertRequest, progress: Progress | None = None) -> Conversion
             )
             benchmark(ctx, benchmark_plan, the_plan.settings)
         if the_plan.auto:
-            choose(ctx, base_format="onnx")
+            choose(ctx)
+        for name in the_plan.packages:
+            package(ctx, name)
         finish(report, stages)
-        if request.judge is not None:
-            report.gate = request.judge(report, ctx.report_path)
+        if hooks.judge is not None:
+            report.gate = hooks.judge(report, ctx.report_path)
         write_report(ctx.report_path, report)  # still under the output folder's lock
-        if request.publish is not None:
-            request.publish(report, ctx.report_path)
+        if hooks.publish is not None:
+            hooks.publish(report, ctx.report_path)
             write_report(ctx.report_path, report)
     except KeyboardInterrupt:
         report.interrupted = True

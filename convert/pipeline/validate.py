@@ -43,33 +43,31 @@ def validate_given(ctx: RunContext, name: str, path: Path, fmt: str) -> None:
     """Validate an artifact someone already has, as it is: against the source, on the same cases as an exported one,
     never repaired, moved or changed. An ONNX file whose outputs carry other names than the source's, as many of them,
     and none in common, is compared output by output in order, and the report says which name met which."""
-    from convert.backends.onnx import check_external_data
-
-    files = [path, *check_external_data(path)] if fmt == "onnx" else [path]
+    spec = REGISTRY.format(fmt)
+    files = [path, *spec.files_beside(path)]
     # named like the source's outputs in its order where the format names none (a .pte); ONNX files name their own
-    outputs = () if fmt == "onnx" else ctx.source.signature.outputs
+    outputs = () if spec.output_names else ctx.source.signature.outputs
     artifact = Artifact(
         format=fmt, path=path, files=files, exporter="given", strategy="given", inputs=ctx.source.signature.inputs, output_names=outputs
     )
     record = rm.ArtifactRecord(format=fmt, given=name, path=str(path), files=[str(f) for f in files], exporter="given", strategy="given")
     ctx.report.artifacts.append(record)
     cases = ctx.cases
-    if fmt == "onnx":
-        cases, matched = _by_the_artifacts_output_names(path, ctx.source.signature.outputs, ctx.cases)
+    if spec.output_names:
+        cases, matched = _by_the_artifacts_output_names(spec.names_of_outputs(path), ctx.source.signature.outputs, ctx.cases)
         if matched:
             ctx.report.notes.append(f"{name}: its outputs are compared in order, the source's names against its own: {matched}")
     validate(ctx, name, artifact, record, cases=cases, repair=False)
     ctx.artifacts[name] = artifact
 
 
-def _by_the_artifacts_output_names(path: Path, outputs: tuple[str, ...], cases: list[ValidationCase]) -> tuple[list[ValidationCase], str]:
-    """The cases with the source's outputs under the ONNX file's output names where they differ but are as many, and
+def _by_the_artifacts_output_names(
+    names: list[str], outputs: tuple[str, ...], cases: list[ValidationCase]
+) -> tuple[list[ValidationCase], str]:
+    """The cases with the source's outputs under the artifact's output names where they differ but are as many, and
     which name met which ("" where the names are the same, or cannot be matched: the checks then name what is missing)."""
     import dataclasses
 
-    import onnx
-
-    names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
     if set(names) & set(outputs) or len(names) != len(outputs):  # a shared name is matched by name, never moved
         return cases, ""
     renamed = dict(zip(outputs, names))
@@ -96,7 +94,7 @@ def validate(
     cases = ctx.cases if cases is None else cases
     with ctx.stages.run(f"validate:{key}") as stage:
         record.checks = _checks(ctx, stage, artifact, record, cases)
-        repairs = declared_repairs(record.checks, cases) if artifact.format == "onnx" and repair else {}
+        repairs = declared_repairs(record.checks, cases) if REGISTRY.format(artifact.format).repair_output_dims and repair else {}
         if repairs:
             _repair(ctx, stage, key, artifact, record, cases, repairs)
     record.fixed_dims = list(fixed_dims(artifact, cases))
@@ -121,7 +119,7 @@ def _repair(
     exported = artifact.path.with_name(f".{artifact.path.name}.unrepaired")
     shutil.copy2(artifact.path, exported)
     try:
-        ctx.worker.call(Session.name_onnx_output_dims, artifact.path, {where: name for where, (name, _) in repairs.items()})
+        ctx.worker.call(Session.repair_output_dims, artifact.format, artifact.path, {where: name for where, (name, _) in repairs.items()})
         repaired = _checks(ctx, stage, artifact, record, cases)
     except BaseException:
         os.replace(exported, artifact.path)
@@ -157,7 +155,7 @@ def publish(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRe
     """Move a validated artifact to its final path; one that failed validation goes to the failed folder instead."""
     failed = ctx.out_dir / FAILED_FOLDER
     folder, other = (ctx.out_dir, failed) if record.passed else (failed, ctx.out_dir)
-    ctx.staging.publish(artifact.files, folder, other)
+    ctx.staging.publish(sorted(artifact.files, key=lambda f: f == artifact.path), folder, other)  # its data before the model
     artifact = artifact.relocated(folder)
     ctx.artifacts[key] = artifact
     record.path, record.files = str(artifact.path), [str(f) for f in artifact.files]
@@ -194,7 +192,7 @@ def validate_artifact(
             jobs += 1
             lookup = cache.find(
                 f"{stage.name} {entry.name} {device}",
-                entry.packages,
+                entry.all_packages,
                 artifact.sha256,
                 artifact_data(artifact),
                 entry.name,

@@ -5,14 +5,18 @@ cut, so that grep finds each whole."""
 from __future__ import annotations
 
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from convert.reports.model import Benchmark, Report, Verdict
+from convert.reports.model import ArtifactRecord, Benchmark, Report, Verdict
 from convert.text import first_line
+
+if TYPE_CHECKING:  # the batch's types, for annotations only
+    from convert.batch import BatchSummary, ModelOutcome
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 BENCHMARK_TITLE = "Benchmark (after warm-up; same inputs and threads for every runtime)"
@@ -60,6 +64,10 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
             _say(console, f"  {escape(artifact.key)}: {escape(artifact.accuracy_control.describe())}", soft_wrap=True)
         if artifact.delegation is not None:
             _say(console, f"  {escape(artifact.key)}: {escape(artifact.delegation.describe())}", soft_wrap=True)
+    for package in report.packages:
+        if package.path:
+            state = "" if package.passed else " [red]failed: kept for inspection, not at a final path[/]"
+            _say(console, f"  package {package.packager}: {escape(package.path)} ({escape(package.describe())}){state}", soft_wrap=True)
     _print_task_lines(report, console)
     cache = report.cache
     if cache.reused or cache.rebuilt:
@@ -388,3 +396,87 @@ def _one_line(text: str) -> str:
 def cell(text: str, limit: int) -> str:
     """The first line of a message, escaped: messages hold brackets (pip extras) that rich would read as markup."""
     return escape(first_line(text, limit))
+
+
+def print_failures(report: Report, console: Console, report_path: str) -> None:
+    """Every artifact that failed validation, then every export and pass that failed, crashed or timed out: one
+    paragraph each, with what to do next (the CLI prints them on stderr)."""
+    for artifact in report.artifacts:
+        if artifact.checks and not artifact.passed and not artifact.candidate:
+            console.print(f"[bold red]error:[/] {escape(failed_validation(artifact, report_path))}", soft_wrap=True)
+    for stage in report.stages:
+        if not (stage.makes_artifact and stage.status == "failed"):
+            continue
+        # an --optimize pass is no export: "the int8 pass", "the onnx export"
+        what = f"the {stage.subject} {'export' if stage.kind == 'export' else 'pass'}"
+        if stage.signal or stage.timed_out:
+            console.print(
+                f"[bold red]error:[/] {what} {'timed out' if stage.timed_out else 'crashed'}: "
+                f"{escape(first_line(stage.error).rstrip('.'))}; the run went on with the other targets. "
+                f"{'Raise --stage-timeout if it needs longer' if stage.timed_out else 'Try another --opset, or run it with --no-isolation in a debugger'}"
+                f"; the report has the details: {escape(report_path)}",
+                soft_wrap=True,
+            )
+            continue
+        console.print(
+            f"[bold red]error:[/] {what} failed with every strategy; the first said: "
+            f"{escape(first_line(stage.error).rstrip('.'))}. The report lists every attempt: {escape(report_path)}",
+            soft_wrap=True,
+        )
+
+
+def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
+    """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
+    key = artifact.key
+    check = next((c for c in artifact.checks if c.status == "failed"), None)
+    problem = (
+        f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
+        if check
+        else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}"
+    )
+    values_failed = check is None or any(o.status == "failed" for o in check.outputs)
+    advice = (
+        "Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "
+        "configs) would be wrong too."
+        if check is not None and check.declared_mismatches and not values_failed
+        else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
+        if check is not None and artifact.fixed_dims and not check.outputs
+        else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the conversion is wrong."
+    )
+    where = (
+        f"It is left as it was at {artifact.path}."
+        if artifact.given
+        else f"It is kept at {artifact.path} for inspection, not at a final path."
+    )
+    return f"{problem}. {where} {advice} Every check is in {report_path}"
+
+
+def print_batch_progress(outcome: ModelOutcome, console: Console) -> None:
+    """One line as each model of a batch finishes (the CLI prints them on stderr)."""
+    mark = "[green]✓[/]" if outcome.passed else "[red]✗[/]"
+    reason = f" [dim]{escape(outcome.reasons[0])}[/]" if outcome.reasons else ""
+    console.print(f"{mark} {escape(outcome.name)} {outcome.status} ({outcome.seconds:.1f} s){reason}", soft_wrap=True)
+
+
+def print_batch(summary: BatchSummary, console: Console, summary_path: str, table: bool = True) -> None:
+    """A batch's table, one row per model (left out with ``table=False``), then its verdict line."""
+    if table:
+        rows = Table(title=f"Batch: {len(summary.models)} models on {summary.engine}")
+        for column in ("model", "status", "seconds", "reused", "reason", "report"):
+            rows.add_column(column, overflow="fold")
+        for outcome in summary.models:
+            color = "green" if outcome.passed else "red"
+            rows.add_row(
+                escape(outcome.name),
+                f"[{color}]{outcome.status}[/]",
+                f"{outcome.seconds:.1f}",
+                str(outcome.reused),
+                escape(outcome.reasons[0] if outcome.reasons else ""),
+                escape(outcome.report or outcome.log),
+            )
+        console.print(rows)
+    promoted = sum(o.passed for o in summary.models)
+    console.print(
+        f"{'PASSED' if summary.passed else 'FAILED'}: {promoted} of {len(summary.models)} models promoted "
+        f"(exit code {summary.exit_code}); summary: {escape(summary_path)}"
+    )

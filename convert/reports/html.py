@@ -99,6 +99,7 @@ def render_html(report: Report) -> str:
     sections = [
         _summary_section(report),
         _artifacts_section(report),
+        _packages_section(report),
         _task_section(report),
         _gate_section(report.gate) if report.gate else "",
         _auto_section(report.auto) if report.auto else "",
@@ -285,7 +286,27 @@ def _summary_section(report: Report) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Artifacts
+# Artifacts and packages
+
+
+def _packages_section(report: Report) -> str:
+    if not report.packages:
+        return ""
+    rows = [
+        (
+            "" if package.passed else "failed",
+            _td(package.packager)
+            + _td(_size(package.size_bytes), numeric=True)
+            + f"<td>{_short_sha(package.sha256)}</td>"
+            + f"<td>{_badge('passed' if package.passed else 'failed')}</td>"
+            + _td(", ".join(a.key for a in package.artifacts))
+            + _td("; ".join(f"{c.name}: {c.status}" + (f" ({c.reason})" if c.status != "passed" else "") for c in package.checks))
+            + f"<td><code>{_e(package.path or '–')}</code></td>",
+        )
+        for package in report.packages
+    ]
+    headers = ["packager", "size", "sha256", "status", "holds", "structural checks", "path"]
+    return "<section><h2>Packages</h2>" + _table(headers, rows) + "</section>"
 
 
 def _artifacts_section(report: Report) -> str:

@@ -19,7 +19,19 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from convert.reports.model import ArtifactRecord, BaselineDelta, BudgetResult, Check, GateReason, Report, Stage, TaskMetric, Verdict
+from convert.reports.model import (
+    ArtifactRecord,
+    BaselineDelta,
+    BudgetResult,
+    Check,
+    GateReason,
+    PackageCheck,
+    PackageRecord,
+    Report,
+    Stage,
+    TaskMetric,
+    Verdict,
+)
 from convert.safety import atomic_write_text
 from convert.text import first_line
 
@@ -63,6 +75,11 @@ def _validation_suite(report: Report) -> ET.Element:
             ]
         else:
             cases.append(_unvalidated_case(f"convert.{key}", artifact, stages.get(build_name), stages.get(f"validate:{key}"), not_chosen))
+    for package in report.packages:
+        shown.add(f"package:{package.packager}")
+        cases += [_package_case(package, check) for check in package.checks] or [
+            _unvalidated_package_case(package, stages.get(f"package:{package.packager}"))
+        ]
     for stage in report.stages:
         if stage.status == "failed" and stage.name not in shown:
             cases.append(
@@ -232,6 +249,22 @@ def _where(measured: BudgetResult | BaselineDelta) -> str:
     place += f" at {shape}" if shape else ""
     parts = [f"output {measured.output!r}" if measured.output else "", place]
     return f" ({', '.join(filter(None, parts))})" if any(parts) else ""
+
+
+def _package_case(package: PackageRecord, check: PackageCheck) -> ET.Element:
+    case = _testcase(f"convert.package.{package.packager}", check.name)
+    if check.status == "failed":
+        return _outcome(case, "failure", check.reason or "failed", "PackageCheckFailed", check.reason)
+    if check.status == "skipped":
+        return _outcome(case, "skipped", check.reason or "skipped")
+    return case
+
+
+def _unvalidated_package_case(package: PackageRecord, stage) -> ET.Element:
+    case = _testcase(f"convert.package.{package.packager}", "build", stage.seconds if stage else 0.0)
+    if stage is not None and stage.status == "failed":
+        return _outcome(case, "error", stage.error or "failed", "StageFailed", stage.error)
+    return _outcome(case, "skipped", (stage.reason if stage else "") or "the package was not built")
 
 
 def _suite(name: str, cases: list[ET.Element], properties: dict[str, str], timestamp: str) -> ET.Element:

@@ -33,7 +33,15 @@ MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]<>|&~])")
 
 
 def render_markdown(report: Report) -> str:
-    sections = [_heading(report), _bullets(report), _checks(report), _delegation(report), _task_metrics(report), _benchmarks(report)]
+    sections = [
+        _heading(report),
+        _bullets(report),
+        _checks(report),
+        _delegation(report),
+        _packages(report),
+        _task_metrics(report),
+        _benchmarks(report),
+    ]
     if report.gate is not None:
         sections += [_budgets(report.gate), _deltas(report.gate)]
     sections.append(_environment(report))
@@ -191,6 +199,15 @@ def _delegation(report: Report) -> str:
     """Which operators of each edge program a backend runs, and which stay portable."""
     lines = [f"{_cell(a.key)}: {_cell(a.delegation.describe(), BULLET_LIMIT)}" for a in report.artifacts if a.delegation]
     return _bullet_list("Delegated operators", lines) if lines else ""
+
+
+def _packages(report: Report) -> str:
+    """Each package built from the validated artifacts, with what it holds and how its structural checks went."""
+    lines = [
+        f"{_cell(p.packager)} {'passed' if p.passed else 'FAILED'}: {_cell(p.path or '-')} ({_cell(p.describe(), BULLET_LIMIT)})"
+        for p in report.packages
+    ]
+    return _bullet_list("Packages", lines) if lines else ""
 
 
 def _benchmarks(report: Report) -> str:

@@ -1,4 +1,6 @@
-"""The report schema. ``schema_version`` changes whenever a field is removed or changes meaning.
+"""The report schema. ``schema_version`` is MAJOR.MINOR: a minor version only adds fields (with defaults that say what
+an older report did not record); a field removed, renamed or changing meaning is a major version. Which older versions
+are read, and the functions that upgrade them, are in convert/reports/versions.py.
 
 Statuses: a stage is ``ok``, ``failed`` or ``skipped``; a check and an output are ``passed``, ``failed``
 or ``skipped``. A check that could not run is ``skipped`` with its ``reason``, never ``passed``.
@@ -13,7 +15,7 @@ from pydantic import BaseModel, Field
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "1.9"
+SCHEMA_VERSION = "2.0"
 
 
 class DeclaredShapeMismatch(BaseModel):
@@ -400,7 +402,47 @@ class Stage(BaseModel):
 
     @property
     def makes_artifact(self) -> bool:
-        return self.kind in ("export", "optimize")
+        return self.kind in ("export", "optimize", "package")
+
+
+class PackageCheck(BaseModel):
+    """One structural check of a package, made by reading it back as its consumer would."""
+
+    name: str = Field(description="what was checked, e.g. 'archive', 'manifest', 'digest:onnx' (an artifact's bytes in it)")
+    status: Literal["passed", "failed", "skipped"]
+    reason: str = ""
+
+
+class PackedArtifactRecord(BaseModel):
+    """A validated artifact a package holds: its checks are the package's by digest."""
+
+    key: str = Field(description="the artifact's key in the report: a format, a pass, or a given artifact's name")
+    format: str
+    sha256: str = Field(description="the digest its checks were made on; the package's digest check proves its bytes have it")
+    passed: bool
+
+
+class PackageRecord(BaseModel):
+    """A package built from the run's validated artifacts (--package)."""
+
+    packager: str
+    path: str | None = None
+    sha256: str | None = None
+    size_bytes: int = 0
+    artifacts: list[PackedArtifactRecord] = Field([], description="the validated artifacts it holds, with the digests their checks were made on")
+    checks: list[PackageCheck] = []
+    passed: bool = Field(False, description="every artifact it holds passed, and every structural check passed")
+
+    def describe(self) -> str:
+        """One sentence for every rendering: what it holds and how its checks went."""
+        held = ", ".join(a.key for a in self.artifacts) or "no artifact"
+        failed = [c for c in self.checks if c.status != "passed"]
+        checks = (
+            f"{len(self.checks)} structural checks passed"
+            if not failed
+            else "; ".join(f"{c.name} {c.status}: {c.reason}" for c in failed)
+        )
+        return f"{self.size_bytes / 1e6:.2f} MB, holds {held}; {checks}"
 
 
 class CacheRebuild(BaseModel):
@@ -467,9 +509,21 @@ class GateReason(BaseModel):
     """One reason a model was rejected."""
 
     code: Literal[
-        "missing_artifact", "failed_check", "skipped_check", "missing_device", "nan_inf", "budget", "regression", "run_failed", "diverged"
+        "missing_artifact",
+        "failed_check",
+        "skipped_check",
+        "missing_device",
+        "nan_inf",
+        "budget",
+        "regression",
+        "run_failed",
+        "diverged",
+        "missing_package",
+        "failed_package",
     ]
-    artifact: str = Field("", description="the artifact key: a target format (onnx) or an optimization (int8, openvino:fp16)")
+    artifact: str = Field(
+        "", description="the artifact key: a target format (onnx) or an optimization (int8, openvino:fp16); a package's packager"
+    )
     message: str
 
 
@@ -538,6 +592,7 @@ class Verdict(BaseModel):
     required_targets: list[str] = []
     required_optimizations: list[str] = []
     required_artifacts: list[str] = Field([], description="the artifacts given by path (require.artifacts) that had to pass")
+    required_packages: list[str] = Field([], description="the packages (require.packages) that had to be built and pass")
     required_devices: list[str] = []
     budgets: list[BudgetResult] = []
     baseline: BaselineComparison | None = None
@@ -577,6 +632,7 @@ class Report(BaseModel):
     artifacts: list[ArtifactRecord] = []
     source_benchmark: list[Benchmark] = Field([], description="the source framework's own run, measured like the artifacts")
     auto: AutoSelection | None = None
+    packages: list[PackageRecord] = Field([], description="what --package built from the validated artifacts")
     error_histogram_edges: list[float] = Field(ERROR_HISTOGRAM_EDGES, description="lower edges of every output's error_histogram bins")
     gate: Verdict | None = Field(None, description="the promotion gate's verdict, when the report was made by 'convert gate'")
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.devices import absent_reason
+from convert.registry import FromSpec
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class FeedMismatch(Exception):
 
 
 class Runner(abc.ABC):
-    name: str
+    name = FromSpec()  # read from the class's registered spec (convert/runtimes/__init__.py)
     pins_threads = False  # whether ``threads`` sets this runtime's intra-op thread count (benchmarks pin them alike)
     cpu_only = ""  # set to the reason for runtimes that run on the CPU only
     gpu_only = ""  # set to the reason for runtimes that run on GPUs only

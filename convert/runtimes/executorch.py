@@ -15,7 +15,6 @@ from convert.runtimes.base import FeedMismatch, InputMeta, Runner
 
 
 class ExecuTorchRunner(Runner):
-    name = "executorch"
     cpu_only = "ExecuTorch's XNNPACK programs run on the CPU"
 
     @classmethod

@@ -22,7 +22,6 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 
 class OnnxRuntimeRunner(Runner):
-    name = "onnxruntime"
     pins_threads = True
 
     @classmethod

@@ -10,7 +10,6 @@ from convert.runtimes.base import InputMeta, Runner
 
 
 class OpenVinoRunner(Runner):
-    name = "openvino"
     pins_threads = True
     cpu_only = "OpenVINO's GPU plugin runs on Intel GPUs, not on a CUDA device"
 

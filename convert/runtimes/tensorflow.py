@@ -24,8 +24,6 @@ _DEVICES = {"cpu": "/CPU:0", "cuda": "/GPU:0"}
 
 
 class SavedModelRunner(Runner):
-    name = "tensorflow"
-
     @classmethod
     def build_unavailable_reason(cls, device: str) -> str | None:
         tf = tensorflow()
@@ -64,7 +62,6 @@ class SavedModelRunner(Runner):
 
 
 class TfliteRunner(Runner):
-    name = "tflite"
     pins_threads = True
     cpu_only = "the TFLite interpreter runs on the CPU only"
 

@@ -18,7 +18,6 @@ NOT_BUILT_HERE = "the engine was not built by this run: TensorRT engines are exe
 
 
 class TensorRtRunner(Runner):
-    name = "tensorrt"
     gpu_only = "TensorRT runs on NVIDIA GPUs only"
     runtime = engine = context = stream = buffers = None
 

@@ -55,8 +55,6 @@ class _TorchRunner(Runner):
 
 
 class TorchScriptRunner(_TorchRunner):
-    name = "torch.jit"
-
     def activate(self) -> None:
         import torch
 
@@ -70,8 +68,6 @@ class TorchScriptRunner(_TorchRunner):
 
 
 class ExportedProgramRunner(_TorchRunner):
-    name = "torch.export"
-
     def activate(self) -> None:
         self._pin_threads()
         program = load_program(self.path)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,3 +60,26 @@ class SourceModel(abc.ABC):
     def native(self) -> Any:
         """The framework object the exporters work on."""
         raise NotImplementedError
+
+
+def example_arrays(example: Any, names: Sequence[str] | None, to_array: Callable[[Any], Any] = np.asarray) -> dict[str, np.ndarray] | None:
+    """The user's example inputs as NumPy arrays by input name; None where none are given.
+
+    ``example`` is a dict of arrays or tensors by input name, a tuple or list of them in call order, one alone, or the
+    path of an .npz (read as --example-inputs is). Values in call order take the first of ``names`` (the model's input
+    or parameter names, in order) where there are at least as many names as values, else ``input_0``, ``input_1``...
+    ``to_array`` turns one value (a framework's tensor, or anything NumPy reads) into an array: each source passes its
+    framework's conversion, so that this module imports no framework.
+    """
+    if example is None:
+        return None
+    if isinstance(example, (str, os.PathLike)):
+        from convert.sources.request import load_example_inputs
+
+        example = load_example_inputs(Path(example))
+    if isinstance(example, Mapping):
+        return {key: np.asarray(to_array(value)) for key, value in example.items()}
+    values = example if isinstance(example, (tuple, list)) else (example,)
+    named = names is not None and len(names) >= len(values)
+    keys = list(names[: len(values)]) if named else [f"input_{index}" for index in range(len(values))]
+    return {key: np.asarray(to_array(value)) for key, value in zip(keys, values)}

@@ -24,7 +24,7 @@ import numpy as np
 
 from convert.errors import ConvertError, require
 from convert.safety import sha256_files
-from convert.sources.base import SourceInfo, SourceModel
+from convert.sources.base import SourceInfo, SourceModel, example_arrays
 from convert.sources.request import SourceRequest, call_factory, required_positional
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
 from convert.specs import InputSpec, SourceSignature
@@ -268,7 +268,7 @@ def _call_parameters(function: Any, skip: int) -> list[str] | None:
 
 
 def _settle_specs(request: SourceRequest, parameters: list[str] | None, what: str):
-    arrays = _example_arrays(request.example_inputs, parameters)
+    arrays = example_arrays(request.example_inputs, parameters)
     if request.inputs:
         specs = order_by_parameters(request.inputs, parameters or [], parameters is None, what)
     elif arrays is not None:
@@ -284,16 +284,6 @@ def _settle_specs(request: SourceRequest, parameters: list[str] | None, what: st
         )
     export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
     return specs, arrays, export_sizes
-
-
-def _example_arrays(example: Any, names: list[str] | None) -> dict[str, np.ndarray] | None:
-    if example is None:
-        return None
-    if isinstance(example, Mapping):
-        return {k: np.asarray(v) for k, v in example.items()}
-    values = example if isinstance(example, (tuple, list)) else (example,)
-    keys = names if names and len(names) >= len(values) else [f"input_{i}" for i in range(len(values))]
-    return {k: np.asarray(v) for k, v in zip(keys, values)}
 
 
 def _dummy_inputs(request: SourceRequest, parameters: list[str] | None) -> list[Any]:

@@ -24,7 +24,7 @@ from convert.archives import check_archive, read_member
 from convert.backends.tf import SERVING_KEY, keras, tensorflow, to_numpy
 from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_files
-from convert.sources.base import SourceInfo, SourceModel
+from convert.sources.base import SourceInfo, SourceModel, example_arrays
 from convert.sources.request import SourceRequest
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
 from convert.specs import InputSpec, SourceSignature
@@ -144,7 +144,7 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
             "Give a keras.Model, a .keras archive, a SavedModel folder, or a factory returning a keras.Model.",
         )
 
-    arrays = _example_arrays(request.example_inputs, _keras_input_names(model) if signature_fn is None else None)
+    arrays = example_arrays(request.example_inputs, _keras_input_names(model) if signature_fn is None else None, to_numpy)
     if signature_fn is not None:
         own_specs = _specs_from_signature(signature_fn)
         what = f"the SavedModel's {SERVING_KEY} signature"
@@ -447,16 +447,6 @@ def _dtype_name(dtype) -> str:
     if name not in DTYPES:
         raise ConvertError(f"a model input has dtype {name}, which is not supported", f"Use one of {', '.join(DTYPES)}.")
     return name
-
-
-def _example_arrays(example, names: list[str] | None) -> dict[str, np.ndarray] | None:
-    if example is None:
-        return None
-    if isinstance(example, Mapping):
-        return {k: to_numpy(v) for k, v in example.items()}
-    values = example if isinstance(example, (tuple, list)) else (example,)
-    keys = names if names and len(names) == len(values) else [f"input_{i}" for i in range(len(values))]
-    return {k: to_numpy(v) for k, v in zip(keys, values)}
 
 
 def _first(exc: BaseException) -> str:

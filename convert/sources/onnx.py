@@ -16,7 +16,7 @@ import numpy as np
 
 from convert.errors import ConvertError
 from convert.safety import sha256_files
-from convert.sources.base import SourceInfo, SourceModel
+from convert.sources.base import SourceInfo, SourceModel, example_arrays
 from convert.sources.request import SourceRequest
 from convert.sources.signature import export_sizes_from_arrays, order_by_parameters
 from convert.specs import InputSpec, SourceSignature
@@ -98,9 +98,9 @@ def load_onnx_source(request: SourceRequest) -> OnnxSource:
         description=f"ONNX opset {opset} from {producer}; reference: {REFERENCE}",
     )
     source = OnnxSource(path, info, specs, tuple(o.name for o in model.graph.output))
-    example = request.example_inputs
+    example = example_arrays(request.example_inputs, [spec.name for spec in specs])
     if example is not None:
-        source.example_feed = {name: np.asarray(value) for name, value in dict(example).items()}
+        source.example_feed = example
         source.export_sizes = export_sizes_from_arrays(specs, source.example_feed)
     return source
 

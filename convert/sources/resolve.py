@@ -43,7 +43,7 @@ def resolve_source(request: SourceRequest) -> SourceModel:
         elif is_factory_reference(text):
             target = import_reference(text)
             implied = framework or (PARAMS_FRAMEWORK if request.params is not None else None)
-            if implied is not None and _entry(implied).meta.get("takes_callables", False):
+            if implied is not None and _entry(implied).takes_callables:
                 request.model, framework = target, implied
             else:
                 request.model = call_factory(text, target)
@@ -80,10 +80,9 @@ def detect_framework(model) -> str:
                 if _holds_marker(model, entry):
                     return entry.name
             markers = [
-                f"{e.meta['folder_name']} holds {' or '.join(_markers(e))}"
-                + (f" (with {e.meta['folder_key']})" if e.meta.get("folder_key") else "")
+                f"{e.folder_name} holds {' or '.join(e.folder_markers)}" + (f" (with {e.folder_key})" if e.folder_key else "")
                 for e in REGISTRY.entries("source")
-                if e.meta.get("folder_marker")
+                if e.folder_markers
             ]
             raise ConvertError(
                 f"{model} is a folder with no model in it ({'; '.join(markers)})",
@@ -93,26 +92,20 @@ def detect_framework(model) -> str:
             if detect_format(model) in _TORCH_FORMATS:
                 return "torch"
             for entry in REGISTRY.entries("source"):
-                if model.suffix.lower() in entry.meta.get("suffixes", ()):
+                if model.suffix.lower() in entry.suffixes:
                     return entry.name
         raise ConvertError(f"cannot tell which framework {model} belongs to", f"Pass --framework ({', '.join(frameworks())}).")
     roots = {cls.__module__.split(".")[0] for cls in type(model).__mro__}
     for entry in REGISTRY.entries("source"):
-        modules = entry.meta.get("module")
-        if set(modules if isinstance(modules, tuple) else (modules,)) & roots:
+        if set(entry.modules) & roots:
             return entry.name
     raise ConvertError(f"cannot tell which framework a {type(model).__name__} belongs to", f"Pass framework= ({', '.join(frameworks())}).")
 
 
-def _markers(entry) -> tuple[str, ...]:
-    marker = entry.meta.get("folder_marker") or ()
-    return marker if isinstance(marker, tuple) else (marker,)
-
-
 def _holds_marker(folder: Path, entry) -> bool:
     """Whether the folder holds one of the entry's marker files (with its top-level key, where the entry names one)."""
-    key = entry.meta.get("folder_key")
-    for marker in _markers(entry):
+    key = entry.folder_key
+    for marker in entry.folder_markers:
         path = folder / marker
         if not path.is_file():
             continue

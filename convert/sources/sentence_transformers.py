@@ -22,12 +22,13 @@ import re
 from pathlib import Path
 
 from convert.backends.huggingface import offline, position_offset, stored_dtype
-from convert.backends.torch import CallConvention, TorchSource, require_torch
+from convert.backends.torch import CallConvention, require_torch
 from convert.errors import ConvertError, require
 from convert.readers import loads_json
 from convert.safety import sha256_files
 from convert.sources.base import SourceInfo
 from convert.sources.request import SourceRequest
+from convert.sources.torch_model import TorchSource
 from convert.specs import InputSpec
 
 TRUST_HINT = "If you trust the folder and where it came from, pass --trust-code."

@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 
 from convert.archives import check_archive
-from convert.backends.torch import TRUST_HINT, CallConvention, TorchSource, load_program, pt2_code_reasons, require_torch, to_numpy
+from convert.backends.torch import TRUST_HINT, CallConvention, load_program, pt2_code_reasons, require_torch, to_numpy
 from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_file
-from convert.sources.base import SourceInfo
+from convert.sources.base import SourceInfo, example_arrays
 from convert.sources.request import SourceRequest
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
+from convert.sources.torch_model import TorchSource
 from convert.specs import InputSpec
 
 
@@ -58,7 +59,7 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
 
     parameters, accepts_any = _parameters(model, exported)
     what = f"{info.description}.forward"
-    arrays = _example_arrays(request.example_inputs, parameters)
+    arrays = example_arrays(request.example_inputs, parameters, _tensor_to_numpy)
     dim_ranges: dict[str, tuple[int, int | None]] = {}
     named = exported is None and not accepts_any and not isinstance(model, torch.jit.ScriptModule)
     if request.inputs:
@@ -248,14 +249,9 @@ def program_input_names(program) -> list[str]:
     ]
 
 
-def _example_arrays(example, parameters: list[str]) -> dict[str, np.ndarray] | None:
-    if example is None:
-        return None
-    if isinstance(example, Mapping):
-        return {k: np.asarray(to_numpy(v) if hasattr(v, "detach") else v) for k, v in example.items()}
-    values = example if isinstance(example, (tuple, list)) else (example,)
-    names = parameters[: len(values)] if len(parameters) >= len(values) else [f"input_{i}" for i in range(len(values))]
-    return {n: (to_numpy(v) if hasattr(v, "detach") else np.asarray(v)) for n, v in zip(names, values)}
+def _tensor_to_numpy(value) -> np.ndarray:
+    """An example input as an array: a tensor as to_numpy gives it (a bfloat16 one as float32), anything else as NumPy reads it."""
+    return to_numpy(value) if hasattr(value, "detach") else np.asarray(value)
 
 
 _TORCH_DTYPES = {

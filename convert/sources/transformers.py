@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from convert.backends.huggingface import offline, position_offset, stored_dtype
-from convert.backends.torch import CallConvention, TorchSource, require_torch
+from convert.backends.torch import CallConvention, require_torch
 from convert.compat import library_mismatch
 from convert.errors import ConvertError, require
 from convert.safety import sha256_files
 from convert.sources.base import SourceInfo
 from convert.sources.request import SourceRequest
+from convert.sources.torch_model import TorchSource
 from convert.specs import InputSpec
 from convert.validators.generation import PAST, CacheLayout
 

@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 import convert
+from convert.gate.judge import judge
 from convert.policy import load_policy
-from convert.promotion import judge
 from convert.reports.console import print_summary, print_verdict
 from convert.reports.model import Report
 from tests.conftest import REPO, run_cli
@@ -185,3 +185,24 @@ def test_progress_off_a_terminal_is_a_line_per_event(monkeypatch):
     progress.started("export:onnx")
     progress.finished(stage("export:onnx"))
     assert console.file.getvalue().splitlines() == ["… export:onnx", "✓ export:onnx (61.0 s)"]
+
+
+def test_a_failed_pass_is_named_a_pass_and_a_failed_export_an_export():
+    from convert.reports.console import print_failures
+    from convert.reports.model import Environment, Stage
+
+    failed = Report(
+        tool_version="0",
+        created_at="now",
+        environment=Environment(python="3", platform="p"),
+        stages=[
+            Stage(name="export:onnx", status="failed", error="no strategy worked\nmore"),
+            Stage(name="optimize:int8", status="failed", error="quantize_dynamic failed"),
+            Stage(name="optimize:openvino:int8", status="failed", error="killed", signal="SIGKILL"),
+        ],
+    )
+    lines = plain(lambda console: print_failures(failed, console, "out/report.json"))
+    assert lines[0].startswith("error: the onnx export failed with every strategy; the first said: no strategy worked.")
+    assert lines[1].startswith("error: the int8 pass failed with every strategy; the first said: quantize_dynamic failed.")
+    assert lines[2].startswith("error: the openvino:int8 pass crashed: killed; the run went on with the other targets.")
+    assert all(line.endswith("out/report.json") for line in lines)

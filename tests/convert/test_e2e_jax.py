@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pickle
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from convert.specs import parse_input_specs
 from fixtures.jax_models import FIXTURES
-from tests.conftest import load_report, run_cli, sizes_checked
+from tests.conftest import LazyRuns, load_report, run_cli, sizes_checked
 
 TARGETS = ("onnx", "savedmodel", "tflite")
 OUTPUTS = {
@@ -37,15 +36,10 @@ def _source_args(name: str, folder) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def jax_runs(jax_files, tmp_path_factory):
-    """One CLI run per fixture (every target), shared by the assertions below."""
-    outs = {name: tmp_path_factory.mktemp(f"jax_{name}") for name in FIXTURES}
-
-    def run(name: str):
-        return run_cli(*_source_args(name, jax_files), "--to", ",".join(TARGETS), "--out", str(outs[name])), outs[name]
-
-    with ThreadPoolExecutor(2) as pool:  # two runs at a time: each waits on its process start and imports part of the time
-        return dict(zip(FIXTURES, pool.map(run, FIXTURES)))
+def jax_runs(jax_files, converted):
+    """One CLI run per fixture (every target), shared by the assertions below; each when a test first reads it, one at
+    a time (the other xdist worker has the other core), once per session (tests/conftest.py's ``converted``)."""
+    return LazyRuns(FIXTURES, lambda name: converted(*_source_args(name, jax_files), "--to", ",".join(TARGETS)))
 
 
 @pytest.mark.parametrize("name", list(FIXTURES))

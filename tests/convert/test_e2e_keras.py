@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from convert.specs import parse_input_specs
 from fixtures.keras_models import FIXTURES
-from tests.conftest import load_report, run_cli, sizes_checked
+from tests.conftest import LazyRuns, load_report, run_cli, sizes_checked
 
 TARGETS = ("savedmodel", "onnx", "tflite")
 OUTPUTS = {"mobilenet": {"predictions"}, "two_io": {"score", "embedding"}, "subclassed": {"output"}, "bn_dropout": {"output"}}
@@ -31,15 +30,10 @@ def _source_args(name: str, folder) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def keras_runs(keras_files, tmp_path_factory):
-    """One CLI run per fixture (every target), shared by the assertions below."""
-    outs = {name: tmp_path_factory.mktemp(f"keras_{name}") for name in FIXTURES}
-
-    def run(name: str):
-        return run_cli(*_source_args(name, keras_files), "--to", ",".join(TARGETS), "--out", str(outs[name])), outs[name]
-
-    with ThreadPoolExecutor(2) as pool:  # two runs at a time: each waits on its process start and imports part of the time
-        return dict(zip(FIXTURES, pool.map(run, FIXTURES)))
+def keras_runs(keras_files, converted):
+    """One CLI run per fixture (every target), shared by the assertions below; each when a test first reads it, one at
+    a time (the other xdist worker has the other core), once per session (tests/conftest.py's ``converted``)."""
+    return LazyRuns(FIXTURES, lambda name: converted(*_source_args(name, keras_files), "--to", ",".join(TARGETS)))
 
 
 def _assert_every_symbol_at_two_sizes(artifact: dict, inputs: list[str]) -> None:

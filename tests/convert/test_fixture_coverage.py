@@ -16,17 +16,12 @@ COVERED = (
 )
 
 
-def _sources(entry) -> tuple[str, ...]:
-    source = entry.meta["source"]
-    return source if isinstance(source, tuple) else (source,)
-
-
 def test_every_registered_exporter_and_runtime_is_covered_by_a_fixture_test():
     """A registered exporter or runtime without an end-to-end fixture test fails here."""
-    registered = {(source, e.meta["format"]) for e in REGISTRY.entries("exporter") for source in _sources(e)}
+    registered = {(source, e.format) for e in REGISTRY.entries("exporter") for source in e.sources}
     assert registered <= COVERED, f"exporters without a fixture test: {registered - COVERED}"
-    runtime_formats = {f for e in REGISTRY.entries("runtime") for f in e.meta["formats"]}
+    runtime_formats = {f for e in REGISTRY.entries("runtime") for f in e.formats}
     # test_optimize runs every registered optimizer on a fixture; their artifacts' formats are covered there
-    optimized_formats = {REGISTRY.get("optimizer", name).meta["format"] for name in test_optimize.EVERY_OPTIMIZER}
+    optimized_formats = {REGISTRY.get("optimizer", name).format for name in test_optimize.EVERY_OPTIMIZER}
     tested_formats = {fmt for _, fmt in COVERED} | optimized_formats
     assert runtime_formats <= tested_formats, f"runtimes without a fixture test: {runtime_formats - tested_formats}"

@@ -23,8 +23,9 @@ from pydantic import ValidationError
 
 from convert.batch import load_manifest
 from convert.errors import ConvertError
+from convert.gate.baseline import load_report
+from convert.gate.judge import judge
 from convert.policy import Policy, load_policy
-from convert.promotion import judge, load_report
 from convert.reports import model as rm
 from convert.specs import DTYPES, InputSpec, parse_input_spec, parse_input_specs
 from tests.conftest import REPO

@@ -3,8 +3,9 @@
 Sources, exporters, optimizers and runtimes share what one technology needs through ``convert/backends/``, and never
 import each other: a runtime imports no optimizer or exporter, an optimizer no runtime or exporter, an exporter no
 runtime or optimizer, a source none of the three. Only the code that loads a source imports a framework's source
-module. The backends sit below the layers, and import their framework inside functions: ``import convert`` imports
-none. Plain-text helpers live in ``convert/text.py``: the rich console renderer is imported by the reports and the
+module; what several sources share (the PyTorch source model) only the sources import. The backends sit below the
+layers: they import nothing of them (not even the SourceModel protocol), and their framework inside functions:
+``import convert`` imports none. Plain-text helpers live in ``convert/text.py``: the rich console renderer is imported by the reports and the
 CLI only.
 """
 
@@ -31,15 +32,18 @@ FORBIDDEN = {
 # The exporters' protocol (strategies tried in order, each a recorded attempt), which every optimizer is built on:
 # an Optimizer is an Exporter of an artifact, its OptimizeJob an ExportJob.
 ALLOWED = {"optimizers": ("convert.exporters.base",)}
-# What the layers may import from convert/sources: the SourceModel protocol, the request, the signature helpers.
+# What the layers above the backends may import from convert/sources: the SourceModel protocol, the request, the
+# signature helpers. The backends may not: they sit below the sources.
 SOURCE_TYPES = ("convert.sources.base", "convert.sources.request", "convert.sources.signature")
+# What the sources share among themselves (the TorchSource every PyTorch-based source gives): imported by sources only.
+SOURCES_SHARED = ("convert.sources.torch_model",)
 # The code that truly loads a source: the resolver, and the worker's Session (through the resolver).
 SOURCE_LOADERS = ("convert.sources.resolve", "convert.worker")
 # convert.sources.torch, .keras, .jax: every source module but the package, the resolver and the shared types
 FRAMEWORK_SOURCES = tuple(
     f"convert.sources.{path.stem}"
     for path in sorted((CONVERT / "sources").glob("*.py"))
-    if path.stem not in ("__init__", "resolve") and f"convert.sources.{path.stem}" not in SOURCE_TYPES
+    if path.stem not in ("__init__", "resolve") and f"convert.sources.{path.stem}" not in SOURCE_TYPES + SOURCES_SHARED
 )
 # Imported at module level by no backend: each imports its framework inside the functions that need it.
 FRAMEWORKS = ("torch", "tensorflow", "keras", "jax", "flax", "onnx", "onnxruntime", "openvino", "nncf", "tensorrt", "cuda", "tf2onnx")
@@ -81,6 +85,11 @@ def layer_of(path: Path) -> str | None:
     return parts[0] if len(parts) > 1 and parts[0] in FORBIDDEN else None
 
 
+def allowed(layer: str) -> tuple[str, ...]:
+    """What of the layers FORBIDDEN names this layer may import all the same."""
+    return ALLOWED.get(layer, ()) + (() if layer == "backends" else SOURCE_TYPES)
+
+
 def test_the_rule_reads_imports_inside_functions_and_relative_ones(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(
@@ -91,15 +100,19 @@ def test_the_rule_reads_imports_inside_functions_and_relative_ones(tmp_path):
     assert "convert.optimizers.openvino" not in imports(probe, top_level_only=True, name="convert.runtimes.probe")
 
 
+def test_a_backend_may_not_import_even_the_source_types():
+    for name in (*SOURCE_TYPES, *SOURCES_SHARED, "convert.sources.torch"):
+        assert within(name, FORBIDDEN["backends"]) and not within(name, allowed("backends")), name
+    assert all(within(name, allowed("exporters")) for name in SOURCE_TYPES)
+
+
 LAYER_MODULES = [path for path in MODULES if layer_of(path)]
 
 
 @pytest.mark.parametrize("path", LAYER_MODULES, ids=lambda p: str(p.relative_to(REPO)))
 def test_a_layer_imports_no_other_layer(path):
     layer = layer_of(path)
-    wrong = sorted(
-        name for name in imports(path) if within(name, FORBIDDEN[layer]) and not within(name, ALLOWED.get(layer, ()) + SOURCE_TYPES)
-    )
+    wrong = sorted(name for name in imports(path) if within(name, FORBIDDEN[layer]) and not within(name, allowed(layer)))
     assert not wrong, f"{path.relative_to(REPO)} ({layer}) imports {wrong}: what layers share belongs in convert/backends/"
 
 
@@ -110,6 +123,14 @@ def test_only_the_source_loaders_import_a_framework_source(path):
         return
     wrong = sorted(n for n in imports(path) if within(n, FRAMEWORK_SOURCES) and not within(n, (name,)))
     assert not wrong, f"{path.relative_to(REPO)} imports {wrong}: a framework's shared helpers belong in convert/backends/"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))
+def test_only_the_sources_import_what_the_sources_share(path):
+    if within(module_name(path), ("convert.sources",)):
+        return
+    wrong = sorted(n for n in imports(path) if within(n, SOURCES_SHARED))
+    assert not wrong, f"{path.relative_to(REPO)} imports {wrong}: what other layers need of a framework belongs in convert/backends/"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(REPO)))

@@ -7,7 +7,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,8 @@ def _sha256(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def onnx_files(tmp_path_factory) -> Path:
-    """The files of fixtures/onnx_models.py, each exporter in a process of its own, side by side."""
+    """The files of fixtures/onnx_models.py, each exporter in a process of its own, one at a time (the other xdist
+    worker has the other core)."""
     folder = tmp_path_factory.mktemp("onnx_models")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
 
@@ -35,9 +35,8 @@ def onnx_files(tmp_path_factory) -> Path:
         )
 
     groups = [("keras_tf2onnx",), ("flax_jax2onnx",), ("torch_plain", "outside_external_data")]
-    with ThreadPoolExecutor(len(groups)) as pool:
-        for done in pool.map(build, groups):
-            assert done.returncode == 0, done.stderr[-4000:]
+    for done in map(build, groups):
+        assert done.returncode == 0, done.stderr[-4000:]
     return folder
 
 
@@ -50,8 +49,7 @@ def auto_runs(onnx_files, tmp_path_factory):
         out = tmp_path_factory.mktemp(f"auto_{name}")
         return run_cli(str(onnx_files / f"{name}.onnx"), "--optimize", "auto", "--benchmark-seconds", "0.2", "--out", str(out)), out
 
-    with ThreadPoolExecutor(2) as pool:
-        runs = dict(zip(THIRD_PARTY, pool.map(run, THIRD_PARTY)))
+    runs = dict(zip(THIRD_PARTY, map(run, THIRD_PARTY)))
     return runs, before
 
 

@@ -3,17 +3,20 @@ reproduce command are derived from that declaration, and these tests hold them t
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import shlex
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from convert import api, options
-from convert.cli import export_command
+from convert.cli import export_command, main, validate_command
 from convert.pipeline import ConvertRequest
 from convert.pipeline.reproduce import reproduce_command
-from convert.policy import Policy
+from convert.policy import Policy, load_policy
 
 # A value for every option other than its default, as the CLI spells it
 NON_DEFAULT = {
@@ -28,6 +31,7 @@ NON_DEFAULT = {
     "example_inputs": "x.npz",
     "dims": ("B=2,1,8",),
     "optimize": "trt:fp16",
+    "package": "archive",
     "data": "samples",
     "data_samples": 50,
     "columns": ("input_ids=tokens", "label=target"),
@@ -157,3 +161,107 @@ def test_the_gate_builds_its_request_from_the_policy_keys():
     assert values["to"] == ("onnx",) and values["optimize"] == ("fp16",)
     assert (values["dims"], values["shape_ranges"], values["samples"], values["opset"]) == (("B=2,4",), ("B=1..2..4",), 2, 18)
     assert (values["threads"], values["benchmark_batch"], values["allow_fixed_shapes"]) == (1, 2, True)
+
+
+# Each option's default on every surface, read from the surface itself (the click parameter, the dataclass field, the
+# keyword, the pydantic field) and compared with the declaration: a default typed anywhere else fails here.
+
+
+def _same(value: Any, declared: Any) -> bool:
+    """Equal and of the same type: 1 is not 1.0 nor True, () is not []."""
+    return value == declared and type(value) is type(declared)
+
+
+def _policy_field(key: str):
+    model: Any = Policy
+    *sections, name = key.split(".")
+    for section in sections:
+        model = model.model_fields[section].annotation
+    return model.model_fields[name]
+
+
+# ConvertRequest's fields that are no run option: the model, the artifacts given to validate, the command line that
+# asked for the run, and the caller's hooks (moving to RunHooks)
+NOT_OPTIONS = {"model", "given", "command", "reads", "writes", "baseline", "judge", "publish"}
+
+
+def test_every_request_field_but_the_model_given_and_hooks_is_a_declared_option():
+    assert {f.name for f in dataclasses.fields(ConvertRequest)} - NOT_OPTIONS == set(options.BY_NAME)
+
+
+def test_every_declared_difference_is_a_difference_with_its_reason():
+    for option in options.OPTIONS:
+        assert len({d.surface for d in option.differs}) == len(option.differs), option.name
+        for differs in option.differs:
+            assert differs.why and not _same(differs.value, option.default), (option.name, differs)
+        if option.kind == "flag":  # a flag can only turn something on
+            assert option.default is False and option.default_on("cli") is False, option.name
+        if option.kind == "negated-flag":  # --no-X turns off what is on by default
+            assert option.default is True and option.default_on("cli") is True, option.name
+
+
+@pytest.mark.parametrize("name", [o.name for o in options.OPTIONS])
+def test_every_surface_has_the_declared_default(name):
+    option = options.BY_NAME[name]
+    assert _same(options.DEFAULTS[name], option.default)
+    # ConvertRequest: its field's default is the option's own
+    field = {f.name: f for f in dataclasses.fields(ConvertRequest)}[name]
+    assert field.default_factory is dataclasses.MISSING and _same(field.default, option.default), field.default
+    # the command line: every command's parameter of the option (the gate's and batch's --out excepted: None there is
+    # "the policy's out", an override of the policy's own default, which is compared below)
+    seen = 0
+    for command in main.commands.values():
+        for parameter in command.params:
+            if option.flag not in parameter.opts or (option.name == "out" and command not in (export_command, validate_command)):
+                continue
+            default = parameter.default
+            if getattr(parameter, "is_flag", False) and not isinstance(default, bool):
+                default = False  # a flag declared without a default (click's UNSET) is off
+            value = (not default) if option.kind == "negated-flag" else option.to_request(default)
+            assert _same(value, option.default_on("cli")), (command.name, default)
+            seen += 1
+    assert seen >= (1 if option.name in options.MAKES_ARTIFACTS else 2), "export and validate take every option"
+    # the Python API: convert()'s keyword, and load()'s where it takes the option
+    for function in (api.convert, api.load):
+        parameter = inspect.signature(function).parameters.get(option.keyword)
+        if parameter is not None:
+            assert _same(parameter.default, option.default_on("api")), (function.__name__, parameter.default)
+    assert option.keyword in inspect.signature(api.convert).parameters or name == "report_json"
+    # a promotion policy: its field's default, in the policy's spelling (a list, a path's text)
+    if option.policy is not None:
+        default = _policy_field(option.policy).get_default(call_default_factory=True)
+        assert _same(default, options.policy_default(option.policy)), default
+        assert _same(option.to_request(default), option.default_on("policy")), default
+
+
+def test_the_requests_each_surface_builds_by_default_hold_the_declared_defaults(tmp_path, monkeypatch):
+    """Not only the declared defaults, but what each way in builds when it is given nothing but the model."""
+    assert {n: getattr(ConvertRequest(model="m.pt2"), n) for n in options.BY_NAME} == dict(options.DEFAULTS)
+    cli = {o.name: o.default_on("cli") for o in options.OPTIONS}
+    assert _request_from_cli(["m.pt2"]) == {"model": "m.pt2", **cli}
+    context = validate_command.make_context("validate", ["a.onnx", "--against", "m.pt2"])
+    assert options.from_cli(context.params) == {n: v for n, v in cli.items() if n not in options.MAKES_ARTIFACTS}
+    policy = Policy.model_validate({"model": {"path": "m.pt2"}})
+    assert options.from_policy(policy) == {o.name: o.default_on("policy") for o in options.OPTIONS if o.policy}
+
+    built: list[ConvertRequest] = []
+    monkeypatch.setattr(api, "run", built.append)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # convert() without out= makes a new folder here
+    api.convert("m.pt2")
+    (tmp_path / "a.onnx").write_bytes(b"")
+    api.validate(tmp_path / "a.onnx", against="m.pt2")
+    made, validated = built
+    for option in options.OPTIONS:
+        if option.name == "out":  # the API's declared default: a new temporary folder for each call
+            assert made.out.parent == validated.out.parent == tmp_path and made.out != validated.out
+        elif option.name == "to":  # convert()'s declared onnx; validate() makes nothing
+            assert (made.to, validated.to) == (option.default_on("api"), ())
+        else:
+            assert getattr(made, option.name) == getattr(validated, option.name) == option.default_on("api"), option.name
+
+
+def test_a_policys_default_out_is_beside_the_policy_file(tmp_path):
+    """The policy's out has the option's default spelling, read (as every path in a policy) from the policy's folder."""
+    (tmp_path / "policy.yaml").write_text("model:\n  path: m.onnx\n")
+    policy, _ = load_policy(tmp_path / "policy.yaml")
+    assert Path(policy.out) == tmp_path / options.DEFAULTS["out"]

@@ -10,7 +10,7 @@ import pytest
 
 from convert import doctor
 from convert.pipeline.runner import environment
-from convert.registry import CORE_PACKAGES, KINDS, REGISTRY, Entry
+from convert.registry import CORE_PACKAGES, KINDS, REGISTRY, ExporterSpec
 
 
 @pytest.fixture
@@ -18,8 +18,8 @@ def fake_exporter(monkeypatch):
     """A fake exporter entry (never loaded) that declares a package no other entry does: psutil, installed here."""
     REGISTRY._ensure_loaded()  # the real entries first: patched in, they would be lost when the patch is undone
     entries = dict(REGISTRY._entries)
-    entries[("exporter", "fake-psutil")] = Entry(
-        "exporter", "fake-psutil", "nowhere:Nothing", {"format": "onnx", "source": "torch", "packages": ("psutil",), "extra": "fake"}
+    entries[("exporter", "fake-psutil")] = ExporterSpec(
+        name="fake-psutil", target="nowhere:Nothing", format="onnx", sources=("torch",), packages=("psutil",), extra="fake"
     )
     monkeypatch.setattr(REGISTRY, "_entries", entries)
     return entries[("exporter", "fake-psutil")]
@@ -35,11 +35,10 @@ def test_a_package_declared_on_an_entry_is_recorded_cache_keyed_and_listed_by_do
 def test_every_entry_that_needs_more_than_the_core_names_its_packages_and_extra():
     for kind in KINDS:
         for entry in REGISTRY.entries(kind):
-            declared = entry.meta.get("packages", ())
-            assert entry.packages[: len(CORE_PACKAGES)] == CORE_PACKAGES
-            if declared:
-                assert entry.meta.get("extra"), f"{kind} {entry.name} declares packages but not the extra that installs them"
-            assert set(entry.meta.get("requires", ())) <= set(declared), f"{kind} {entry.name} requires undeclared packages"
+            assert entry.all_packages[: len(CORE_PACKAGES)] == CORE_PACKAGES
+            if entry.packages:
+                assert entry.extra, f"{kind} {entry.name} declares packages but not the extra that installs them"
+            assert set(getattr(entry, "requires", ())) <= set(entry.packages), f"{kind} {entry.name} requires undeclared packages"
 
 
 def test_a_missing_package_is_listed_with_the_extra_that_installs_it(monkeypatch):

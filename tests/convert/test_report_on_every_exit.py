@@ -52,7 +52,7 @@ def test_the_gate_renders_and_logs_under_the_lock_before_its_report_is_final(tmp
     """The renderings are made by the run, while it holds the output folder; the report is written after them."""
     import yaml
 
-    from convert.promotion import gate
+    from convert.gate.run import gate
 
     order: list[str] = []
     write_report = pipeline_run.write_report
@@ -66,7 +66,7 @@ def test_the_gate_renders_and_logs_under_the_lock_before_its_report_is_final(tmp
         return []
 
     monkeypatch.setattr(pipeline_run, "write_report", recording_write)
-    monkeypatch.setattr("convert.promotion.render_files", recording_render)
+    monkeypatch.setattr("convert.gate.run.render_files", recording_render)
     policy = tmp_path / "promotion.yaml"
     policy.write_text(
         yaml.safe_dump(

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from convert.artifacts import Artifact
 from convert.backends.tensorrt import ENGINES_BUILT_THIS_RUN
+from convert.cache import Hit, Lookup
 from convert.devices import cuda_gpus
 from convert.errors import ArtifactUnsupported, ConvertError
 from convert.optimizers import tensorrt as trt_build
@@ -24,6 +27,8 @@ from convert.optimizers.tensorrt import (
     profile_shapes,
     timing_cache_path,
 )
+from convert.pipeline.optimize import _lookup
+from convert.registry import REGISTRY
 from convert.runtimes.tensorrt import TensorRtRunner
 from convert.specs import parse_input_spec
 from tests.conftest import REPO
@@ -172,9 +177,60 @@ def test_the_passes_are_registered_with_their_files_and_precisions():
     from convert.registry import REGISTRY
 
     found = {e.name: e.load() for e in REGISTRY.entries("optimizer", format="tensorrt")}
-    assert {name: (cls.suffix, cls.precision) for name, cls in found.items()} == {
+    assert {name: (cls.artifact_suffix(), cls.precision) for name, cls in found.items()} == {
         "trt": (".engine", "fp32"),
         "trt:fp16": ("_fp16.engine", "fp16"),
         "trt:int8": ("_int8.engine", "int8"),
     }
-    assert all(Path(f"m{cls.suffix}").suffix == ".engine" for cls in found.values())
+    assert all(Path(f"m{cls.artifact_suffix()}").suffix == ".engine" for cls in found.values())
+
+
+class _CacheThatWouldServeEverything:
+    """A cache (a fake, named as such) whose every lookup would be a hit: a stage that consults it is recorded."""
+
+    def __init__(self):
+        self.consulted = []
+
+    def find(self, label, *parts, judge=None):
+        self.consulted.append(label)
+        return Lookup("key", (), Hit({}, None), judge)
+
+
+@pytest.mark.parametrize("name", ["trt", "trt:fp16", "trt:int8"])
+def test_an_engine_is_never_restored_from_the_cache_and_that_is_decided_before_tensorrt_is_imported(name):
+    """A TensorRT engine is built for one GPU and driver, and its runner loads only engines this process built: its
+    stage never asks the cache, even one that holds an entry for it, and the spec says so without importing TensorRT."""
+    import textwrap
+
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        from types import SimpleNamespace
+        from convert.pipeline.optimize import _lookup
+        from convert.registry import REGISTRY
+        spec = REGISTRY.get("optimizer", {name!r})
+        found = _lookup(SimpleNamespace(cache=None), SimpleNamespace(name="optimize:{name}"), spec, {name!r}, None)
+        assert found.hit is None and found.key is None, found
+        print(sorted(m for m in sys.modules if m.startswith(("tensorrt", "convert.optimizers.tensorrt", "convert.runtimes.tensorrt"))))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"  # decided from the spec: neither TensorRT nor the pass's module was imported
+
+    cache = _CacheThatWouldServeEverything()
+    spec = REGISTRY.get("optimizer", name)
+    assert spec.cacheable is False
+    assert _lookup(SimpleNamespace(cache=cache), SimpleNamespace(name=f"optimize:{name}"), spec, name, None).hit is None
+    assert cache.consulted == []
+
+
+def test_a_cacheable_pass_does_consult_the_cache_that_an_engine_never_does():
+    """The same lookup for a pass whose results may be reused asks the cache (the test above could fail)."""
+    cache = _CacheThatWouldServeEverything()
+    ctx = SimpleNamespace(
+        cache=cache, stem="m", artifacts={"onnx": SimpleNamespace(sha256="0" * 64)}, export_feed={}, calibration=None, profile_ranges={}
+    )
+    job = SimpleNamespace(keep_fp32=(), calibration_method="minmax", task=None, base=None)
+    found = _lookup(ctx, SimpleNamespace(name="optimize:fp16"), REGISTRY.get("optimizer", "fp16"), "fp16", job)
+    assert found.hit is not None and cache.consulted == ["optimize:fp16"]

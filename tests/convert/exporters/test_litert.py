@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +59,8 @@ RUNS = {"cnn": ("--allow-fixed-shapes",), "tokens": (*TOKEN_SPECS, "--allow-fixe
 
 @pytest.fixture(scope="module")
 def runs(files, tmp_path_factory) -> dict[str, tuple]:
-    """One CLI run per model (--to tflite), side by side: (the run, its report, its tflite artifact's record)."""
+    """One CLI run per model (--to tflite), one at a time (the other xdist worker has the other core): (the run, its
+    report, its tflite artifact's record)."""
     out = tmp_path_factory.mktemp("litert_runs")
 
     def run(name: str):
@@ -68,8 +68,7 @@ def runs(files, tmp_path_factory) -> dict[str, tuple]:
         report = load_report(out / name / "report.json")
         return name, (done, report, next(a for a in report["artifacts"] if a["format"] == "tflite"))
 
-    with ThreadPoolExecutor(len(RUNS)) as pool:
-        return dict(pool.map(run, RUNS))
+    return dict(map(run, RUNS))
 
 
 def _symbols(report: dict) -> set[str]:

@@ -14,17 +14,16 @@ from convert.reports.model import (
     Report,
     Verdict,
 )
-from tests.conftest import run_cli
+from tests.conftest import run_cli, shared_folder
 
 TRICKY = "p50 | 7.1 ms < 9 ms & rising"  # a message with what XML and Markdown must escape
 
 
 @pytest.fixture(scope="session")
-def exported_report(torch_files, tmp_path_factory) -> Path:
+def exported_report(torch_files, converted) -> Path:
     """report.json of the lstm fixture to onnx and torchscript, an fp16 pass, three batch sizes, with benchmarks (the
-    checks on CUDA are skipped on a machine without it)."""
-    out = tmp_path_factory.mktemp("rendered")
-    done = run_cli(
+    checks on CUDA are skipped on a machine without it); run once per session for every xdist worker."""
+    done, out = converted(
         str(torch_files / "lstm.pt2"),
         "--to",
         "onnx,torchscript",
@@ -35,8 +34,6 @@ def exported_report(torch_files, tmp_path_factory) -> Path:
         "0.2",
         "--dim",
         "d0=2,1,4",
-        "--out",
-        str(out),
         "-q",
     )
     assert done.returncode == 0, done.output
@@ -44,15 +41,12 @@ def exported_report(torch_files, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def failed_report(tmp_path_factory) -> Path:
+def failed_report(converted) -> Path:
     """report.json of the off_in_onnx negative fixture: its ONNX checks fail on 'scores', its torch.export ones pass.
 
     Built from the factory, not from off_in_onnx.pt2: a saved torch.export program was traced outside an ONNX export,
-    so its ONNX export comes out right."""
-    out = tmp_path_factory.mktemp("failed")
-    done = run_cli(
-        "fixtures.torch_models:build_off_in_onnx", "--input", "x:float32[B,8]", "--to", "onnx,torch_export", "--out", str(out), "-q"
-    )
+    so its ONNX export comes out right. Run once per session for every xdist worker."""
+    done, out = converted("fixtures.torch_models:build_off_in_onnx", "--input", "x:float32[B,8]", "--to", "onnx,torch_export", "-q")
     assert done.returncode == 1, done.output
     return out / "report.json"
 
@@ -61,8 +55,14 @@ def failed_report(tmp_path_factory) -> Path:
 def rejected_gate_report(torch_files, exported_report, tmp_path_factory) -> Path:
     """report.json of a real `convert gate` that rejects the lstm fixture for several reasons: TensorRT not built, an
     fp16 throughput budget missed, with
-    budgets that pass, an absent device the policy may skip, and deltas against ``exported_report`` as baseline."""
-    folder = tmp_path_factory.mktemp("gated")
+    budgets that pass, an absent device the policy may skip, and deltas against ``exported_report`` as baseline. Run
+    once per session for every xdist worker."""
+    return (
+        shared_folder(tmp_path_factory, "rejected_gate", lambda folder: _gate(folder, torch_files, exported_report)) / "out" / "report.json"
+    )
+
+
+def _gate(folder: Path, torch_files: Path, exported_report: Path) -> None:
     policy = folder / "promotion.yaml"
     policy.write_text(f"""
 model: {{path: "{torch_files / "lstm.pt2"}"}}
@@ -80,7 +80,6 @@ out: out
 """)
     done = run_cli("gate", str(policy), "--baseline", str(exported_report), "-q")
     assert done.returncode == 1, done.output
-    return folder / "out" / "report.json"
 
 
 def load(path: Path) -> Report:

@@ -87,6 +87,7 @@ def test_skipped_checks_carry_their_reason_and_passed_ones_their_metrics(exporte
     assert any(c.status == "skipped" for c in checks)  # CUDA, on a machine without it
 
 
+@pytest.mark.fast
 def test_a_failed_check_carries_the_metrics_of_every_output(failed_report, schema):
     report = load(failed_report)
     xml, _ = _valid_junit(report, schema)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+import pytest
 from markdown_it import MarkdownIt
 
 from convert.reports.markdown import MAX_ROWS, render_markdown, write_markdown
@@ -81,6 +82,7 @@ def test_a_passing_report_renders_its_checks_and_benchmarks_as_tables(exported_r
     assert rendered.headings[1] == "Validation ({} passed, {} failed, {} skipped)".format(*counts)
 
 
+@pytest.mark.fast
 def test_a_failed_report_lists_what_failed_first(failed_report):
     report = load(failed_report)
     rendered = _rendered(render_markdown(report))

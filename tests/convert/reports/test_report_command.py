@@ -28,7 +28,12 @@ def test_report_without_a_format_prints_the_summary_and_the_verdict(rejected_gat
 
 @pytest.mark.parametrize(
     "content, expected",
-    [(None, "does not exist"), ("[1, 2", "is not JSON"), ('{"schema_version": "1.2"}', "does not match the report schema")],
+    [
+        (None, "does not exist"),
+        ("[1, 2", "is not JSON"),
+        ('{"schema_version": "2.0"}', "does not match the report schema"),
+        ('{"schema_version": "1.2"}', "Re-run that model"),
+    ],
 )
 def test_a_bad_report_file_exits_2(tmp_path, content, expected):
     path = tmp_path / "report.json"

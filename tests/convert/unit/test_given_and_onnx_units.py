@@ -75,14 +75,16 @@ def test_outputs_are_matched_in_order_only_when_no_name_is_shared(tmp_path):
     from convert.validators import ShapeCase
 
     from convert.pipeline.validate import _by_the_artifacts_output_names
+    from convert.registry import REGISTRY
     from convert.validation import ValidationCase
 
     case = ValidationCase(ShapeCase("export", {"B": 2}), references=[{"a": np.zeros(1), "b": np.ones(1)}])
     disjoint = _onnx(tmp_path / "disjoint.onnx", ("p", "q"))
-    moved, matched = _by_the_artifacts_output_names(disjoint, ("a", "b"), [case])
+    onnx_format = REGISTRY.format("onnx")
+    moved, matched = _by_the_artifacts_output_names(onnx_format.names_of_outputs(disjoint), ("a", "b"), [case])
     assert set(moved[0].references[0]) == {"p", "q"} and matched == "'a' ↔ 'p', 'b' ↔ 'q'"
     overlapping = _onnx(tmp_path / "overlapping.onnx", ("b", "c"))
-    kept, matched = _by_the_artifacts_output_names(overlapping, ("a", "b"), [case])
+    kept, matched = _by_the_artifacts_output_names(onnx_format.names_of_outputs(overlapping), ("a", "b"), [case])
     assert kept == [case] and matched == ""  # 'b' is compared with 'b', and 'c' is reported missing, never with 'a'
 
 
@@ -95,4 +97,4 @@ def test_an_onnx_models_policy_that_requires_nothing_requires_its_onnx_artifact(
 
 def test_benchmark_seconds_must_be_positive(tmp_path):
     with pytest.raises(ConvertError, match="--benchmark-seconds must be positive"):
-        plan(ConvertRequest(model=str(tmp_path / "m.pt2"), benchmark_seconds=0, out=tmp_path / "out"))
+        plan(ConvertRequest(model=str(tmp_path / "m.pt2"), to=("onnx",), benchmark_seconds=0, out=tmp_path / "out"))

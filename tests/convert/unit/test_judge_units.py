@@ -1,4 +1,4 @@
-"""Unit tests of convert/promotion.py judge(): reports built by hand, policies from dicts, and each reason to
+"""Unit tests of convert/gate/judge.py judge(): reports built by hand, policies from dicts, and each reason to
 reject (or note) checked alone, with the codes and wording the end-to-end gate tests rely on."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from convert.errors import ConvertError
+from convert.gate.judge import judge
 from convert.policy import Allowance, Policy
-from convert.promotion import judge
 from convert.reports import model as rm
 
 
@@ -448,3 +448,66 @@ def test_a_baseline_with_finite_metrics_still_promotes():
     verdict = judge(_with_output(), _policy(), baseline=_with_output())
     assert verdict.promoted, verdict.reasons
     assert {d.status for d in verdict.baseline.deltas} == {"ok"}
+
+
+# purity
+
+
+def test_the_judge_reads_no_file_and_no_clock(monkeypatch):
+    """The verdict is a function of the report, the policy and the baseline report alone: the same inputs give the same
+    verdict anywhere, at any time, without the files they came from."""
+    import builtins
+    import datetime as dt
+    import os
+    import time
+    from pathlib import Path
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the judge read a file or the clock")
+
+    baseline = _report(_artifact(benchmarks=[rm.Benchmark(runtime="onnxruntime", device="cpu", latency_ms_p50=10.0)]))
+    current = _report(
+        _artifact(size_bytes=1_200_000, benchmarks=[rm.Benchmark(runtime="onnxruntime", device="cpu", latency_ms_p50=9.0)]),
+        devices=("cpu",),
+    )
+    policy = _policy(budgets={"onnx": {"accuracy": "cosine>=0.999", "latency_ms_p50": 50, "size_mb": 5}})
+    expected = judge(current, policy, "policy.yaml", baseline, Path("nowhere/report.json"))
+    for target, name in (
+        (builtins, "open"),
+        (os, "stat"),
+        (os, "listdir"),
+        (Path, "read_text"),
+        (Path, "read_bytes"),
+        (Path, "exists"),
+        (Path, "is_file"),
+        (Path, "stat"),
+        (time, "time"),
+        (time, "perf_counter"),
+        (time, "monotonic"),
+    ):
+        monkeypatch.setattr(target, name, refused)
+    monkeypatch.setattr(dt, "datetime", type("NoClock", (), {"now": refused, "utcnow": refused, "today": refused}))
+    verdict = judge(current, policy, "policy.yaml", baseline, Path("nowhere/report.json"))
+    monkeypatch.undo()
+    assert verdict == expected and codes(verdict) == ["regression"] and verdict.baseline.path == "nowhere/report.json"
+
+
+def _package(passed: bool = True, path: str | None = "out/model.model.zip") -> rm.PackageRecord:
+    check = rm.PackageCheck(name="digest:onnx", status="passed" if passed else "failed", reason="" if passed else "other bytes")
+    held = rm.PackedArtifactRecord(key="onnx", format="onnx", sha256="0" * 64, passed=True)
+    return rm.PackageRecord(packager="archive", path=path, artifacts=[held], checks=[check], passed=passed)
+
+
+def test_a_required_package_that_was_not_built_rejects_and_a_passing_one_promotes():
+    policy = _policy(require={"targets": ["onnx"], "packages": ["archive"]})
+    missing = judge(_report(_artifact()), policy)
+    assert not missing.promoted and [(r.code, r.artifact) for r in missing.reasons] == [("missing_package", "archive")]
+    assert missing.required_packages == ["archive"]
+    assert judge(_report(_artifact(), packages=[_package()]), policy).promoted
+    unpublished = judge(_report(_artifact(), packages=[_package(path=None)]), policy)
+    assert [r.code for r in unpublished.reasons] == ["missing_package"]
+
+
+def test_a_package_that_failed_its_checks_rejects_even_when_not_required():
+    verdict = judge(_report(_artifact(), packages=[_package(passed=False)]), _policy())
+    assert [r.code for r in verdict.reasons] == ["failed_package"] and "digest:onnx failed: other bytes" in verdict.reasons[0].message

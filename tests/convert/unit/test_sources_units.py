@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from convert.errors import ConvertError
+from convert.sources.base import example_arrays
 from convert.sources.request import SourceRequest, anchored_reference, is_factory_reference, load_example_inputs, split_reference
 from convert.sources.resolve import detect_framework, resolve_source
 from convert.specs import DTYPES, InputSpec, SourceSignature, parse_dim_sizes, parse_input_specs, parse_shape_ranges
@@ -219,6 +220,70 @@ def test_missing_empty_or_pickled_example_inputs_are_errors(tmp_path):
     np.savez(tmp_path / "objects.npz", x=np.array([{"a": 1}], dtype=object))
     with pytest.raises(ConvertError, match="of Python objects: a pickle, which is never loaded"):
         load_example_inputs(tmp_path / "objects.npz")
+
+
+# example_arrays (convert/sources/base.py): every source's example inputs as named arrays
+
+
+class _Tensor:
+    """A framework's tensor, as far as example_arrays sees one: only its source's conversion reads it."""
+
+    def __init__(self, values):
+        self.values = values
+
+
+def _converted(value):
+    return np.asarray(value.values, dtype=np.float32) * 10 if isinstance(value, _Tensor) else np.asarray(value)
+
+
+def test_no_example_inputs_give_none():
+    assert example_arrays(None, ["x"]) is None and example_arrays(None, None, _converted) is None
+
+
+def test_example_inputs_by_name_keep_their_names_and_go_through_the_conversion():
+    arrays = example_arrays({"b": _Tensor([1.0]), "a": [1, 2]}, ["a", "b"], _converted)
+    assert list(arrays) == ["b", "a"]  # as given: the specs, not this, order the inputs
+    assert arrays["b"].tolist() == [10.0] and arrays["b"].dtype == np.float32
+    assert arrays["a"].tolist() == [1, 2] and isinstance(arrays["a"], np.ndarray)
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["x", "mask", "scale"], ["x", "mask"]),  # the first names: trailing parameters keep their defaults
+        (["x", "mask"], ["x", "mask"]),
+        (["x"], ["input_0", "input_1"]),  # fewer names than values: none is guessed
+        ([], ["input_0", "input_1"]),
+        (None, ["input_0", "input_1"]),  # names not known (*args, a SavedModel signature)
+    ],
+)
+def test_example_inputs_in_call_order_take_the_first_names(names, expected):
+    arrays = example_arrays((_Tensor([1.0]), np.zeros((2, 3), np.int64)), names, _converted)
+    assert list(arrays) == expected
+    assert arrays[expected[0]].tolist() == [10.0] and arrays[expected[1]].shape == (2, 3)
+
+
+def test_a_list_is_inputs_in_call_order_and_a_lone_value_is_one_input():
+    assert list(example_arrays([np.ones(2), np.ones(3)], ["x", "y"])) == ["x", "y"]
+    [(name, array)] = example_arrays(_Tensor([[1.0, 2.0]]), ["x", "y"], _converted).items()
+    assert name == "x" and array.shape == (1, 2)
+    assert example_arrays((), ["x"]) == {}
+
+
+def test_example_inputs_by_default_are_what_numpy_reads():
+    arrays = example_arrays((np.float16(1.5), [[1, 2]]), None)
+    assert arrays["input_0"].dtype == np.float16 and arrays["input_0"].shape == ()
+    assert arrays["input_1"].shape == (1, 2)
+
+
+def test_example_inputs_from_an_npz_path_are_read_by_name(tmp_path):
+    path = tmp_path / "example.npz"
+    np.savez(path, ids=np.array([1, 2], dtype=np.int64))
+    for given in (path, str(path)):
+        arrays = example_arrays(given, ["x"], _converted)
+        assert list(arrays) == ["ids"] and arrays["ids"].dtype == np.int64
+    with pytest.raises(ConvertError, match="does not exist"):
+        example_arrays(tmp_path / "missing.npz", None)
 
 
 # the framework of a model file

@@ -11,10 +11,11 @@ import random
 import pytest
 
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings, Contender, interleaved, measure
+from convert.gate.baseline import _latency_deltas
+from convert.gate.budgets import _judge_timed
 from convert.hardware import compute_limit
 from convert.pipeline.auto import rank
 from convert.policy import Allowance
-from convert.promotion import _judge_timed, _latency_deltas
 from convert.reports import model as rm
 from convert.timing import median_interval, paired_ratio
 

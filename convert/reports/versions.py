@@ -1,0 +1,131 @@
+"""Which report.json files this version of convert reads: its own schema version, newer minors of it, and the older
+versions an upgrade function brings, one step at a time, to the meaning of this one.
+
+The rule (since 2.0): a minor version only adds fields, with defaults that say what an older report did not record;
+a field removed, renamed or changing meaning is a major version. Under 1.x minor versions also changed meaning (1.8
+timed every benchmark interleaved in rounds and judged gate budgets and regressions on the 95% interval; 1.5 made a
+fixed dim or a wrong declared shape fail a check that passed before; 1.2 computed rel_rms_error for every float
+output where it had been only for fp16 / int8 ones), so a 1.x number does not say what a report's fields mean. Only
+the reports whose meaning an upgrade can state exactly are read: 1.8 and 1.9 (the benchmarks as they are timed today);
+any older one, and any other major, is refused with what to do instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from convert import __version__
+from convert.errors import ConvertError
+from convert.readers import shown
+from convert.reports.model import SCHEMA_VERSION
+from convert.timing import is_unstable
+
+
+def upgrade_1_8_to_1_9(data: dict) -> dict:
+    """1.9 added ``environment.outside_tested`` (left empty: a 1.8 report did not record it). A 1.8 report may come
+    from before two fixes that kept 1.8: a p50's interval that did not hold the p50 (widened to hold it, as the tool
+    does since, and ``unstable`` judged on the widened interval), and a throughput run that failed at the batch but
+    left the latency runs' figure as its throughput (removed: it must not stand in for the batch in a budget)."""
+    for bench in _benchmarks(data):
+        if bench.get("status") == "failed" and str(bench.get("reason", "")).startswith("throughput at "):
+            bench["throughput_shape"], bench["throughput_per_s"], bench["throughput_interval"] = "", None, None
+        _widen(bench, "latency_ms_interval", "latency_ms_p50", unstable=True)
+        _widen(bench, "throughput_interval", "throughput_per_s", unstable=False)
+    auto = data.get("auto")
+    for candidate in auto.get("candidates", []) if isinstance(auto, dict) and isinstance(auto.get("candidates"), list) else []:
+        if isinstance(candidate, dict):
+            _widen(candidate, "latency_ms_interval", "latency_ms_p50", unstable=True)
+    return {**data, "schema_version": "1.9"}
+
+
+def upgrade_1_9_to_2_0(data: dict) -> dict:
+    """2.0 changed no field of a 1.9 report: it is the first version under the rule that a change of meaning is a major
+    version, so that 1.x reports whose fields meant something else are told apart (refused)."""
+    return {**data, "schema_version": "2.0"}
+
+
+# the version a report has → the function that brings it one step up (each sets the next schema_version)
+UPGRADES: dict[str, Callable[[dict], dict]] = {"1.8": upgrade_1_8_to_1_9, "1.9": upgrade_1_9_to_2_0}
+
+
+def upgrade(data: Any, what: str) -> Any:
+    """The JSON of a report brought to this schema version, or a ConvertError saying why ``what`` cannot be read. A
+    newer minor of this major is read as it is (it only adds fields, which are ignored)."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    major, minor = _parsed(version)
+    if minor is None:
+        major = None
+    current_major, current_minor = _parsed(SCHEMA_VERSION)
+    if major == current_major and minor is not None and minor >= current_minor:
+        return data
+    if version not in UPGRADES:
+        raise ConvertError(_refusal(what, version, major), _next_step(what))
+    while data.get("schema_version") in UPGRADES:
+        data = UPGRADES[data["schema_version"]](data)
+    return data
+
+
+def readable_versions() -> str:
+    """'2.x, and 1.8 and 1.9 (upgraded)': what this tool reads, for messages and the README."""
+    return f"{SCHEMA_VERSION.split('.')[0]}.x, and {' and '.join(UPGRADES)} (upgraded)"
+
+
+def _refusal(what: str, version: Any, major: int | None) -> str:
+    reads = f"this convert ({__version__}) reads report schema {readable_versions()}"
+    if major is None:
+        return (
+            f"the {what} is not a convert report of a schema version this tool knows (its schema_version is {shown(version, 60)}): {reads}"
+        )
+    version = shown(version, 60).strip("'")
+    newer = major > int(SCHEMA_VERSION.split(".")[0])
+    why = (
+        "a newer convert wrote it, and its fields may mean what this one cannot know"
+        if newer
+        else "its fields meant something else then (benchmarks timed otherwise, checks judged otherwise)"
+    )
+    return f"the {what} is a convert report of schema {version}, and {reads}: {why}"
+
+
+def _next_step(what: str) -> str:
+    if what.startswith("baseline report"):
+        return (
+            "Re-run the baseline with this version of convert (convert gate on the last promoted model's policy, "
+            "with its artifacts) and pass the report.json it writes, or leave the baseline out for this promotion."
+        )
+    return "Re-run that model with this version of convert and pass the report.json it writes."
+
+
+def _parsed(version: Any) -> tuple[int | None, int | None]:
+    """(major, minor) of 'MAJOR.MINOR'; None where it is not that."""
+    if not isinstance(version, str):
+        return None, None
+    major, dot, minor = version.partition(".")
+    if not (major.isdigit() and major.isascii() and len(major) <= 4):
+        return None, None
+    return int(major), int(minor) if dot and minor.isdigit() and minor.isascii() and len(minor) <= 4 else None
+
+
+def _benchmarks(data: dict) -> list[dict]:
+    """Every benchmark record of a report's JSON: the source's, and each artifact's (and its baseline's beside it)."""
+    found = list(data.get("source_benchmark") or []) if isinstance(data.get("source_benchmark"), list) else []
+    for artifact in data.get("artifacts") or [] if isinstance(data.get("artifacts"), list) else []:
+        if isinstance(artifact, dict):
+            for name in ("benchmarks", "baseline_benchmarks"):
+                if isinstance(artifact.get(name), list):
+                    found += artifact[name]
+    return [bench for bench in found if isinstance(bench, dict)]
+
+
+def _widen(record: dict, interval_field: str, value_field: str, unstable: bool) -> None:
+    """Widen ``[low, high]`` to hold the value it is the interval of (and judge ``unstable`` on it)."""
+    interval, value = record.get(interval_field), record.get(value_field)
+    if not (isinstance(interval, list) and len(interval) == 2 and all(_number(x) for x in (*interval, value))):
+        return
+    record[interval_field] = [min(interval[0], value), max(interval[1], value)]
+    if unstable:
+        record["unstable"] = is_unstable(value, record[interval_field])
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
