@@ -89,7 +89,7 @@ def child(pt2: str, out: str, result: str) -> None:
             {
                 "seconds": seconds,
                 "peaks": running["peaks"],
-                "divergence": record.divergence.model_dump(exclude={"probes"}) if record.divergence else None,
+                "divergence": found.model_dump(exclude={"probes"}) if (found := record.detail("divergence")) else None,
                 "size_bytes": record.size_bytes,
             }
         )

@@ -489,7 +489,7 @@ def run_edge(name: str, folder: Path, threads: int) -> list[dict]:
                     size_mb=record.size_bytes / 1e6,
                     max_abs=max(errors, default=None),
                     cosine=min(cosines, default=None),
-                    delegated=record.delegation.share if record.delegation else None,
+                    delegated=delegation.share if (delegation := record.detail(rm.Delegation)) else None,
                     why="" if record.passed else _first_failure(record),
                     fixed=bool(record.fixed_dims) or any(c.status == "skipped" and "fixes axis" in c.reason for c in record.checks),
                 )

@@ -25,8 +25,9 @@ class Artifact:
     # sizes a symbol may take (a TensorRT profile; a torch.export bound such as S <= 128); None: no upper bound
     dim_bounds: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what the exporter found or changed on the way (the report keeps it)
-    accuracy_control: dict | None = None  # an INT8 pass's report.AccuracyControl: what it kept in FP32 for a task budget
-    delegation: dict | None = None  # an edge program's report.Delegation: the operators a backend took over
+    # what the pass or format found, each a report detail's JSON with its "kind" (convert/reports/details.py): an INT8
+    # pass's accuracy_control (what it kept in FP32 for a task budget), an edge program's delegation (what a backend took over)
+    details: list[dict] = field(default_factory=list)
 
     def fixed_dims_mismatch(self, feed_shapes: dict[str, tuple[int, ...]]) -> str:
         """Why the artifact cannot take inputs of these shapes ("" when it can): a fixed dim, or a size out of bounds."""

@@ -336,12 +336,11 @@ class RunCache:
         )
         self.source_packages = REGISTRY.source_packages(info.framework, info.kind)
 
-    def find(self, label: str, packages: tuple[str, ...], *parts: Any, judge: Judge | None = None) -> Lookup:
-        """Look up the entry of the stage job ``label`` (as the report names it) keyed on ``parts``; an entry that
-        ``judge`` rejects is rebuilt, like any entry that cannot be trusted."""
+    def find(self, kind: str, label: str, packages: tuple[str, ...], *parts: Any, judge: Judge | None = None) -> Lookup:
+        """Look up the entry of a job of a ``kind`` of stage, ``label`` as the report names it, keyed on ``parts``; an
+        entry that ``judge`` rejects is rebuilt, like any entry that cannot be trusted."""
         if self.store is None or self.source_key is None:
             return Lookup(None)
-        kind = label.split(" ")[0].partition(":")[0]
         options = self.option_digests.get("optimize" if kind == "auto" else kind, "")  # auto builds the passes optimize would
         key = digest(kind, self.source_key, options, *parts)
         found = self.store.lookup(key, packages)
@@ -406,8 +405,7 @@ def artifact_data(artifact) -> dict:
         "output_names": list(artifact.output_names),
         "fixed_shape_reason": artifact.fixed_shape_reason,
         "dim_bounds": {k: list(v) for k, v in artifact.dim_bounds.items()},
-        "accuracy_control": artifact.accuracy_control,
-        "delegation": artifact.delegation,
+        "details": artifact.details,
     }
 
 
@@ -430,6 +428,5 @@ def cached_artifact(hit: Hit, folder: Path):
         output_names=tuple(data["output_names"]),
         fixed_shape_reason=data["fixed_shape_reason"],
         dim_bounds={k: tuple(v) for k, v in data["dim_bounds"].items()},
-        accuracy_control=data.get("accuracy_control"),
-        delegation=data.get("delegation"),
+        details=list(data.get("details", [])),
     )

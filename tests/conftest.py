@@ -34,8 +34,14 @@ FAST = (
 )
 
 
+def _in_repo(path: Path) -> str:
+    """The path relative to the repository, in POSIX form ("" outside it)."""
+    resolved = Path(path).resolve()
+    return resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else ""
+
+
 def _in_fast(path: Path) -> bool:
-    return Path(path).resolve().relative_to(REPO).as_posix().startswith(FAST)
+    return _in_repo(path).startswith(FAST)
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
@@ -64,7 +70,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         if _in_fast(item.path):
             item.add_marker(pytest.mark.fast)
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(Path(item.path).resolve().relative_to(REPO).as_posix(), len(rank)))  # stable
+    items.sort(key=lambda item: rank.get(_in_repo(item.path), len(rank)))  # a stable sort: the others keep their order
 
 
 @dataclass
@@ -95,6 +101,11 @@ def convert_command(prologue: str, *args: str) -> list[str]:
 
 def load_report(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def detail(artifact: dict, kind: str) -> dict | None:
+    """An artifact's detail of a kind in a report's JSON (``details``, told apart by ``kind``), or None."""
+    return next((d for d in artifact["details"] if d["kind"] == kind), None)
 
 
 def sizes_checked(artifact: dict, symbol: str) -> set[str]:

@@ -126,6 +126,7 @@ def delegation(graph_module) -> dict:
     portable = Counter(_operator_calls(graph_module.graph))
     total = sum(delegated.values()) + sum(portable.values())
     return {
+        "kind": "delegation",
         "backend": ", ".join(dict.fromkeys(backends)) or BACKEND,
         "delegated": dict(sorted(delegated.items())),
         "portable": dict(sorted(portable.items())),

@@ -38,7 +38,8 @@ class TorchToExecuTorch(Exporter):
                 f"{DEFAULT_MAX_SIZE} or twice the export size plus one (--shape-range sets it)"
             )
         artifact = Artifact(format=self.format, path=path, files=[path])
-        artifact.delegation, planned = lower(program, path)
+        delegation, planned = lower(program, path)
+        artifact.details.append(delegation)
         record_bounds(artifact, program, bounded, why)
         artifact.inputs = artifact.inputs or job.source.signature.inputs
         return in_call_order(artifact, program, job.source.convention, planned)

@@ -210,7 +210,7 @@ def _check_reasons(key: str, record: rm.ArtifactRecord) -> list[rm.GateReason]:
             )
         if check.status == "failed":
             reasons.append(rm.GateReason(code="failed_check", artifact=key, message=f"check failed: {where}: {check.reason}"))
-    if any(found is not None and found.status == "found" for found in (record.divergence, record.sensitivity)):
+    if any(detail.located() for detail in record.details):  # where it diverged, which nodes to keep in FP32
         reasons.append(rm.GateReason(code="diverged", artifact=key, message="; ".join(record.diagnosis())))
     return reasons
 

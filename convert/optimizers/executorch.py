@@ -40,5 +40,6 @@ class ExecuTorchInt8(Optimizer):
                 source.convention(prepared, to_tensors(specs, feed))
         program = torch.export.export(convert_pt2e(prepared), args, kwargs, dynamic_shapes=shapes, strict=False)
         artifact = Artifact(format=self.format, path=path, files=[path], inputs=inputs, dim_bounds=dict(job.base.dim_bounds))
-        artifact.delegation, planned = lower(program, path)
+        delegation, planned = lower(program, path)
+        artifact.details.append(delegation)
         return in_call_order(artifact, program, source.convention, planned)

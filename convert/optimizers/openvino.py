@@ -28,10 +28,10 @@ class OpenVinoIR(Optimizer):
         path.mkdir(parents=True)
         model, control = self.transform(openvino.convert_model(str(job.base.path)), job)
         openvino.save_model(model, str(path / IR_NAME), compress_to_fp16=self.precision == "fp16")
-        return Artifact(format=self.format, path=path, files=[path], accuracy_control=control)
+        return Artifact(format=self.format, path=path, files=[path], details=[control] if control else [])
 
     def transform(self, model, job: OptimizeJob) -> tuple[object, dict | None]:
-        """The model to save, and what accuracy control kept in FP32 (None where none ran)."""
+        """The model to save, and what accuracy control kept in FP32 (a report.AccuracyControl's JSON; None where none ran)."""
         return model, None
 
 
@@ -91,7 +91,13 @@ def _accuracy_controlled(model, plain, calibration, names: list[str], job: Optim
     def drop_of(candidate) -> float:
         return task.drop(outputs_of(core.compile_model(candidate, "CPU", F32_CPU), task.feeds), task.labels)
 
-    record = {"method": "NNCF quantize_with_accuracy_control", "metric": task.metric, "budget": task.max_drop, "plain_drop": drop_of(plain)}
+    record = {
+        "kind": "accuracy_control",
+        "method": "NNCF quantize_with_accuracy_control",
+        "metric": task.metric,
+        "budget": task.max_drop,
+        "plain_drop": drop_of(plain),
+    }
     if record["plain_drop"] <= task.max_drop:
         reason = f"plain INT8 drops {task.metric} by {record['plain_drop'] * 100:.2f} points, within the budget"
         return plain, {**record, "status": "not-needed", "reason": reason, "drop": record["plain_drop"]}

@@ -34,7 +34,7 @@ def benchmark(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings)
                 slots[device].append((record.baseline_benchmarks, runtime, baseline, device))
     report.environment.benchmark_threads = settings.threads
     for device, entries in slots.items():
-        with ctx.stages.run(f"benchmark:{device}") as stage:
+        with ctx.stages.run("benchmark", device) as stage:
             for (records, *_), measured in zip(entries, _session(ctx, stage, device, entries, plan, settings)):
                 records.append(measured)
     for record in report.artifacts:

@@ -117,9 +117,9 @@ class Stages:
         self.progress = progress
 
     @contextlib.contextmanager
-    def run(self, name: str) -> Iterator[rm.Stage]:
-        record = rm.Stage(name=name, status="ok")
-        self.progress.started(name)
+    def run(self, kind: rm.StageKind, subject: str = "", detail: str = "") -> Iterator[rm.Stage]:
+        record = rm.Stage(kind=kind, subject=subject, detail=detail, status="ok")
+        self.progress.started(record.name)
         started = time.perf_counter()
         try:
             yield record

@@ -23,11 +23,12 @@ def export_target(ctx: RunContext, target: str, exporter: str) -> None:
     record = rm.ArtifactRecord(format=target, reproduce=reproduce_command(ctx.request, target, ctx.out_dir))
     ctx.report.artifacts.append(record)
     dim_ranges = ctx.source.dim_ranges
-    with ctx.stages.run(f"export:{target}") as stage:
+    with ctx.stages.run("export", target) as stage:
         job = ExportJob(
             source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=dim_ranges
         )
         lookup = ctx.cache.find(
+            stage.kind,
             stage.name,
             ctx.cache.source_packages,
             exporter,
@@ -112,8 +113,6 @@ def recorded(outcome, record: rm.ArtifactRecord, stage: rm.Stage) -> Artifact | 
     artifact = outcome.artifact
     record.exporter, record.strategy, record.precision = artifact.exporter, artifact.strategy, artifact.precision
     record.dim_bounds = {symbol: list(bounds) for symbol, bounds in artifact.dim_bounds.items()}
-    if artifact.accuracy_control is not None:
-        record.accuracy_control = rm.AccuracyControl.model_validate(artifact.accuracy_control)
-    if artifact.delegation is not None:
-        record.delegation = rm.Delegation.model_validate(artifact.delegation)
+    for detail in artifact.details:
+        record.add(rm.parse_detail(detail))
     return artifact

@@ -28,10 +28,10 @@ def failing_case(ctx: RunContext, record: rm.ArtifactRecord) -> tuple[rm.Check, 
     return (check, case) if case is not None else None
 
 
-def diagnosis(ctx: RunContext, name: str, skipped: Callable[[str], T], job: Callable, *args) -> T:
-    """A diagnosing job in the worker as the stage ``name``; one that crashes or fails is a skipped stage with its whole
-    message, gives ``skipped(why)``, and fails nothing the checks have not failed."""
-    with ctx.stages.run(name) as stage:
+def diagnosis(ctx: RunContext, stage_id: tuple[rm.StageKind, str], skipped: Callable[[str], T], job: Callable, *args) -> T:
+    """A diagnosing job in the worker as the stage ``stage_id`` (kind, subject); one that crashes or fails is a skipped
+    stage with its whole message, gives ``skipped(why)``, and fails nothing the checks have not failed."""
+    with ctx.stages.run(*stage_id) as stage:
         try:
             return ctx.worker.call(job, *args)
         except StageCrashed as exc:
@@ -50,8 +50,11 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
         return
     check, case = failing
     if not REGISTRY.format(artifact.format).localizable:
-        record.divergence = rm.Divergence(
-            status="skipped", reason=f"localisation reads ONNX graphs and OpenVINO IRs converted from one, not {artifact.format} artifacts"
+        record.add(
+            rm.Divergence(
+                status="skipped",
+                reason=f"localisation reads ONNX graphs and OpenVINO IRs converted from one, not {artifact.format} artifacts",
+            )
         )
         return
     graph = Path(record.derived_from) if artifact.format == "openvino" and record.derived_from else None
@@ -62,7 +65,7 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
     exported = _exported(ctx.report, record)
     divergence = diagnosis(
         ctx,
-        f"localize:{key}",
+        ("localize", key),
         lambda why: rm.Divergence(status="skipped", reason=f"localisation failed: {why}"),
         Session.localize,
         artifact,
@@ -76,7 +79,7 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
         graph,
     )
     divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
-    record.divergence = divergence
+    record.add(divergence)
 
 
 def _exported(report: rm.Report, record: rm.ArtifactRecord) -> rm.ArtifactRecord:

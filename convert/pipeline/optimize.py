@@ -31,7 +31,7 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
         reproduce=reproduce_command(ctx.request, entry.takes, ctx.out_dir, name),
     )
     ctx.report.artifacts.append(record)
-    with ctx.stages.run(f"{'auto' if candidate else 'optimize'}:{name}") as stage:
+    with ctx.stages.run("auto" if candidate else "optimize", name) as stage:
         missing = [p for p in entry.requires if importlib.util.find_spec(p) is None]
         if base is None:
             stage.status, stage.reason = "skipped", f"the {entry.takes} artifact it starts from was not exported"
@@ -70,7 +70,8 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
         ctx.candidates[name] = artifact
     else:
         validate_and_publish(ctx, name, artifact, record, validated)
-        searched = record.accuracy_control is not None and record.accuracy_control.status in ("met", "not-met")
+        control = record.detail(rm.AccuracyControl)
+        searched = control is not None and control.status in ("met", "not-met")
         if not record.passed and not searched:  # accuracy control has already ranked the nodes
             sensitivity(ctx, name, job, record)
     if ctx.calibration and entry.calibrated:
@@ -85,6 +86,7 @@ def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
         return Lookup(None)
     optimizer = entry.load()
     return ctx.cache.find(
+        stage.kind,
         stage.name,
         entry.all_packages,
         name,
@@ -131,7 +133,7 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
         budget=task.max_drop,
         plain_drop=max(drops, default=None),
     )
-    record.accuracy_control = control
+    record.add(control)
     if not drops:
         control.status, control.reason = "skipped", "no check on the labelled data ran"
         return artifact, True
@@ -141,7 +143,7 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
     data = next(case for case in ctx.cases if case.labels is not None)
     found = diagnosis(
         ctx,
-        f"accuracy-control:{name}",
+        ("accuracy-control", name),
         lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=why),
         Session.sensitivity,
         name,
@@ -154,7 +156,7 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
         control.status, control.reason = ("skipped" if found.status == "skipped" else "not-met"), found.reason
         return artifact, True
     kept = replace(job, keep_fp32=(*job.keep_fp32, *(glob.escape(node) for node in found.keep)))
-    with ctx.stages.run(f"optimize:{name} (keeping {len(found.keep)} in FP32)") as stage:
+    with ctx.stages.run("optimize", name, f"keeping {len(found.keep)} in FP32") as stage:
         rebuilt = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, kept), Session.optimize, name, kept), record, stage)
     if rebuilt is None:
         control.status, control.reason = "not-met", "the pass failed with the nodes kept in FP32"
@@ -175,15 +177,17 @@ def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> N
     if failing is None or record.precision == "fp32":
         return
     if name not in PASSES:
-        record.sensitivity = rm.Sensitivity(
-            status="skipped", optimization=name, reason=f"sensitivity is measured for ONNX Runtime's passes ({', '.join(PASSES)})"
+        record.add(
+            rm.Sensitivity(
+                status="skipped", optimization=name, reason=f"sensitivity is measured for ONNX Runtime's passes ({', '.join(PASSES)})"
+            )
         )
         return
     case = failing[1]
     cases = [case, *(c for c in ctx.cases if c is not case and c.generation is None)]  # the failing case ranks them
-    record.sensitivity = diagnosis(
+    found = diagnosis(
         ctx,
-        f"sensitivity:{name}",
+        ("sensitivity", name),
         lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=f"sensitivity failed: {why}"),
         Session.sensitivity,
         name,
@@ -191,3 +195,4 @@ def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> N
         [pair for c in cases for pair in zip(c.feeds, c.references)],
         ctx.policy,
     )
+    record.add(found)

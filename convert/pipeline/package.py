@@ -16,7 +16,7 @@ def package(ctx: RunContext, name: str) -> None:
     spec = REGISTRY.get("packager", name)
     record = rm.PackageRecord(packager=name)
     ctx.report.packages.append(record)
-    with ctx.stages.run(f"package:{name}") as stage:
+    with ctx.stages.run("package", name) as stage:
         packed = [r for r in ctx.report.artifacts if r.passed and not r.candidate and r.key in ctx.artifacts and spec.packs(r.format)]
         if not packed:
             stage.status, stage.reason = "skipped", f"no artifact of the formats it takes ({', '.join(spec.takes)}) passed validation"

@@ -102,7 +102,7 @@ def source_outputs(
     they came from the cache; computed in the worker and cached under ``key`` otherwise (a crash there is the user's:
     ``where`` it ran and the ``hint`` say so)."""
     judge = functools.partial(_untrusted_references, samples=len(feeds))
-    lookup = ctx.cache.find(f"reference {key}", ctx.cache.source_packages, feeds, judge=judge)
+    lookup = ctx.cache.find("reference", f"reference {key}", ctx.cache.source_packages, feeds, judge=judge)
     if lookup.hit is not None:
         return _cached_references(lookup), lookup.hit.data["error"], True
     try:

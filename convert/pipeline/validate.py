@@ -92,7 +92,7 @@ def validate(
     from convert.validation import declared_repairs
 
     cases = ctx.cases if cases is None else cases
-    with ctx.stages.run(f"validate:{key}") as stage:
+    with ctx.stages.run("validate", key) as stage:
         record.checks = _checks(ctx, stage, artifact, record, cases)
         repairs = declared_repairs(record.checks, cases) if REGISTRY.format(artifact.format).repair_output_dims and repair else {}
         if repairs:
@@ -191,6 +191,7 @@ def validate_artifact(
                 continue
             jobs += 1
             lookup = cache.find(
+                stage.kind,
                 f"{stage.name} {entry.name} {device}",
                 entry.all_packages,
                 artifact.sha256,

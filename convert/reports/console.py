@@ -58,12 +58,11 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
                 console,
                 f"  {artifact.format}: {escape(artifact.path)} ({artifact.size_bytes / 1e6:.2f} MB, {artifact.strategy}{bounds}){kept}",
             )
-        for line in artifact.diagnosis():
-            _say(console, f"  [red]{escape(artifact.key)}[/]: {escape(line)}", soft_wrap=True)
-        if artifact.accuracy_control is not None:
-            _say(console, f"  {escape(artifact.key)}: {escape(artifact.accuracy_control.describe())}", soft_wrap=True)
-        if artifact.delegation is not None:
-            _say(console, f"  {escape(artifact.key)}: {escape(artifact.delegation.describe())}", soft_wrap=True)
+        for detail in artifact.details:  # what explains a failure in red, the rest as its sentence
+            for line in detail.diagnosis():
+                _say(console, f"  [red]{escape(artifact.key)}[/]: {escape(line)}", soft_wrap=True)
+            if not detail.diagnosis():
+                _say(console, f"  {escape(artifact.key)}: {escape(detail.describe())}", soft_wrap=True)
     for package in report.packages:
         if package.path:
             state = "" if package.passed else " [red]failed: kept for inspection, not at a final path[/]"

@@ -337,8 +337,6 @@ def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> s
     details = [("format", _e(artifact.format)), ("precision", _e(artifact.precision))]
     if artifact.given:
         details.append(("given", f"<code>{_e(artifact.path)}</code>, validated as it is"))
-    if artifact.delegation is not None:
-        details.append(("delegated", _e(artifact.delegation.describe())))
     if artifact.exporter or artifact.strategy:
         details.append(("exporter", _e(" · ".join(p for p in (artifact.exporter, artifact.strategy) if p))))
     if artifact.dim_bounds or any(a.note for a in artifact.attempts):
@@ -356,8 +354,7 @@ def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> s
         + attempts
         + "<h3>Checks</h3>"
         + _checks_table(artifact.checks)
-        + _divergence_section(artifact)
-        + _sensitivity_section(artifact)
+        + "".join(detail.html() for detail in artifact.details)  # each kind's own section (convert/reports/details.py)
         + "<h3>Error histograms and latency</h3>"
         + _charts(artifact, report)
         + "</section>"
@@ -407,57 +404,6 @@ def _checks_table(checks: list[Check]) -> str:
     return _table(headers, rows)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Where it diverged
-
-
-def _divergence_section(artifact: ArtifactRecord) -> str:
-    found = artifact.divergence
-    if found is None:
-        return ""
-    facts = [("traced", _e(f"{found.runtime} on {found.device} at {found.shape}; {found.method}"))]
-    if found.status == "found":
-        facts += [
-            ("node", f"<code>{_e(found.node)}</code> ({_e(found.op_type)})"),
-            ("layer", _e(found.layer or "-")),
-            ("value", f"<code>{_e(found.value)}</code>"),
-            ("inputs within tolerance", _e(", ".join(found.inputs_within) or "-")),
-            ("region", _e(", ".join(found.region))),
-            ("weights read", _e(", ".join(found.parameters) or "-")),
-        ]
-        if found.reproduce:
-            facts.append(("reproducer", f"<pre>{_e(found.reproduce)}</pre>"))
-    facts.append(
-        (
-            "compared",
-            _e(
-                f"{found.compared} of {found.matched} named values in {found.chunks} chunk{'s' * (found.chunks != 1)}, {found.seconds:.3g} s"
-            ),
-        )
-    )
-    return "<h3>Where it diverged</h3>" + f"<p>{_e(found.describe())}</p>" + _facts(facts) + _divergence_svg(found)
-
-
-def _sensitivity_section(artifact: ArtifactRecord) -> str:
-    found = artifact.sensitivity
-    if found is None:
-        return ""
-    rows = [
-        (
-            "failed" if row.node in found.keep else "",
-            _td(row.node)
-            + _td(row.op_type)
-            + _td(row.layer or "-")
-            + _td(_num(row.rel_rms_error), True)
-            + _td(_num(row.cosine_similarity, ".6f"), True)
-            + _td("keep in FP32" if row.node in found.keep else ""),
-        )
-        for row in found.rows
-    ]
-    table = _table(["node", "op", "layer", "rel_rms alone", "cosine alone", ""], rows) if rows else ""
-    return "<h3>Sensitivity</h3>" + f"<p>{_e(found.describe())}</p>" + table
-
-
 def _task_section(report: Report) -> str:
     """The datasets used, and each artifact's task metrics beside the source's, with their budgets."""
     if not report.data:
@@ -491,61 +437,12 @@ def _task_section(report: Report) -> str:
         )
         for artifact, check, m in report.task_rows()
     ]
-    control = [f"<p><strong>{_e(a.key)}</strong>: {_e(a.accuracy_control.describe())}</p>" for a in report.artifacts if a.accuracy_control]
     headers = ["artifact", "runtime · device", "metric", "source", "artifact value", "drop (points)", "budget (points)", "status"]
     reasons = sorted({c.task.reason for a in report.artifacts for c in a.task_checks() if c.task.reason})
     metrics = (
         _table(headers, rows) if rows else f"<p>No task metric was computed: {_e('; '.join(reasons) or 'the data has no labels')}.</p>"
     )
-    return "<section><h2>Task metrics on your data</h2>" + data + metrics + "".join(control) + "</section>"
-
-
-def _divergence_svg(found) -> str:
-    """The max abs error of every compared value in graph order (log axis), the first failing one marked."""
-    points = [(i, p) for i, p in enumerate(found.probes) if p.max_abs_error is not None]
-    if len(points) < 2:
-        return ""
-    width, height = 700, 240
-    left, right, top, bottom = 56, 12, 16, 40
-    plot_width, plot_height = width - left - right, height - top - bottom
-    floor = 1e-10
-    logs = [math.log10(max(p.max_abs_error, floor)) for _, p in points]
-    low, high = math.floor(min(logs)), math.ceil(max(logs)) + (1 if math.ceil(max(logs)) == math.floor(min(logs)) else 0)
-
-    def xy(index: int, log: float) -> tuple[float, float]:
-        x = left + plot_width * index / max(1, len(found.probes) - 1)
-        return x, top + plot_height * (1 - (log - low) / (high - low))
-
-    parts = []
-    for decade in range(low, high + 1):
-        _, y = xy(0, decade)
-        parts.append(_line(left, y, left + plot_width, y, GRID_COLOR))
-        parts.append(_text(left - 6, y + 4, f"1e{decade}", anchor="end", size=10, css="axis"))
-    coordinates = [xy(i, log) for (i, _), log in zip(points, logs)]
-    parts.append(
-        '<polyline fill="none" stroke="'
-        + BAR_COLOR
-        + '" stroke-width="1.5" points="'
-        + " ".join(f"{x:.1f},{y:.1f}" for x, y in coordinates)
-        + '"/>'
-    )
-    for (x, y), (_, probe) in zip(coordinates, points):
-        color = FAIL_COLOR if probe.status == "failed" else BAR_COLOR
-        tooltip = f"{probe.node} ({probe.op_type}) {probe.layer}: {probe.max_abs_error:.3g}"
-        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"><title>{_e(tooltip)}</title></circle>')
-    parts.append(_line(left, top + plot_height, left + plot_width, top + plot_height, AXIS_COLOR))
-    parts.append(_text(left + plot_width / 2, height - 8, "intermediate values in graph order", size=10, css="axis"))
-    parts.append(
-        _text(
-            12,
-            top + plot_height / 2,
-            "max abs error",
-            size=10,
-            css="axis",
-            extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"',
-        )
-    )
-    return _svg(width, height, "divergence", "max abs error along the graph", parts)
+    return "<section><h2>Task metrics on your data</h2>" + data + metrics + "</section>"
 
 
 # Error histograms

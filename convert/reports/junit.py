@@ -59,29 +59,29 @@ def write_junit(report: Report, path: str | Path) -> None:
 
 
 def _validation_suite(report: Report) -> ET.Element:
-    stages = {stage.name: stage for stage in report.stages}
-    shown: set[str] = set()  # stages whose outcome an artifact's testcase already shows
+    shown: set[tuple[str, str, str]] = set()  # (kind, subject, detail) of the stages an artifact's testcase already shows
     chosen = report.auto.chosen if report.auto else None
     cases = []
     for artifact in report.artifacts:
         key = artifact.key
         not_chosen = artifact.candidate and key != chosen
-        build_name = f"{'auto' if artifact.candidate else 'optimize'}:{key}" if artifact.optimization else f"export:{key}"
-        shown.update((build_name, f"validate:{key}"))
+        build_kind = artifact.build_kind or "export"
+        shown.update(((build_kind, key, ""), ("validate", key, "")))
         if artifact.checks:
-            cases += [_check_case(f"convert.{key}", check, not_chosen, _divergence_of(artifact, check)) for check in artifact.checks]
+            cases += [_check_case(f"convert.{key}", check, not_chosen, _details_of(artifact, check)) for check in artifact.checks]
             cases += [
                 _task_case(f"convert.{key}.task", check, m, not_chosen) for check in artifact.task_checks() for m in check.task.metrics
             ]
         else:
-            cases.append(_unvalidated_case(f"convert.{key}", artifact, stages.get(build_name), stages.get(f"validate:{key}"), not_chosen))
+            build, validate = report.stage(build_kind, key), report.stage("validate", key)
+            cases.append(_unvalidated_case(f"convert.{key}", artifact, build, validate, not_chosen))
     for package in report.packages:
-        shown.add(f"package:{package.packager}")
+        shown.add(("package", package.packager, ""))
         cases += [_package_case(package, check) for check in package.checks] or [
-            _unvalidated_package_case(package, stages.get(f"package:{package.packager}"))
+            _unvalidated_package_case(package, report.stage("package", package.packager))
         ]
     for stage in report.stages:
-        if stage.status == "failed" and stage.name not in shown:
+        if stage.status == "failed" and (stage.kind, stage.subject, stage.detail) not in shown:
             cases.append(
                 _outcome(_testcase("convert.run", stage.name, stage.seconds), "error", stage.error or "failed", "StageFailed", stage.error)
             )
@@ -101,14 +101,9 @@ def _validation_suite(report: Report) -> ET.Element:
     return _suite("validation", cases, properties, report.created_at)
 
 
-def _divergence_of(artifact: ArtifactRecord, check: Check) -> str:
-    """Where the artifact diverged, on the check it was traced for."""
-    found = artifact.divergence
-    if found is None or (found.runtime, found.device, found.shape) != (check.runtime, check.device, check.shape):
-        return ""
-    return "\n".join(
-        ["where it diverged: " + found.describe(), *(["sensitivity: " + artifact.sensitivity.describe()] if artifact.sensitivity else [])]
-    )
+def _details_of(artifact: ArtifactRecord, check: Check) -> str:
+    """The artifact's details whose testcase is this check's (where it diverged: the check it traced), one line each."""
+    return "\n".join(f"{d.title}: {d.describe()}" for d in artifact.details if d.testcase(artifact.checks) is check)
 
 
 def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: bool) -> ET.Element:
@@ -123,11 +118,11 @@ def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: boo
     return case
 
 
-def _check_case(classname: str, check: Check, not_chosen: bool, divergence: str = "") -> ET.Element:
+def _check_case(classname: str, check: Check, not_chosen: bool, notes: str = "") -> ET.Element:
     case = _testcase(classname, f"{check.runtime} on {check.device} at {check.shape}" + NOT_CHOSEN * not_chosen, check.seconds)
     if check.status == "skipped":
         return _outcome(case, "skipped", check.reason or "skipped")
-    details = "\n".join(filter(None, (_check_details(check), divergence)))
+    details = "\n".join(filter(None, (_check_details(check), notes)))
     if check.status == "failed":
         return _failed(case, not_chosen, check.reason or "failed", "ValidationFailed", details)
     ET.SubElement(case, "system-out").text = _xml(details)

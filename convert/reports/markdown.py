@@ -37,7 +37,7 @@ def render_markdown(report: Report) -> str:
         _heading(report),
         _bullets(report),
         _checks(report),
-        _delegation(report),
+        _details(report),
         _packages(report),
         _task_metrics(report),
         _benchmarks(report),
@@ -107,12 +107,12 @@ def _bullet_list(title: str, items: list[str]) -> str:
 
 
 def _checks(report: Report) -> str:
-    stages = {stage.name: stage for stage in report.stages}
     rows: list[tuple[str, list[str]]] = []  # (status, cells)
     for artifact in report.artifacts:
         label = artifact.key + (" (auto candidate, not chosen)" if _not_chosen(report, artifact) else "")
         if not artifact.checks:
-            rows.append(_unvalidated_row(label, stages.get(_build_stage(artifact))))
+            build = report.stage(artifact.build_kind, artifact.key) if artifact.build_kind else None
+            rows.append(_unvalidated_row(label, build))
         for check in artifact.checks:
             worst, generated = _worst_output(check), check.generation
             rows.append(
@@ -180,7 +180,6 @@ def _task_metrics(report: Report) -> str:
         )
         for artifact, check, m in report.task_rows()
     ]
-    control = [f"{_cell(a.key)}: {_cell(a.accuracy_control.describe(), BULLET_LIMIT)}" for a in report.artifacts if a.accuracy_control]
     header = ["artifact", "where", "metric", "source", "artifact", "drop (points)", "budget", "status"]
     return "\n\n".join(
         filter(
@@ -189,16 +188,20 @@ def _task_metrics(report: Report) -> str:
                 "**Task metrics on your data**",
                 "\n".join(f"- {line}" for line in used),
                 _capped_table(header, rows, "task metrics") if rows else "",
-                "\n".join(f"- {line}" for line in control),
             ],
         )
     )
 
 
-def _delegation(report: Report) -> str:
-    """Which operators of each edge program a backend runs, and which stay portable."""
-    lines = [f"{_cell(a.key)}: {_cell(a.delegation.describe(), BULLET_LIMIT)}" for a in report.artifacts if a.delegation]
-    return _bullet_list("Delegated operators", lines) if lines else ""
+def _details(report: Report) -> str:
+    """Each artifact's details that explain no failure (those that do are among the failures): their sentences."""
+    lines = [
+        f"{_cell(a.key)}: {_cell(f'{d.title}: {d.describe()}', BULLET_LIMIT)}"
+        for a in report.artifacts
+        for d in a.details
+        if not d.diagnosis()
+    ]
+    return _bullet_list("Details", lines)
 
 
 def _packages(report: Report) -> str:
@@ -335,12 +338,6 @@ def _where(measured: BudgetResult | BaselineDelta) -> str:
 def _not_chosen(report: Report, artifact: ArtifactRecord) -> bool:
     """A candidate of --optimize auto that was not chosen: its failures do not fail the run."""
     return artifact.candidate and artifact.key != (report.auto.chosen if report.auto else None)
-
-
-def _build_stage(artifact: ArtifactRecord) -> str:
-    if artifact.optimization:
-        return f"{'auto' if artifact.candidate else 'optimize'}:{artifact.optimization}"
-    return f"export:{artifact.format}"
 
 
 def _place(check: Check) -> str:

@@ -8,14 +8,34 @@ or ``skipped``. A check that could not run is ``skipped`` with its ``reason``, n
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypeVar, overload
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field, field_validator
 
+from convert.reports.details import (  # noqa: F401 (the details of an artifact, each kind with its render hooks, are the report's too)
+    AccuracyControl,
+    ArtifactDetail,
+    Delegation,
+    Detail,
+    Divergence,
+    ProbePoint,
+    Sensitivity,
+    SensitivityRow,
+    known,
+    parse_detail,
+)
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
 SCHEMA_VERSION = "2.0"
+D = TypeVar("D", bound=ArtifactDetail)
+
+
+StageKind = Literal[
+    "load", "reference", "export", "optimize", "auto", "validate", "localize", "accuracy-control", "sensitivity", "benchmark", "package"
+]
+# the stages that make an artifact or a package: a failure of one is a failed run (exit code 2)
+MAKING_KINDS: tuple[StageKind, ...] = ("export", "optimize", "package")
 
 
 class DeclaredShapeMismatch(BaseModel):
@@ -179,147 +199,6 @@ class AutoSelection(BaseModel):
     candidates: list[AutoCandidate] = []
 
 
-class ProbePoint(BaseModel):
-    """One intermediate value of the artifact compared with the source's, in graph order."""
-
-    value: str = Field(description="the tensor's name in the artifact's graph")
-    node: str
-    op_type: str
-    layer: str = Field("", description="the source-side name: module path, Keras layer, or source line")
-    status: Literal["passed", "failed"]
-    max_abs_error: float | None = None
-    cosine_similarity: float | None = None
-
-
-class Divergence(BaseModel):
-    """Where a failing artifact first goes wrong: the first intermediate value (in graph order) out of tolerance while
-    every compared value before it is within."""
-
-    status: Literal["found", "not-found", "skipped"]
-    stage: Literal["conversion", "capture"] = Field(
-        "conversion",
-        description="capture: the program the exporter captured already computes other outputs than the source model "
-        "(the difference is made before any graph node); conversion: a node of the graph is named",
-    )
-    reason: str = Field("", description="why nothing was named (not-found, skipped)")
-    method: str = Field("", description="how the artifact's values were matched with the source's")
-    runtime: str = ""
-    device: str = ""
-    shape: str = Field("", description="the shape case whose first sample was traced")
-    value: str = ""
-    node: str = ""
-    op_type: str = ""
-    layer: str = ""
-    parameters: list[str] = Field([], description="the source's weights the divergent nodes read (initializer names)")
-    region: list[str] = Field(
-        [], description="the nodes between the last values within tolerance and the first out of it; the fault is among them"
-    )
-    inputs_within: list[str] = Field([], description="the compared values feeding the region, all within tolerance")
-    metrics: OutputMetrics | None = None
-    probes: list[ProbePoint] = Field([], description="every value compared, in graph order, up to the divergence's chunk")
-    compared: int = 0
-    matched: int = Field(0, description="intermediate values the source could name")
-    chunks: int = Field(0, description="runs of source and artifact, each with a bounded number of values marked as outputs")
-    reproducer: str = Field("", description="folder with the divergent subgraph, its inputs, the expected output and a script")
-    reproduce: str = Field("", description="the command that shows the mismatch on the subgraph alone")
-    seconds: float = 0.0
-    peak_rss_bytes: int = Field(0, description="the worker's peak resident memory after localisation")
-
-    def describe(self) -> str:
-        """One sentence: where it diverged, or why that is not known."""
-        if self.status != "found":
-            return f"where it diverged is not known: {self.reason}"
-        metrics = self.metrics
-        error = f"max abs error {metrics.max_abs_error:.3g}" if metrics and metrics.max_abs_error is not None else "out of tolerance"
-        if self.stage == "capture":
-            return (
-                f"the program the exporter captured already differs from the source model at output '{self.value}' ({error}): "
-                "the difference is made when the model is captured (a branch on torch.onnx.is_in_onnx_export(), "
-                "tracing-time Python state), not by converting its nodes"
-            )
-        cosine = f", cosine {metrics.cosine_similarity:.6f}" if metrics and metrics.cosine_similarity is not None else ""
-        inputs = f" while its inputs {', '.join(self.inputs_within)} were within" if self.inputs_within else ""
-        region = f" (region of {len(self.region)} nodes: {', '.join(self.region)})" if len(self.region) > 1 else ""
-        layer = f" in layer {self.layer}" if self.layer else ""
-        return f"first diverged at node {self.node} ({self.op_type}){layer}: value '{self.value}' {error}{cosine}{inputs}{region}" + (
-            f"; reproducer: {self.reproduce}" if self.reproduce else ""
-        )
-
-
-class SensitivityRow(BaseModel):
-    """The artifact's error at the outputs when only this node is reduced (the rest kept in FP32)."""
-
-    node: str
-    op_type: str
-    layer: str = ""
-    rel_rms_error: float | None = Field(None, description="the worst output's ||a-e|| / ||e||")
-    cosine_similarity: float | None = Field(None, description="the worst output's cosine similarity")
-
-
-class Sensitivity(BaseModel):
-    """Which nodes cost a reduced-precision artifact its accuracy, and which to keep in FP32 to meet the budget."""
-
-    status: Literal["found", "not-found", "skipped"]
-    reason: str = ""
-    optimization: str = ""
-    rows: list[SensitivityRow] = Field([], description="candidate nodes, the most sensitive first")
-    candidates: int = Field(0, description="nodes the pass reduces; only the first max_candidates were measured")
-    keep: list[str] = Field([], description="the fewest most-sensitive nodes that, kept in FP32, meet the budget")
-    keep_layers: list[str] = []
-    outputs: list[OutputMetrics] = Field([], description="the outputs with those nodes kept in FP32")
-    suggestion: str = Field("", description="the option that builds it")
-    drop: float | None = Field(None, description="under a task budget: the task metric's drop with the last set tried")
-    seconds: float = 0.0
-
-    def describe(self) -> str:
-        if self.status == "skipped":
-            return f"sensitivity not measured: {self.reason}"
-        if self.status != "found":
-            return f"no set of nodes kept in FP32 was found to meet the budget: {self.reason}"
-        worst = ", ".join(f"{row.node} ({row.layer or row.op_type}, rel_rms {row.rel_rms_error:.3g})" for row in self.rows[:3])
-        return f"most sensitive: {worst}; keeping {len(self.keep)} in FP32 meets the budget: {self.suggestion}"
-
-
-class AccuracyControl(BaseModel):
-    """An INT8 pass run under a task-drop budget: the layers it kept in FP32 and why."""
-
-    method: str = Field(description="e.g. NNCF quantize_with_accuracy_control, or ONNX Runtime exclusions by sensitivity")
-    status: Literal["met", "not-met", "not-needed", "skipped"]
-    reason: str = ""
-    metric: str = ""
-    budget: float | None = None
-    plain_drop: float | None = Field(None, description="the drop of the plain INT8 artifact")
-    drop: float | None = Field(None, description="the drop of the artifact with the kept layers")
-    kept_fp32: list[str] = Field([], description="the nodes or operations left in FP32")
-    seconds: float = 0.0
-
-    def describe(self) -> str:
-        if self.status in ("skipped", "not-needed"):
-            return f"accuracy control {self.status}: {self.reason}"
-        kept = f"kept {len(self.kept_fp32)} in FP32 ({', '.join(self.kept_fp32[:6])}{', ...' * (len(self.kept_fp32) > 6)})"
-        drops = " → ".join(f"{d * 100:.2f}" for d in (self.plain_drop, self.drop) if d is not None)
-        verdict = "met" if self.status == "met" else "not met"
-        return f"{self.method}: {kept}; {self.metric} drop {drops} points, budget {self.budget * 100:.2f} {verdict}" + (
-            f" ({self.reason})" if self.reason else ""
-        )
-
-
-class Delegation(BaseModel):
-    """Which operators of an edge program a backend took over (delegated), and which stayed on the portable kernels."""
-
-    backend: str = Field(description="e.g. XnnpackBackend")
-    delegated: dict[str, int] = Field({}, description="operator -> how many of its calls the backend runs")
-    portable: dict[str, int] = Field({}, description="operator -> how many of its calls run on the portable (non-delegated) kernels")
-    share: float = Field(0.0, description="delegated calls / all operator calls, 0 to 1")
-
-    def describe(self) -> str:
-        portable = ", ".join(f"{op} x{n}" for op, n in sorted(self.portable.items())) or "none"
-        return (
-            f"{self.share * 100:.0f}% of {sum(self.delegated.values()) + sum(self.portable.values())} operator calls "
-            f"delegated to {self.backend}; portable: {portable}"
-        )
-
-
 class ArtifactRecord(BaseModel):
     format: str
     given: str = Field(
@@ -358,30 +237,57 @@ class ArtifactRecord(BaseModel):
         [], description="the gate baseline's artifact of the same key, timed interleaved with this one in this run"
     )
     reproduce: str = Field("", description="the command that reproduces this artifact")
-    divergence: Divergence | None = Field(None, description="where a failing artifact first goes wrong (ONNX artifacts)")
-    sensitivity: Sensitivity | None = Field(None, description="a failing reduced-precision artifact's most sensitive nodes")
-    accuracy_control: AccuracyControl | None = Field(
-        None, description="what an INT8 pass kept in FP32 so that the task metric's drop met its budget"
+    details: list[Detail] = Field(
+        [],
+        description="what a pass or a format found about the artifact, one of each kind at most, told apart by 'kind': "
+        "divergence (where a failing artifact first goes wrong), sensitivity (a failing reduced-precision artifact's "
+        "most sensitive nodes), accuracy_control (what an INT8 pass kept in FP32 for a task budget), delegation (an "
+        "edge program's operators a backend runs, and those left portable)",
     )
-    delegation: Delegation | None = Field(None, description="an edge program's operators a backend runs, and those left portable")
+
+    @field_validator("details", mode="before")
+    @classmethod
+    def _known_details(cls, details: object) -> object:
+        return known(details) if isinstance(details, list) else details
 
     def task_checks(self) -> list[Check]:
         """The checks on the labelled --data, with their task metrics."""
         return [check for check in self.checks if check.task is not None]
 
     def diagnosis(self) -> list[str]:
-        """What the report found about why it failed: where it diverged, which nodes to keep in FP32."""
-        found = [self.divergence.describe()] if self.divergence is not None else []
-        return found + ([self.sensitivity.describe()] if self.sensitivity is not None else [])
+        """What the report found about why it failed: each detail's diagnosis (where it diverged, which nodes to keep in FP32)."""
+        return [line for detail in self.details for line in detail.diagnosis()]
+
+    @overload
+    def detail(self, kind: type[D]) -> D | None: ...
+    @overload
+    def detail(self, kind: str) -> ArtifactDetail | None: ...
+    def detail(self, kind):
+        """Its detail of a kind (a class, e.g. ``Divergence``, or its tag, e.g. ``"divergence"``), or None."""
+        if isinstance(kind, str):
+            return next((d for d in self.details if d.kind == kind), None)
+        return next((d for d in self.details if isinstance(d, kind)), None)
+
+    def add(self, detail: ArtifactDetail) -> ArtifactDetail:
+        """Record ``detail`` in place of any detail of its kind (a record holds one of each); gives it back."""
+        self.details = [d for d in self.details if d.kind != detail.kind] + [detail]
+        return detail
 
     @property
     def key(self) -> str:
         """How the report, the gate and the renderings name it: the name it was given by, its optimization, else its format."""
         return self.given or self.optimization or self.format
 
+    @property
+    def build_kind(self) -> StageKind | None:
+        """The kind of the stage that made it (its subject is the key); None for an artifact given as it is."""
+        return None if self.given else ("auto" if self.candidate else "optimize") if self.optimization else "export"
+
 
 class Stage(BaseModel):
-    name: str = Field(description="KIND or KIND:SUBJECT, e.g. 'load', 'export:onnx', 'optimize:openvino:int8'")
+    kind: StageKind
+    subject: str = Field("", description="what the stage made or judged: 'onnx' of export, 'openvino:int8' of optimize, 'cpu' of benchmark")
+    detail: str = Field("", description="what sets it apart from another stage of the same kind and subject, e.g. 'keeping 3 in FP32'")
     status: Literal["ok", "failed", "skipped"]
     seconds: float = 0.0
     error: str = ""
@@ -390,19 +296,14 @@ class Stage(BaseModel):
     timed_out: bool = Field(False, description="the stage ran past the stage timeout and its worker process was stopped")
     reused: bool = Field(False, description="every job of this stage was served from the cache (cache.reused lists each)")
 
+    @computed_field(description="how the stage is shown: KIND, KIND:SUBJECT or KIND:SUBJECT (DETAIL), e.g. 'optimize:openvino:int8'")
     @property
-    def kind(self) -> str:
-        """'export' of 'export:onnx'."""
-        return self.name.partition(":")[0]
-
-    @property
-    def subject(self) -> str:
-        """What the stage made or judged: 'openvino:int8' of 'optimize:openvino:int8' ('' for 'load')."""
-        return self.name.partition(":")[2]
+    def name(self) -> str:
+        return f"{self.kind}{f':{self.subject}' if self.subject else ''}{f' ({self.detail})' if self.detail else ''}"
 
     @property
     def makes_artifact(self) -> bool:
-        return self.kind in ("export", "optimize", "package")
+        return self.kind in MAKING_KINDS
 
 
 class PackageCheck(BaseModel):
@@ -429,7 +330,9 @@ class PackageRecord(BaseModel):
     path: str | None = None
     sha256: str | None = None
     size_bytes: int = 0
-    artifacts: list[PackedArtifactRecord] = Field([], description="the validated artifacts it holds, with the digests their checks were made on")
+    artifacts: list[PackedArtifactRecord] = Field(
+        [], description="the validated artifacts it holds, with the digests their checks were made on"
+    )
     checks: list[PackageCheck] = []
     passed: bool = Field(False, description="every artifact it holds passed, and every structural check passed")
 
@@ -438,9 +341,7 @@ class PackageRecord(BaseModel):
         held = ", ".join(a.key for a in self.artifacts) or "no artifact"
         failed = [c for c in self.checks if c.status != "passed"]
         checks = (
-            f"{len(self.checks)} structural checks passed"
-            if not failed
-            else "; ".join(f"{c.name} {c.status}: {c.reason}" for c in failed)
+            f"{len(self.checks)} structural checks passed" if not failed else "; ".join(f"{c.name} {c.status}: {c.reason}" for c in failed)
         )
         return f"{self.size_bytes / 1e6:.2f} MB, holds {held}; {checks}"
 
@@ -635,6 +536,11 @@ class Report(BaseModel):
     packages: list[PackageRecord] = Field([], description="what --package built from the validated artifacts")
     error_histogram_edges: list[float] = Field(ERROR_HISTOGRAM_EDGES, description="lower edges of every output's error_histogram bins")
     gate: Verdict | None = Field(None, description="the promotion gate's verdict, when the report was made by 'convert gate'")
+
+    def stage(self, kind: StageKind, subject: str = "") -> Stage | None:
+        """The stage of this kind and subject (its first, without a detail: an INT8 pass's re-run keeping nodes in FP32
+        is another stage of the same subject), or None."""
+        return next((s for s in self.stages if s.kind == kind and s.subject == subject and not s.detail), None)
 
     def task_rows(self) -> list[tuple[ArtifactRecord, Check, TaskMetric]]:
         """Every task metric of every check on the labelled data, with its artifact and check, in report order."""

@@ -40,9 +40,38 @@ def upgrade_1_8_to_1_9(data: dict) -> dict:
 
 
 def upgrade_1_9_to_2_0(data: dict) -> dict:
-    """2.0 changed no field of a 1.9 report: it is the first version under the rule that a change of meaning is a major
-    version, so that 1.x reports whose fields meant something else are told apart (refused)."""
-    return {**data, "schema_version": "2.0"}
+    """2.0 is the first version under the rule that a change of meaning is a major version, so that 1.x reports whose
+    fields meant something else are told apart (refused). Its stages name what they are in typed fields (kind, subject,
+    detail), which a 1.9 report's stage names are read into; an artifact's details are one list (``details``), each
+    with its ``kind``, where a 1.9 artifact had a field for each kind."""
+    artifacts = data.get("artifacts")
+    if isinstance(artifacts, list):  # an artifact's divergence, sensitivity, accuracy_control, delegation: its details
+        data = {**data, "artifacts": [_details_listed(artifact) for artifact in artifacts]}
+    return {**data, "stages": [_stage_identity(stage) for stage in data.get("stages", [])], "schema_version": "2.0"}
+
+
+# the fields a 1.9 artifact had for what 2.0 lists in its details, each the kind of detail it is (in 1.9's field order)
+DETAIL_FIELDS_1_9 = ("divergence", "sensitivity", "accuracy_control", "delegation")
+
+
+def _details_listed(artifact: Any) -> Any:
+    """A 1.9 artifact's detail fields moved into its ``details``, each with its ``kind`` (the field's name)."""
+    if not isinstance(artifact, dict) or not any(name in artifact for name in DETAIL_FIELDS_1_9):
+        return artifact
+    details = list(artifact.get("details") or [])
+    details += [{**artifact[name], "kind": name} for name in DETAIL_FIELDS_1_9 if isinstance(artifact.get(name), dict)]
+    rest = {key: value for key, value in artifact.items() if key not in DETAIL_FIELDS_1_9}
+    return {**rest, "details": details}
+
+
+def _stage_identity(stage: Any) -> Any:
+    """A 1.x stage's name, "KIND", "KIND:SUBJECT" or "KIND:SUBJECT (DETAIL)", as the typed fields of a 2.0 stage."""
+    if not isinstance(stage, dict) or not isinstance(stage.get("name"), str):
+        return stage
+    text, _, detail = stage["name"].partition(" (")
+    kind, _, subject = text.partition(":")
+    rest = {key: value for key, value in stage.items() if key != "name"}
+    return {**rest, "kind": kind, "subject": subject, "detail": detail.removesuffix(")")}
 
 
 # the version a report has → the function that brings it one step up (each sets the next schema_version)

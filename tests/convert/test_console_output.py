@@ -196,9 +196,9 @@ def test_a_failed_pass_is_named_a_pass_and_a_failed_export_an_export():
         created_at="now",
         environment=Environment(python="3", platform="p"),
         stages=[
-            Stage(name="export:onnx", status="failed", error="no strategy worked\nmore"),
-            Stage(name="optimize:int8", status="failed", error="quantize_dynamic failed"),
-            Stage(name="optimize:openvino:int8", status="failed", error="killed", signal="SIGKILL"),
+            Stage(kind="export", subject="onnx", status="failed", error="no strategy worked\nmore"),
+            Stage(kind="optimize", subject="int8", status="failed", error="quantize_dynamic failed"),
+            Stage(kind="optimize", subject="openvino:int8", status="failed", error="killed", signal="SIGKILL"),
         ],
     )
     lines = plain(lambda console: print_failures(failed, console, "out/report.json"))

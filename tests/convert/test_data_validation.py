@@ -17,7 +17,7 @@ from fixtures.data_models import (
     write_text_classifier,
     write_text_dataset,
 )
-from tests.conftest import load_report, run_cli
+from tests.conftest import detail, load_report, run_cli
 
 pytestmark = pytest.mark.slow
 PREPROCESS = f"mean={','.join(map(str, IMAGE_MEAN))};std={','.join(map(str, IMAGE_STD))}"
@@ -87,14 +87,15 @@ def test_accuracy_control_meets_a_drop_budget_that_plain_int8_misses(made, tmp_p
     assert set(onnx_task) == {"top1", "metric"} and abs(onnx_task["top1"]["drop"]) < 1e-9  # fp32 loses nothing
     assert 0.9 < onnx_task["metric"]["source"] <= 1 and onnx_task["metric"]["status"] == "not-budgeted"
     for name, method in (("int8", "ONNX Runtime"), ("openvino:int8", "NNCF")):
-        control = artifacts[name]["accuracy_control"]
+        control = detail(artifacts[name], "accuracy_control")
         assert control["method"].startswith(method) and control["status"] == "met", control
         assert control["plain_drop"] > 0.05 and control["drop"] <= 0.02 and control["kept_fp32"]
         top1 = _task(artifacts[name])["top1"]
         assert top1["drop"] <= 0.02 and top1["status"] == "passed" and top1["budget"] == 0.02
         assert f"{name}: {control['method']}: kept" in run.stdout
     assert "task int8 onnxruntime cpu passed top1" in run.stdout
-    assert artifacts["int8"]["accuracy_control"]["kept_fp32"][0] in artifacts["int8"]["accuracy_control"]["reason"]
+    control = detail(artifacts["int8"], "accuracy_control")
+    assert control["kept_fp32"][0] in control["reason"]
     xml = render_junit(Report.from_json((out / "report.json").read_text()))  # a test case per task metric
     assert 'classname="convert.int8.task" name="top1 on onnxruntime on cpu"' in xml
 

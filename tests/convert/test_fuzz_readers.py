@@ -229,7 +229,7 @@ REPORT = _report(
         checks=[_check(), _check(shape="B=9", outputs=[_output(max_abs_error=2e-6)]), _task_check(0.01)],
         benchmarks=[rm.Benchmark(runtime="onnxruntime", device="cpu", shape="B=2", latency_ms_p50=3.0, latency_ms_interval=[2.5, 3.5])],
     ),
-    stages=[rm.Stage(name="export:onnx", status="ok")],
+    stages=[rm.Stage(kind="export", subject="onnx", status="ok")],
 ).to_json()
 RAW = "\x00RAW\x00"  # a placeholder for JSON text json.dumps cannot write
 RAW_VALUES = ["9" * 5000, "[" * 5000 + "]" * 5000, "NaN", "-Infinity", "1e400", "{" * 70 + "}" * 70, '"\\ud800"', "0" * 20]

@@ -14,6 +14,7 @@ from onnx import numpy_helper
 
 import convert
 from convert import localize
+from convert.reports import model as rm
 from convert.reports.html import render_html
 from convert.reports.junit import render_junit
 
@@ -57,7 +58,7 @@ def test_an_op_replaced_in_a_torch_export_is_named_with_its_module_and_reproduce
 
     injected = _inject(monkeypatch, TorchToOnnx, "_dynamo", relu_becomes_sigmoid)
     result, record = _run(tmp_path, "fixtures.torch_models:build_cnn", inputs=["x:float32[B,3,32,32]"])
-    found = record.divergence
+    found = record.detail(rm.Divergence)
     assert found.status == "found", found.reason
     assert (found.node, found.op_type, found.region) == (injected["node"], "Sigmoid", [injected["node"]])
     assert found.layer == "features.2 (ReLU)"
@@ -92,7 +93,7 @@ def test_a_wrong_constant_in_a_transformer_is_found_in_bounded_chunks(tmp_path, 
     injected = _inject(monkeypatch, TorchToOnnx, "_dynamo", scaled_weight)
     monkeypatch.setattr(localize, "CHUNK_BYTES", 4096)  # a few values a run: the search goes on chunk by chunk
     _, record = _run(tmp_path, "fixtures.torch_models:build_transformer", inputs=["x:float32[B,S,32]"])
-    found = record.divergence
+    found = record.detail(rm.Divergence)
     assert found.status == "found", found.reason
     # torch.onnx writes a Linear as MatMul + Add under one program node: both are the region, the MatMul first
     assert found.region == [injected["node"], found.node] and found.op_type == "Add"
@@ -111,7 +112,7 @@ def test_swapped_operands_in_a_keras_export_are_named_with_their_layer(tmp_path,
 
     injected = _inject(monkeypatch, KerasToOnnx, "_tf2onnx", swapped_concat)
     _, record = _run(tmp_path, "fixtures.keras_models:build_two_io", framework="keras")
-    found = record.divergence
+    found = record.detail(rm.Divergence)
     assert found.status == "found", found.reason
     # Keras numbers a layer name already taken in the process (concatenate_2): the layer is the model's own, unambiguous
     assert (found.node, found.op_type) == (injected["node"], "Concat") and found.layer.startswith("concatenate")
@@ -134,7 +135,7 @@ def test_a_wrong_constant_in_a_jax_export_is_named_by_its_source_line(tmp_path, 
 
     injected = _inject(monkeypatch, JaxToOnnx, "_jax2onnx", scaled_second_conv)
     _, record = _run(tmp_path, "fixtures.jax_models:make_nnx_cnn", framework="jax", inputs=["x:float32[B,28,28,1]"])
-    found = record.divergence
+    found = record.detail(rm.Divergence)
     lines, first = inspect.getsourcelines(NnxCnn.__call__)
     line = first + next(i for i, text in enumerate(lines) if "self.conv2(x)" in text)
     assert found.status == "found", found.reason
@@ -157,7 +158,7 @@ def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_
     )
     int8 = next(a for a in plain.report.artifacts if a.optimization == "int8-dynamic")
     assert plain.exit_code == 1 and not int8.passed, "plain INT8 misses the default budget"
-    ranked = int8.sensitivity
+    ranked = int8.detail(rm.Sensitivity)
     assert ranked.status == "found" and [row.layer for row in ranked.rows][0] == "middle"
     assert ranked.rows[0].rel_rms_error > 2 * ranked.rows[1].rel_rms_error
     assert ranked.keep == [ranked.rows[0].node] and ranked.suggestion == f"--optimize int8-dynamic --keep-fp32 {ranked.rows[0].node}"
@@ -173,7 +174,7 @@ def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_
         cache=False,
     )
     int8 = next(a for a in kept.report.artifacts if a.optimization == "int8-dynamic")
-    assert kept.exit_code == 0 and int8.passed and int8.sensitivity is None and int8.divergence is None
+    assert kept.exit_code == 0 and int8.passed and int8.details == []
 
 
 def test_an_openvino_int8_ir_is_traced_along_the_onnx_graph_it_came_from(tmp_path):
@@ -187,10 +188,10 @@ def test_an_openvino_int8_ir_is_traced_along_the_onnx_graph_it_came_from(tmp_pat
         cache=False,
     )
     record = next(a for a in result.report.artifacts if a.optimization == "openvino:int8")
-    found = record.divergence
+    found = record.detail(rm.Divergence)
     assert result.exit_code == 1 and found.status == "found", found.reason
     assert (found.op_type, found.layer, found.runtime) == ("Gemm", "first (Linear)", "openvino")
-    assert found.reproducer == "" and record.sensitivity.status == "skipped"
+    assert found.reproducer == "" and record.detail(rm.Sensitivity).status == "skipped"
 
 
 def test_a_localisation_that_fails_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
@@ -201,8 +202,8 @@ def test_a_localisation_that_fails_is_reported_and_the_run_goes_on(tmp_path, mon
 
     monkeypatch.setattr(TorchToOnnx, "traced", fake_traced_that_raises)
     result, record = _run(tmp_path, "fixtures.torch_models:build_off_in_onnx", inputs=["x:float32[B,8]"])
-    assert record.divergence.status == "skipped"
-    assert record.divergence.reason == "localisation failed: RuntimeError: capture broke"
+    assert record.detail(rm.Divergence).status == "skipped"
+    assert record.detail(rm.Divergence).reason == "localisation failed: RuntimeError: capture broke"
     stage = next(s for s in result.report.stages if s.name == "localize:onnx")
     assert stage.status == "skipped" and "line two of its traceback" in stage.reason
 
@@ -211,7 +212,7 @@ def test_values_tf2onnx_made_channels_first_in_a_keras_applications_model_are_co
     # a tolerance below float32 noise fails the model: the values named must show that noise, not a layout mismatch
     # (MobileNetV2 at 32x32 has [B,16,16,16] values, the same shape channels-last and channels-first)
     _, record = _run(tmp_path, "fixtures.keras_models:build_mobilenet", framework="keras", tolerance=["atol=1e-7,rtol=0"])
-    found = record.divergence
+    found = record.detail(rm.Divergence)
     assert found.status == "found", found.reason
     assert found.metrics.max_abs_error < 1e-5  # read the other way, that value was off by 6 (cosine 0.38)
     assert found.compared > 1 and all(p.cosine_similarity > 0.9999 for p in found.probes)

@@ -191,7 +191,7 @@ class _CacheThatWouldServeEverything:
     def __init__(self):
         self.consulted = []
 
-    def find(self, label, *parts, judge=None):
+    def find(self, kind, label, *parts, judge=None):
         self.consulted.append(label)
         return Lookup("key", (), Hit({}, None), judge)
 

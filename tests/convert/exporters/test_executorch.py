@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, load_report, run_cli
+from tests.conftest import REPO, detail, load_report, run_cli
 
 TARGETS = ("executorch",)
 BERT_SPECS = ("--input", "input_ids:int64[B,S]{0..99}", "--input", "attention_mask:int64[B,S]{0..1}")
@@ -131,7 +131,7 @@ def test_a_cnn_and_its_int8_program_pass_and_say_what_xnnpack_runs(runs):
         assert record["passed"] is True and record["dim_bounds"] == {"d0": [1, 64]}
         _assert_within_bounds_at_two_sizes(record)
         assert {c["reason"] for c in record["checks"] if c["device"] == "cuda"} == {"ExecuTorch's XNNPACK programs run on the CPU"}
-        delegation = record["delegation"]
+        delegation = detail(record, "delegation")
         assert delegation["backend"] == "XnnpackBackend" and delegation["share"] > 0.8
         assert delegation["delegated"]["aten.convolution.default"] == 2 and delegation["portable"] == {"aten.view_copy.default": 1}
         assert not any("getitem" in op or "delegate" in op for op in [*delegation["delegated"], *delegation["portable"]])
@@ -139,7 +139,7 @@ def test_a_cnn_and_its_int8_program_pass_and_say_what_xnnpack_runs(runs):
     assert outputs and all(o["max_abs_error"] < 1e-4 and not o["budget"] for o in outputs)
     quantized = [o for c in int8["checks"] if c["status"] == "passed" for o in c["outputs"]]
     assert quantized and all(o["budget_source"] == "default int8" and o["cosine_similarity"] >= 0.98 for o in quantized)
-    assert int8["delegation"]["delegated"]["quantized_decomposed.quantize_per_tensor.default"] > 0
+    assert detail(int8, "delegation")["delegated"]["quantized_decomposed.quantize_per_tensor.default"] > 0
     assert int8["size_bytes"] < fp32["size_bytes"]
     assert "delegated to XnnpackBackend; portable: aten.view_copy.default x1" in run.stdout
 
@@ -155,7 +155,7 @@ def test_a_transformers_model_with_keyword_inputs_runs_by_name_within_its_bounds
     _assert_within_bounds_at_two_sizes(record)
     checked = [c for c in record["checks"] if c["status"] == "passed"]
     assert all([o["name"] for o in c["outputs"]] == BERT_OUTPUTS and c["samples"] >= 3 for c in checked)
-    delegation = record["delegation"]
+    delegation = detail(record, "delegation")
     assert 0 < delegation["share"] < 1 and delegation["delegated"]["aten.linear.default"] >= 6
     assert "aten.embedding.default" in delegation["portable"]
 
@@ -167,9 +167,9 @@ def test_a_transformer_encoder_at_int8_is_quantized_delegated_and_judged_by_the_
     for record in (fp32, int8):
         assert record["passed"] is True
         _assert_within_bounds_at_two_sizes(record)
-    delegated = int8["delegation"]["delegated"]
+    delegated = detail(int8, "delegation")["delegated"]
     assert delegated["quantized_decomposed.quantize_per_tensor.default"] > 0 and delegated.get("aten.linear.default", 0) >= 4
-    assert int8["delegation"]["share"] > fp32["delegation"]["share"]
+    assert detail(int8, "delegation")["share"] > detail(fp32, "delegation")["share"]
     judged = [o for c in int8["checks"] if c["status"] == "passed" for o in c["outputs"]]
     assert judged and all(o["cosine_similarity"] >= 0.98 and "rel_rms<=0.5" in o["budget"] for o in judged), judged
 

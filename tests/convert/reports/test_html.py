@@ -143,8 +143,8 @@ def _failed_run(report: Report) -> Report:
             "error": "export to tensorrt failed",
             "stages": [
                 *report.stages,
-                Stage(name="export:tensorrt", status="failed", seconds=0.5, error=MULTILINE_ERROR),
-                Stage(name="validate:tensorrt", status="skipped", reason="nothing to validate"),
+                Stage(kind="export", subject="tensorrt", status="failed", seconds=0.5, error=MULTILINE_ERROR),
+                Stage(kind="validate", subject="tensorrt", status="skipped", reason="nothing to validate"),
             ],
             "artifacts": [broken, *report.artifacts[1:], never_exported],
             "auto": auto,

@@ -85,7 +85,9 @@ def test_a_required_artifact_the_run_never_made_is_missing():
 
 def test_a_required_artifact_whose_export_failed_is_missing_with_the_first_line_of_the_error():
     report = _report(
-        stages=[rm.Stage(name="export:onnx", status="failed", error="every strategy failed: dynamo: unsupported op\nTraceback ...")]
+        stages=[
+            rm.Stage(kind="export", subject="onnx", status="failed", error="every strategy failed: dynamo: unsupported op\nTraceback ...")
+        ]
     )
     verdict = judge(report, _policy())
     assert codes(verdict) == ["missing_artifact"]
@@ -96,8 +98,8 @@ def test_a_required_optimization_that_was_skipped_is_missing_with_the_reason():
     report = _report(
         _artifact(),
         stages=[
-            rm.Stage(name="export:onnx", status="ok"),
-            rm.Stage(name="optimize:trt", status="skipped", reason="TensorRT needs a CUDA GPU"),
+            rm.Stage(kind="export", subject="onnx", status="ok"),
+            rm.Stage(kind="optimize", subject="trt", status="skipped", reason="TensorRT needs a CUDA GPU"),
         ],
     )
     verdict = judge(report, _policy(require={"targets": ["onnx"], "optimizations": ["trt"]}))
@@ -108,7 +110,7 @@ def test_a_required_optimization_that_was_skipped_is_missing_with_the_reason():
 
 def test_an_unpublished_artifact_with_failed_checks_is_rejected_for_the_checks_not_as_missing():
     record = _artifact(checks=[_check("failed", reason="output 'y': max_abs_error 0.5 > atol")], published=False)
-    verdict = judge(_report(record, stages=[rm.Stage(name="export:onnx", status="ok")]), _policy())
+    verdict = judge(_report(record, stages=[rm.Stage(kind="export", subject="onnx", status="ok")]), _policy())
     assert codes(verdict) == ["failed_check"]
 
 

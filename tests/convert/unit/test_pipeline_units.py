@@ -43,7 +43,7 @@ def _artifact(passed: bool, *statuses: str, candidate: bool = False, optimizatio
 
 def _stages(*records: tuple[str, str]) -> Stages:
     stages = Stages(Progress())
-    stages.records = [rm.Stage(name=name, status=status) for name, status in records]
+    stages.records = [rm.Stage(kind=name.partition(":")[0], subject=name.partition(":")[2], status=status) for name, status in records]
     return stages
 
 
@@ -267,7 +267,7 @@ def test_a_hidden_file_has_the_stem_model():
 def test_a_stage_that_finishes_is_recorded_ok_with_its_seconds():
     progress = RecordingProgress()
     stages = Stages(progress)
-    with stages.run("export:onnx") as stage:
+    with stages.run("export", "onnx") as stage:
         time.sleep(0.05)
         stage.reason = "kept"
     [record] = stages.records
@@ -278,7 +278,7 @@ def test_a_stage_that_finishes_is_recorded_ok_with_its_seconds():
 
 def test_a_stage_keeps_a_status_set_inside_it():
     stages = Stages(Progress())
-    with stages.run("optimize:trt") as stage:
+    with stages.run("optimize", "trt") as stage:
         stage.status, stage.reason = "skipped", "tensorrt is not installed"
     assert (stages.records[0].status, stages.records[0].reason) == ("skipped", "tensorrt is not installed")
 
@@ -305,28 +305,28 @@ def test_another_exception_in_a_stage_fails_it_with_its_type_and_is_raised_again
 def test_an_interruption_in_a_stage_is_recorded_and_raised_again():
     stages = Stages(Progress())
     with pytest.raises(KeyboardInterrupt):
-        with stages.run("validate:onnx"):
+        with stages.run("validate", "onnx"):
             raise KeyboardInterrupt
     assert stages.records[0].status == "failed" and stages.records[0].error.startswith("KeyboardInterrupt")
 
 
 def test_stages_are_recorded_in_the_order_they_ran():
     stages = Stages(Progress())
-    for name in ("load", "reference", "export:onnx"):
-        with stages.run(name):
+    for stage_id in (("load",), ("reference",), ("export", "onnx")):
+        with stages.run(*stage_id):
             pass
     assert [s.name for s in stages.records] == ["load", "reference", "export:onnx"]
 
 
 def test_a_worker_crash_fails_the_stage_with_the_signal():
-    stage = rm.Stage(name="export:onnx", status="ok")
+    stage = rm.Stage(kind="export", subject="onnx", status="ok")
     message = crashed(stage, StageCrashed(*_death(-11)))
     assert (stage.status, stage.signal, stage.timed_out) == ("failed", "SIGSEGV", False)
     assert message == stage.error == "the export:onnx stage did not finish: the worker process was killed by SIGSEGV"
 
 
 def test_a_stage_timeout_is_recorded_as_timed_out():
-    stage = rm.Stage(name="validate:onnx", status="ok")
+    stage = rm.Stage(kind="validate", subject="onnx", status="ok")
     crashed(stage, StageCrashed("it ran past the stage timeout of 5 s and was stopped", timed_out=True))
     assert stage.status == "failed" and stage.timed_out and stage.signal is None
     assert "past the stage timeout of 5 s" in stage.error
@@ -338,7 +338,7 @@ def test_a_stage_timeout_is_recorded_as_timed_out():
 def _stopped(tmp_path: Path, exc: Exception) -> tuple[rm.Report, Path]:
     stages = Stages(Progress())
     with pytest.raises(type(exc)):
-        with stages.run("export:onnx"):
+        with stages.run("export", "onnx"):
             raise exc
     report = _report(_artifact(True, "passed"))
     path = tmp_path / "report.json"

@@ -133,3 +133,23 @@ def test_a_schema_version_that_is_no_version_is_refused(tmp_path, version):
     data = {**_report_json(), "schema_version": version}
     with pytest.raises(ConvertError, match="is not a convert report of a schema version this tool knows"):
         load_report(_write(tmp_path, data))
+
+
+def test_a_1_9_reports_stage_names_are_read_into_typed_stage_fields():
+    """2.0 stages name what they are in fields (kind, subject, detail); a 1.9 report's names are read into them."""
+    old = {
+        "schema_version": "1.9",
+        "stages": [
+            {"name": "load", "status": "ok"},
+            {"name": "optimize:openvino:int8", "status": "failed", "error": "boom"},
+            {"name": "optimize:int8 (keeping 3 in FP32)", "status": "ok"},
+        ],
+    }
+    stages = [rm.Stage.model_validate(s) for s in upgrade(old, "the baseline")["stages"]]
+    assert [(s.kind, s.subject, s.detail) for s in stages] == [
+        ("load", "", ""),
+        ("optimize", "openvino:int8", ""),
+        ("optimize", "int8", "keeping 3 in FP32"),
+    ]
+    assert [s.name for s in stages] == ["load", "optimize:openvino:int8", "optimize:int8 (keeping 3 in FP32)"]
+    assert stages[1].error == "boom" and stages[1].makes_artifact

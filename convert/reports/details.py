@@ -1,0 +1,327 @@
+"""The details a pass or a format adds to an artifact's record (``ArtifactRecord.details``), one class per kind.
+
+A kind is its fields, its ``kind`` tag (the discriminator of ``Detail``) and its render hooks, which every rendering
+calls in one loop over ``record.details``; a new kind is one class here, added to ``Detail``, and nothing else:
+
+- ``title``: how a rendering heads it ("where it diverged").
+- ``describe()``: one sentence (the console, Markdown, JUnit, the HTML section's first line).
+- ``diagnosis()``: the lines that explain why the artifact failed (empty for a detail that explains nothing): the
+  console and Markdown show them among the failures, the gate in its ``diverged`` reason.
+- ``located()``: whether it names the cause of the failure (the gate adds a ``diverged`` reason).
+- ``testcase(checks)``: the check whose JUnit testcase carries it.
+- ``html()``: its section of the artifact in the HTML report.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from convert.validators.compare import OutputMetrics
+
+if TYPE_CHECKING:  # the report's Check, for annotations only (convert/reports/model.py imports this module)
+    from convert.reports.model import Check
+
+
+class ArtifactDetail(BaseModel):
+    """What every kind of detail has: its render hooks. A subclass declares ``kind: Literal["..."]`` and ``title``."""
+
+    # a report's JSON always holds the kind, which tells the kinds apart: required in the schema, though set by default here
+    model_config = ConfigDict(json_schema_extra=lambda schema, _: schema.update(required=[*schema.get("required", []), "kind"]))
+
+    title: ClassVar[str]
+    kind: str
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def diagnosis(self) -> list[str]:
+        """The lines that explain why the artifact failed; none where the detail explains no failure."""
+        return []
+
+    def located(self) -> bool:
+        """Whether it names where the failure comes from (the gate's ``diverged`` reason)."""
+        return False
+
+    def testcase(self, checks: list[Check]) -> Check | None:
+        """The check whose JUnit testcase carries it: the first that failed, else the first that passed."""
+        return next((c for c in checks if c.status == "failed"), None) or next((c for c in checks if c.status == "passed"), None)
+
+    def html(self) -> str:
+        """Its section of the artifact in the HTML report: its title and its sentence."""
+        from convert.reports.html import _e
+
+        return f"<h3>{_e(self.title[:1].upper() + self.title[1:])}</h3><p>{_e(self.describe())}</p>"
+
+
+class ProbePoint(BaseModel):
+    """One intermediate value of the artifact compared with the source's, in graph order."""
+
+    value: str = Field(description="the tensor's name in the artifact's graph")
+    node: str
+    op_type: str
+    layer: str = Field("", description="the source-side name: module path, Keras layer, or source line")
+    status: Literal["passed", "failed"]
+    max_abs_error: float | None = None
+    cosine_similarity: float | None = None
+
+
+class Divergence(ArtifactDetail):
+    """Where a failing artifact first goes wrong: the first intermediate value (in graph order) out of tolerance while
+    every compared value before it is within."""
+
+    title: ClassVar[str] = "where it diverged"
+    kind: Literal["divergence"] = "divergence"
+    status: Literal["found", "not-found", "skipped"]
+    stage: Literal["conversion", "capture"] = Field(
+        "conversion",
+        description="capture: the program the exporter captured already computes other outputs than the source model "
+        "(the difference is made before any graph node); conversion: a node of the graph is named",
+    )
+    reason: str = Field("", description="why nothing was named (not-found, skipped)")
+    method: str = Field("", description="how the artifact's values were matched with the source's")
+    runtime: str = ""
+    device: str = ""
+    shape: str = Field("", description="the shape case whose first sample was traced")
+    value: str = ""
+    node: str = ""
+    op_type: str = ""
+    layer: str = ""
+    parameters: list[str] = Field([], description="the source's weights the divergent nodes read (initializer names)")
+    region: list[str] = Field(
+        [], description="the nodes between the last values within tolerance and the first out of it; the fault is among them"
+    )
+    inputs_within: list[str] = Field([], description="the compared values feeding the region, all within tolerance")
+    metrics: OutputMetrics | None = None
+    probes: list[ProbePoint] = Field([], description="every value compared, in graph order, up to the divergence's chunk")
+    compared: int = 0
+    matched: int = Field(0, description="intermediate values the source could name")
+    chunks: int = Field(0, description="runs of source and artifact, each with a bounded number of values marked as outputs")
+    reproducer: str = Field("", description="folder with the divergent subgraph, its inputs, the expected output and a script")
+    reproduce: str = Field("", description="the command that shows the mismatch on the subgraph alone")
+    seconds: float = 0.0
+    peak_rss_bytes: int = Field(0, description="the worker's peak resident memory after localisation")
+
+    def describe(self) -> str:
+        """One sentence: where it diverged, or why that is not known."""
+        if self.status != "found":
+            return f"where it diverged is not known: {self.reason}"
+        metrics = self.metrics
+        error = f"max abs error {metrics.max_abs_error:.3g}" if metrics and metrics.max_abs_error is not None else "out of tolerance"
+        if self.stage == "capture":
+            return (
+                f"the program the exporter captured already differs from the source model at output '{self.value}' ({error}): "
+                "the difference is made when the model is captured (a branch on torch.onnx.is_in_onnx_export(), "
+                "tracing-time Python state), not by converting its nodes"
+            )
+        cosine = f", cosine {metrics.cosine_similarity:.6f}" if metrics and metrics.cosine_similarity is not None else ""
+        inputs = f" while its inputs {', '.join(self.inputs_within)} were within" if self.inputs_within else ""
+        region = f" (region of {len(self.region)} nodes: {', '.join(self.region)})" if len(self.region) > 1 else ""
+        layer = f" in layer {self.layer}" if self.layer else ""
+        return f"first diverged at node {self.node} ({self.op_type}){layer}: value '{self.value}' {error}{cosine}{inputs}{region}" + (
+            f"; reproducer: {self.reproduce}" if self.reproduce else ""
+        )
+
+    def diagnosis(self) -> list[str]:
+        return [self.describe()]
+
+    def located(self) -> bool:
+        return self.status == "found"
+
+    def testcase(self, checks: list[Check]) -> Check | None:
+        """The check it traced; where none matches (skipped before tracing), the default."""
+        traced = next((c for c in checks if (c.runtime, c.device, c.shape) == (self.runtime, self.device, self.shape)), None)
+        return traced or super().testcase(checks)
+
+    def html(self) -> str:
+        from convert.reports.html import _e, _facts
+
+        facts = [("traced", _e(f"{self.runtime} on {self.device} at {self.shape}; {self.method}"))]
+        if self.status == "found":
+            facts += [
+                ("node", f"<code>{_e(self.node)}</code> ({_e(self.op_type)})"),
+                ("layer", _e(self.layer or "-")),
+                ("value", f"<code>{_e(self.value)}</code>"),
+                ("inputs within tolerance", _e(", ".join(self.inputs_within) or "-")),
+                ("region", _e(", ".join(self.region))),
+                ("weights read", _e(", ".join(self.parameters) or "-")),
+            ]
+            if self.reproduce:
+                facts.append(("reproducer", f"<pre>{_e(self.reproduce)}</pre>"))
+        chunks = f"{self.chunks} chunk{'s' * (self.chunks != 1)}"
+        facts.append(("compared", _e(f"{self.compared} of {self.matched} named values in {chunks}, {self.seconds:.3g} s")))
+        return "<h3>Where it diverged</h3>" + f"<p>{_e(self.describe())}</p>" + _facts(facts) + _divergence_svg(self)
+
+
+class SensitivityRow(BaseModel):
+    """The artifact's error at the outputs when only this node is reduced (the rest kept in FP32)."""
+
+    node: str
+    op_type: str
+    layer: str = ""
+    rel_rms_error: float | None = Field(None, description="the worst output's ||a-e|| / ||e||")
+    cosine_similarity: float | None = Field(None, description="the worst output's cosine similarity")
+
+
+class Sensitivity(ArtifactDetail):
+    """Which nodes cost a reduced-precision artifact its accuracy, and which to keep in FP32 to meet the budget."""
+
+    title: ClassVar[str] = "sensitivity"
+    kind: Literal["sensitivity"] = "sensitivity"
+    status: Literal["found", "not-found", "skipped"]
+    reason: str = ""
+    optimization: str = ""
+    rows: list[SensitivityRow] = Field([], description="candidate nodes, the most sensitive first")
+    candidates: int = Field(0, description="nodes the pass reduces; only the first max_candidates were measured")
+    keep: list[str] = Field([], description="the fewest most-sensitive nodes that, kept in FP32, meet the budget")
+    keep_layers: list[str] = []
+    outputs: list[OutputMetrics] = Field([], description="the outputs with those nodes kept in FP32")
+    suggestion: str = Field("", description="the option that builds it")
+    drop: float | None = Field(None, description="under a task budget: the task metric's drop with the last set tried")
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.status == "skipped":
+            return f"sensitivity not measured: {self.reason}"
+        if self.status != "found":
+            return f"no set of nodes kept in FP32 was found to meet the budget: {self.reason}"
+        worst = ", ".join(f"{row.node} ({row.layer or row.op_type}, rel_rms {row.rel_rms_error:.3g})" for row in self.rows[:3])
+        return f"most sensitive: {worst}; keeping {len(self.keep)} in FP32 meets the budget: {self.suggestion}"
+
+    def diagnosis(self) -> list[str]:
+        return [self.describe()]
+
+    def located(self) -> bool:
+        return self.status == "found"
+
+    def html(self) -> str:
+        from convert.reports.html import _e, _num, _table, _td
+
+        rows = [
+            (
+                "failed" if row.node in self.keep else "",
+                _td(row.node)
+                + _td(row.op_type)
+                + _td(row.layer or "-")
+                + _td(_num(row.rel_rms_error), True)
+                + _td(_num(row.cosine_similarity, ".6f"), True)
+                + _td("keep in FP32" if row.node in self.keep else ""),
+            )
+            for row in self.rows
+        ]
+        table = _table(["node", "op", "layer", "rel_rms alone", "cosine alone", ""], rows) if rows else ""
+        return "<h3>Sensitivity</h3>" + f"<p>{_e(self.describe())}</p>" + table
+
+
+class AccuracyControl(ArtifactDetail):
+    """An INT8 pass run under a task-drop budget: the layers it kept in FP32 and why."""
+
+    title: ClassVar[str] = "accuracy control"
+    kind: Literal["accuracy_control"] = "accuracy_control"
+    method: str = Field(description="e.g. NNCF quantize_with_accuracy_control, or ONNX Runtime exclusions by sensitivity")
+    status: Literal["met", "not-met", "not-needed", "skipped"]
+    reason: str = ""
+    metric: str = ""
+    budget: float | None = None
+    plain_drop: float | None = Field(None, description="the drop of the plain INT8 artifact")
+    drop: float | None = Field(None, description="the drop of the artifact with the kept layers")
+    kept_fp32: list[str] = Field([], description="the nodes or operations left in FP32")
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.status in ("skipped", "not-needed"):
+            return f"accuracy control {self.status}: {self.reason}"
+        kept = f"kept {len(self.kept_fp32)} in FP32 ({', '.join(self.kept_fp32[:6])}{', ...' * (len(self.kept_fp32) > 6)})"
+        drops = " → ".join(f"{d * 100:.2f}" for d in (self.plain_drop, self.drop) if d is not None)
+        verdict = "met" if self.status == "met" else "not met"
+        budget = "none" if self.budget is None else f"{self.budget * 100:.2f}"
+        return f"{self.method}: {kept}; {self.metric} drop {drops} points, budget {budget} {verdict}" + (
+            f" ({self.reason})" if self.reason else ""
+        )
+
+
+class Delegation(ArtifactDetail):
+    """Which operators of an edge program a backend took over (delegated), and which stayed on the portable kernels."""
+
+    title: ClassVar[str] = "delegated operators"
+    kind: Literal["delegation"] = "delegation"
+    backend: str = Field(description="e.g. XnnpackBackend")
+    delegated: dict[str, int] = Field({}, description="operator -> how many of its calls the backend runs")
+    portable: dict[str, int] = Field({}, description="operator -> how many of its calls run on the portable (non-delegated) kernels")
+    share: float = Field(0.0, description="delegated calls / all operator calls, 0 to 1")
+
+    def describe(self) -> str:
+        portable = ", ".join(f"{op} x{n}" for op, n in sorted(self.portable.items())) or "none"
+        return (
+            f"{self.share * 100:.0f}% of {sum(self.delegated.values()) + sum(self.portable.values())} operator calls "
+            f"delegated to {self.backend}; portable: {portable}"
+        )
+
+
+# every kind, told apart by its ``kind`` field in the report's JSON
+Detail = Annotated[AccuracyControl | Delegation | Divergence | Sensitivity, Field(discriminator="kind")]
+_DETAIL: TypeAdapter[ArtifactDetail] = TypeAdapter(Detail)
+KINDS: tuple[str, ...] = tuple(kind.model_fields["kind"].default for kind in get_args(get_args(Detail)[0]))
+
+
+def known(details: list) -> list:
+    """The JSON of a record's details less those of a kind a newer minor version of the report added, which this one
+    does not know (a minor version only adds what an older reader may leave out)."""
+    return [d for d in details if not (isinstance(d, dict) and isinstance(d.get("kind"), str) and d["kind"] not in KINDS)]
+
+
+def parse_detail(data: dict) -> ArtifactDetail:
+    """A detail from its JSON, of the kind its ``kind`` names (a pass's or an exporter's record in the worker)."""
+    return _DETAIL.validate_python(data)
+
+
+def _divergence_svg(found: Divergence) -> str:
+    """The max abs error of every compared value in graph order (log axis), the first failing one marked."""
+    from convert.reports.html import AXIS_COLOR, BAR_COLOR, FAIL_COLOR, GRID_COLOR, _e, _line, _svg, _text
+
+    points = [(i, p) for i, p in enumerate(found.probes) if p.max_abs_error is not None]
+    if len(points) < 2:
+        return ""
+    width, height = 700, 240
+    left, right, top, bottom = 56, 12, 16, 40
+    plot_width, plot_height = width - left - right, height - top - bottom
+    floor = 1e-10
+    logs = [math.log10(max(p.max_abs_error, floor)) for _, p in points]
+    low, high = math.floor(min(logs)), math.ceil(max(logs)) + (1 if math.ceil(max(logs)) == math.floor(min(logs)) else 0)
+
+    def xy(index: int, log: float) -> tuple[float, float]:
+        x = left + plot_width * index / max(1, len(found.probes) - 1)
+        return x, top + plot_height * (1 - (log - low) / (high - low))
+
+    parts = []
+    for decade in range(low, high + 1):
+        _, y = xy(0, decade)
+        parts.append(_line(left, y, left + plot_width, y, GRID_COLOR))
+        parts.append(_text(left - 6, y + 4, f"1e{decade}", anchor="end", size=10, css="axis"))
+    coordinates = [xy(i, log) for (i, _), log in zip(points, logs)]
+    parts.append(
+        '<polyline fill="none" stroke="'
+        + BAR_COLOR
+        + '" stroke-width="1.5" points="'
+        + " ".join(f"{x:.1f},{y:.1f}" for x, y in coordinates)
+        + '"/>'
+    )
+    for (x, y), (_, probe) in zip(coordinates, points):
+        color = FAIL_COLOR if probe.status == "failed" else BAR_COLOR
+        tooltip = f"{probe.node} ({probe.op_type}) {probe.layer}: {probe.max_abs_error:.3g}"
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"><title>{_e(tooltip)}</title></circle>')
+    parts.append(_line(left, top + plot_height, left + plot_width, top + plot_height, AXIS_COLOR))
+    parts.append(_text(left + plot_width / 2, height - 8, "intermediate values in graph order", size=10, css="axis"))
+    parts.append(
+        _text(
+            12,
+            top + plot_height / 2,
+            "max abs error",
+            size=10,
+            css="axis",
+            extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"',
+        )
+    )
+    return _svg(width, height, "divergence", "max abs error along the graph", parts)
