@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from convert.reports.model import ArtifactRecord, Benchmark, Report, Verdict
+from convert.reports import facts
+from convert.reports.model import ArtifactRecord, Report, Verdict
 from convert.text import first_line
 
 if TYPE_CHECKING:  # the batch's types, for annotations only
@@ -81,8 +82,11 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
         untested = ", ".join(f"{name} {found}" for name, found in report.environment.outside_tested.items())
         _say(console, f"[yellow]note:[/] installed outside the tested versions: {escape(untested)}", soft_wrap=True)
     if verdict:
-        status = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
-        _say(console, f"Verdict: {status} (exit code {report.exit_code})" + (f"; report: {escape(report_path)}" if report_path else ""))
+        _say(
+            console,
+            f"Verdict: {_word(facts.run_outcome(report))} (exit code {report.exit_code})"
+            + (f"; report: {escape(report_path)}" if report_path else ""),
+        )
 
 
 def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> None:
@@ -93,8 +97,11 @@ def print_verdict(verdict: Verdict, console: Console, tables: bool = True) -> No
         _print_baseline(verdict, console)
     for note in verdict.notes:
         _say(console, f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
-    decision = "[bold green]PROMOTE[/]" if verdict.promoted else "[bold red]REJECT[/]"
-    _say(console, f"Gate: {decision} (exit code {verdict.exit_code})" + (f"; report: {escape(verdict.report)}" if verdict.report else ""))
+    _say(
+        console,
+        f"Gate: {_word(facts.gate_outcome(verdict))} (exit code {verdict.exit_code})"
+        + (f"; report: {escape(verdict.report)}" if verdict.report else ""),
+    )
     for reason in verdict.reasons:
         _say(
             console,
@@ -169,9 +176,9 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def _skipped_passes(report: Report) -> dict[str, str]:
-    """Why each skipped --optimize pass (or auto candidate) was skipped, by its name."""
-    return {s.subject: s.reason for s in report.stages if s.status == "skipped" and s.kind in ("optimize", "auto")}
+def _word(outcome: facts.Outcome) -> str:
+    """The verdict's word in bold, green when good and red when not."""
+    return f"[bold {'green' if outcome.good else 'red'}]{outcome.word}[/]"
 
 
 def _print_task_lines(report: Report, console: Console) -> None:
@@ -199,21 +206,17 @@ def _print_validation_table(report: Report, console: Console) -> None:
     table = Table(title="Validation against the source model")
     for column in ("artifact", "runtime", "device", "shapes", "status", "max abs err", "min cosine", "detail"):
         table.add_column(column, overflow="fold")
-    skipped = _skipped_passes(report)
     for artifact in report.artifacts:
         name = f"{artifact.format} ({artifact.optimization})" if artifact.optimization else artifact.format
-        if not artifact.checks and artifact.optimization in skipped:
-            table.add_row(name, "-", "-", "-", f"[{STYLE['skipped']}]skipped[/]", "-", "-", cell(skipped[artifact.optimization], 100))
-        elif not artifact.checks:
-            error = artifact.attempts[0].error if artifact.attempts else "not exported"
-            table.add_row(name, "-", "-", "-", "[bold red]not exported[/]", "-", "-", cell(error, 100))
+        if not artifact.checks:
+            unchecked = facts.unchecked(report, artifact)
+            style = STYLE["skipped" if unchecked.status == "skipped" else "failed"]
+            table.add_row(name, "-", "-", "-", f"[{style}]{unchecked.status}[/]", "-", "-", cell(unchecked.reason, 100))
         for (runtime, device), group in groupby(artifact.checks, key=lambda c: (c.runtime, c.device)):
             checks = list(group)
             statuses = [c.status for c in checks]
             status = "failed" if "failed" in statuses else "passed" if "passed" in statuses else "skipped"
-            outputs = [o for c in checks for o in c.outputs]
-            errors = [o.max_abs_error for o in outputs if o.max_abs_error is not None]
-            cosines = [o.cosine_similarity for o in outputs if o.cosine_similarity is not None]
+            error, cosine = facts.check_errors(checks)
             detail = next((c.reason for c in checks if c.status == "failed"), "") or next((c.reason for c in checks if c.reason), "")
             shapes = " ".join(c.shape for c in checks if c.shape != "*") or "-"
             table.add_row(
@@ -222,8 +225,8 @@ def _print_validation_table(report: Report, console: Console) -> None:
                 device,
                 shapes,
                 f"[{STYLE[status]}]{status}[/]",
-                f"{max(errors):.1e}" if errors else "-",
-                f"{min(cosines):.6f}" if cosines else "-",
+                "-" if error is None else f"{error:.1e}",
+                "-" if cosine is None else f"{cosine:.6f}",
                 cell(detail, 100),
             )
     console.print(table)
@@ -233,25 +236,19 @@ def _print_validation_lines(report: Report, console: Console) -> None:
     """``check ARTIFACT RUNTIME DEVICE SHAPE STATUS max_abs_err=… min_cosine=… reason: …`` per check; an artifact
     without checks has one line with ``-`` for its runtime, device and shape."""
     console.out("Validation against the source model", highlight=False)
-    skipped = _skipped_passes(report)
     for artifact in report.artifacts:
         key = artifact.key
-        if not artifact.checks and artifact.optimization in skipped:
-            console.out(f"check {key} - - - skipped" + _reason(skipped[artifact.optimization]), highlight=False)
-        elif not artifact.checks:
+        if not artifact.checks:
+            unchecked = facts.unchecked(report, artifact)
             # an exporter's message goes on with graph dumps: its first line here, all of it in the report
-            error = first_line(artifact.attempts[0].error, None) if artifact.attempts else "not exported"
-            console.out(f"check {key} - - - not_exported" + _reason(error), highlight=False)
+            reason = unchecked.reason if unchecked.status == "skipped" else first_line(unchecked.reason, None)
+            console.out(f"check {key} - - - {unchecked.status.replace(' ', '_')}" + _reason(reason), highlight=False)
         for check in artifact.checks:
-            errors = [o.max_abs_error for o in check.outputs if o.max_abs_error is not None]
-            cosines = [o.cosine_similarity for o in check.outputs if o.cosine_similarity is not None]
+            error, cosine = facts.check_errors([check])
             generated = check.generation
-            if generated is not None:
-                errors.append(generated.max_abs_logits)
-                cosines.append(generated.min_cosine)
             console.out(
                 f"check {key} {check.runtime} {check.device} {check.shape} {check.status} "
-                f"max_abs_err={f'{max(errors):.1e}' if errors else '-'} min_cosine={f'{min(cosines):.6f}' if cosines else '-'}"
+                f"max_abs_err={'-' if error is None else f'{error:.1e}'} min_cosine={'-' if cosine is None else f'{cosine:.6f}'}"
                 + (f" token_agreement={generated.token_agreement:.1%}" if generated is not None else "")
                 + _reason(check.reason),
                 highlight=False,
@@ -266,19 +263,10 @@ def _print_stage_lines(report: Report, console: Console) -> None:
         console.out(f"stage {stage.name} {stage.status} {stage.seconds:.1f}s{marks}" + _reason(stage.reason) + error, highlight=False)
 
 
-def _benchmark_rows(report: Report) -> list[tuple[str, Benchmark]]:
-    return [("source", b) for b in report.source_benchmark] + [(a.key, b) for a in report.artifacts for b in a.benchmarks]
-
-
-def _source_p50(report: Report) -> float | None:
-    return next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
-
-
 def _print_benchmarks(report: Report, console: Console) -> None:
-    rows = _benchmark_rows(report)
+    rows = facts.benchmark_rows(report)
     if not rows:
         return
-    source_p50 = _source_p50(report)
     table = Table(title=BENCHMARK_TITLE)
     for column in (
         "artifact",
@@ -298,7 +286,7 @@ def _print_benchmarks(report: Report, console: Console) -> None:
         if b.status != "ok":
             table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", "", cell(b.reason, 60))
             continue
-        speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
+        speedup = facts.times(facts.speedup(report, b)) or "-"
         table.add_row(
             name,
             b.runtime,
@@ -317,15 +305,14 @@ def _print_benchmarks(report: Report, console: Console) -> None:
 
 def _print_benchmark_lines(report: Report, console: Console) -> None:
     """``benchmark ARTIFACT RUNTIME DEVICE STATUS`` and its measurements, or why it has none."""
-    rows = _benchmark_rows(report)
+    rows = facts.benchmark_rows(report)
     if not rows:
         return
-    source_p50 = _source_p50(report)
     console.out(BENCHMARK_TITLE, highlight=False)
     for name, b in rows:
         line = f"benchmark {name} {b.runtime} {b.device} {b.status}"
         if b.status == "ok":
-            speedup = f"{source_p50 / b.latency_ms_p50:.2f}x" if source_p50 and b.latency_ms_p50 else "-"
+            speedup = facts.times(facts.speedup(report, b)) or "-"
             line += (
                 f" threads={b.threads or 'default'} p50_ms={b.latency_ms_p50:.3f}"
                 + (f" p50_interval_ms={b.latency_ms_interval[0]:.4g}-{b.latency_ms_interval[1]:.4g}" if b.latency_ms_interval else "")
@@ -355,7 +342,7 @@ def _print_auto(report: Report, console: Console) -> None:
             c.precision,
             f"[{style}]{c.status}[/]",
             f"{c.latency_ms_p50:.3f}" if c.latency_ms_p50 else "-",
-            f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-",
+            facts.times(c.speedup_vs_source) or "-",
             cell(c.reason, 110),
         )
     console.print(table)
@@ -370,7 +357,7 @@ def _print_auto_lines(report: Report, console: Console) -> None:
         console.out(
             f"candidate {c.rank or '-'} {c.name} {c.precision} {c.status} "
             f"p50_ms={f'{c.latency_ms_p50:.3f}' if c.latency_ms_p50 else '-'} "
-            f"vs_source={f'{c.speedup_vs_source:.2f}x' if c.speedup_vs_source else '-'}" + _reason(c.reason),
+            f"vs_source={facts.times(c.speedup_vs_source) or '-'}" + _reason(c.reason),
             highlight=False,
         )
 
@@ -401,7 +388,7 @@ def print_failures(report: Report, console: Console, report_path: str) -> None:
     """Every artifact that failed validation, then every export and pass that failed, crashed or timed out: one
     paragraph each, with what to do next (the CLI prints them on stderr)."""
     for artifact in report.artifacts:
-        if artifact.checks and not artifact.passed and not artifact.candidate:
+        if artifact.checks and not artifact.passed and not facts.not_chosen(report, artifact):
             console.print(f"[bold red]error:[/] {escape(failed_validation(artifact, report_path))}", soft_wrap=True)
     for stage in report.stages:
         if not (stage.makes_artifact and stage.status == "failed"):
@@ -427,7 +414,7 @@ def print_failures(report: Report, console: Console, report_path: str) -> None:
 def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
     """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
     key = artifact.key
-    check = next((c for c in artifact.checks if c.status == "failed"), None)
+    check = next(iter(facts.failed_checks(artifact)), None)
     problem = (
         f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
         if check

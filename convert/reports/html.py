@@ -11,6 +11,7 @@ import math
 from html import escape
 from pathlib import Path
 
+from convert.reports import facts
 from convert.reports.model import (
     ArtifactRecord,
     AutoSelection,
@@ -94,8 +95,8 @@ svg.chart text.axis {{ fill: #59636e; }}
 
 def render_html(report: Report) -> str:
     """The whole page as one string."""
-    word, good = _verdict_word(report)
-    source_name = Path(report.source.path).name if report.source.path else "no source"
+    outcome = facts.outcome(report)
+    word, good = outcome.title, outcome.good
     sections = [
         _summary_section(report),
         _artifacts_section(report),
@@ -114,7 +115,7 @@ def render_html(report: Report) -> str:
             "<head>",
             '<meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{_e(word)} · {_e(source_name)} · convert report</title>",
+            f"<title>{_e(word)} · {_e(facts.source_name(report))} · convert report</title>",
             f"<style>{CSS}</style>",
             "</head>",
             "<body>",
@@ -218,17 +219,9 @@ def _nice_ceiling(value: float) -> float:
 # Verdict and summary
 
 
-def _verdict_word(report: Report) -> tuple[str, bool]:
-    if report.gate:
-        return report.gate.decision.upper(), report.gate.promoted
-    if report.interrupted:
-        return "INTERRUPTED", False
-    return ("PASSED", True) if report.passed else ("FAILED", False)
-
-
 def _status_counts(checks: list[Check]) -> str:
-    statuses = [check.status for check in checks]
-    return ", ".join(f"{statuses.count(s)} {s}" for s in ("passed", "failed", "skipped") if s in statuses) or "none"
+    counts = facts.status_counts([check.status for check in checks])
+    return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
 
 
 def _run_summary(report: Report) -> str:
@@ -314,7 +307,7 @@ def _artifacts_section(report: Report) -> str:
         return '<section><h2>Artifacts</h2><p class="muted">No artifact was produced.</p></section>'
     rows = []
     for index, artifact in enumerate(report.artifacts):
-        key = artifact.key + (" (candidate)" if artifact.candidate else "")
+        key = facts.label(report, artifact)
         rows.append(
             (
                 "" if artifact.passed else "failed",
@@ -364,7 +357,7 @@ def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> s
 def _charts(artifact: ArtifactRecord, report: Report) -> str:
     """The histograms and the latency chart share one grid, so they sit side by side on a wide screen."""
     histograms, histogram_notes = _histograms(artifact, report.error_histogram_edges)
-    latency, benchmark_notes = _latency(artifact, report.source_benchmark)
+    latency, benchmark_notes = _latency(artifact, report)
     figures = histograms + latency
     return (f'<div class="charts">{"".join(figures)}</div>' if figures else "") + histogram_notes + benchmark_notes
 
@@ -547,13 +540,13 @@ def _histogram_svg(name: str, counts: list[int], edges: list[float], atol: float
 # Latency
 
 
-def _latency(artifact: ArtifactRecord, source_benchmark: list[Benchmark]) -> tuple[list[str], str]:
+def _latency(artifact: ArtifactRecord, report: Report) -> tuple[list[str], str]:
     """(the latency figure, if any benchmark ran, and the benchmark table or a note that none was measured)."""
     if not artifact.benchmarks:
         return [], '<p class="muted">No benchmarks were measured (run with <code>--benchmark</code>).</p>'
     measured = [b for b in artifact.benchmarks if b.status == "ok"]
-    references = [b for b in source_benchmark if b.status == "ok"]
-    table = "<h3>Benchmarks</h3>" + _benchmark_table(artifact.benchmarks, references)
+    references = [b for b in report.source_benchmark if b.status == "ok"]
+    table = "<h3>Benchmarks</h3>" + _benchmark_table(report, artifact.benchmarks, references)
     if not measured:
         return [], table
     # The source's runtime is named "<framework> (source)" already.
@@ -629,11 +622,10 @@ def _latency_svg(name: str, groups: list[tuple[str, Benchmark, bool]]) -> str:
     return _svg(width, height, "latency", f"latency of {name}", parts)
 
 
-def _benchmark_table(benchmarks: list[Benchmark], references: list[Benchmark]) -> str:
-    source_p50 = next((b.latency_ms_p50 for b in references if b.latency_ms_p50), None)
+def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: list[Benchmark]) -> str:
     rows = []
     for benchmark, is_source in [(b, True) for b in references] + [(b, False) for b in benchmarks]:
-        speedup = f"{source_p50 / benchmark.latency_ms_p50:.2f}x" if source_p50 and benchmark.latency_ms_p50 and not is_source else "–"
+        speedup = "–" if is_source else facts.times(facts.speedup(report, benchmark)) or "–"
         throughput = (
             f"{_rate(benchmark.throughput_per_s)} ({benchmark.throughput_shape})" if benchmark.throughput_per_s is not None else "–"
         )
@@ -785,7 +777,7 @@ def _auto_section(auto: AutoSelection) -> str:
             + _td(c.device or "–")
             + _td(_num(c.latency_ms_p50), numeric=True)
             + _td(_rate(c.throughput_per_s), numeric=True)
-            + _td(f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "–", numeric=True)
+            + _td(facts.times(c.speedup_vs_source) or "–", numeric=True)
             + _td(c.reason),
         )
         for c in auto.candidates

@@ -19,6 +19,7 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from convert.reports import facts
 from convert.reports.model import (
     ArtifactRecord,
     BaselineDelta,
@@ -28,7 +29,6 @@ from convert.reports.model import (
     PackageCheck,
     PackageRecord,
     Report,
-    Stage,
     TaskMetric,
     Verdict,
 )
@@ -36,7 +36,6 @@ from convert.safety import atomic_write_text
 from convert.text import first_line
 
 MESSAGE_LIMIT = 300
-NOT_CHOSEN = " (auto candidate, not chosen)"
 # XML 1.0 cannot hold these characters even escaped, and tool messages can carry them (ANSI colour codes)
 NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -60,11 +59,10 @@ def write_junit(report: Report, path: str | Path) -> None:
 
 def _validation_suite(report: Report) -> ET.Element:
     shown: set[tuple[str, str, str]] = set()  # (kind, subject, detail) of the stages an artifact's testcase already shows
-    chosen = report.auto.chosen if report.auto else None
     cases = []
     for artifact in report.artifacts:
         key = artifact.key
-        not_chosen = artifact.candidate and key != chosen
+        not_chosen = facts.not_chosen(report, artifact)
         build_kind = artifact.build_kind or "export"
         shown.update(((build_kind, key, ""), ("validate", key, "")))
         if artifact.checks:
@@ -73,8 +71,7 @@ def _validation_suite(report: Report) -> ET.Element:
                 _task_case(f"convert.{key}.task", check, m, not_chosen) for check in artifact.task_checks() for m in check.task.metrics
             ]
         else:
-            build, validate = report.stage(build_kind, key), report.stage("validate", key)
-            cases.append(_unvalidated_case(f"convert.{key}", artifact, build, validate, not_chosen))
+            cases.append(_unvalidated_case(f"convert.{key}", artifact, facts.unchecked(report, artifact), not_chosen))
     for package in report.packages:
         shown.add(("package", package.packager, ""))
         cases += [_package_case(package, check) for check in package.checks] or [
@@ -87,11 +84,10 @@ def _validation_suite(report: Report) -> ET.Element:
             )
     if report.interrupted:
         cases.append(_outcome(_testcase("convert.run", "run"), "error", report.error or "the run was interrupted", "Interrupted"))
-    verdict = report.gate.decision if report.gate else "passed" if report.passed else "failed"
     properties = {
         "tool_version": report.tool_version,
         "schema_version": report.schema_version,
-        "verdict": verdict,
+        "verdict": facts.outcome(report).status,
         "exit_code": "" if report.exit_code is None else str(report.exit_code),
         "command": report.command,
         "source_path": report.source.path or "",
@@ -108,7 +104,7 @@ def _details_of(artifact: ArtifactRecord, check: Check) -> str:
 
 def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: bool) -> ET.Element:
     """One task metric on the labelled data: a failure when its drop is over its budget."""
-    case = _testcase(classname, f"{metric.name} on {check.runtime} on {check.device}" + NOT_CHOSEN * not_chosen)
+    case = _testcase(classname, f"{metric.name} on {check.runtime} on {check.device}" + facts.NOT_CHOSEN * not_chosen)
     text = f"source {metric.source:.6f}, artifact {metric.artifact:.6f}, drop {metric.drop * 100:+.3f} points" + (
         f", budget {metric.budget * 100:.3f} points" if metric.budget is not None else ", not budgeted"
     )
@@ -119,7 +115,7 @@ def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: boo
 
 
 def _check_case(classname: str, check: Check, not_chosen: bool, notes: str = "") -> ET.Element:
-    case = _testcase(classname, f"{check.runtime} on {check.device} at {check.shape}" + NOT_CHOSEN * not_chosen, check.seconds)
+    case = _testcase(classname, facts.place(check) + facts.NOT_CHOSEN * not_chosen, check.seconds)
     if check.status == "skipped":
         return _outcome(case, "skipped", check.reason or "skipped")
     details = "\n".join(filter(None, (_check_details(check), notes)))
@@ -129,25 +125,22 @@ def _check_case(classname: str, check: Check, not_chosen: bool, notes: str = "")
     return case
 
 
-def _unvalidated_case(
-    classname: str, artifact: ArtifactRecord, build: Stage | None, validate: Stage | None, not_chosen: bool
-) -> ET.Element:
+def _unvalidated_case(classname: str, artifact: ArtifactRecord, unchecked: facts.Unchecked, not_chosen: bool) -> ET.Element:
     """The one testcase of an artifact without checks: why it was not built, or why it was not validated."""
-    suffix = NOT_CHOSEN * not_chosen
-    if build is not None and build.status == "skipped":
-        return _outcome(_testcase(classname, build.name + suffix, build.seconds), "skipped", build.reason or "skipped")
-    if build is not None and build.status == "failed":
+    suffix, stage = facts.NOT_CHOSEN * not_chosen, unchecked.stage
+    if unchecked.status == "skipped":
+        return _outcome(_testcase(classname, stage.name + suffix, stage.seconds), "skipped", unchecked.reason or "skipped")
+    if unchecked.status == "not built":
         attempts = "\n".join(
             f"- {a.strategy}: {a.status} in {a.seconds:.3f}s" + (f": {a.error}" if a.error else "") for a in artifact.attempts
         )
-        text = build.error + (f"\n\nattempts:\n{attempts}" if attempts else "")
-        kind = "ExportFailed" if build.kind == "export" else "OptimizeFailed"
-        return _failed(_testcase(classname, build.name + suffix, build.seconds), not_chosen, build.error or "failed", kind, text)
-    key = artifact.key
-    if validate is not None and validate.status == "failed":
-        case = _testcase(classname, validate.name + suffix, validate.seconds)
-        return _outcome(case, "error", validate.error or "failed", "StageFailed", validate.error)
-    return _failed(_testcase(classname, f"validate:{key}{suffix}"), not_chosen, "no check was run on this artifact", "NotValidated")
+        text = stage.error + (f"\n\nattempts:\n{attempts}" if attempts else "")
+        kind = "ExportFailed" if stage.kind == "export" else "OptimizeFailed"
+        return _failed(_testcase(classname, stage.name + suffix, stage.seconds), not_chosen, stage.error or "failed", kind, text)
+    if stage is not None:  # its validate stage failed
+        case = _testcase(classname, stage.name + suffix, stage.seconds)
+        return _outcome(case, "error", stage.error or "failed", "StageFailed", stage.error)
+    return _failed(_testcase(classname, f"validate:{artifact.key}{suffix}"), not_chosen, unchecked.reason, "NotValidated")
 
 
 def _check_details(check: Check) -> str:
@@ -239,11 +232,8 @@ def _reason_case(reason: GateReason) -> ET.Element:
 
 def _where(measured: BudgetResult | BaselineDelta) -> str:
     """Which output, runtime, device and shape a gate measurement is of, e.g. " (output 'y', onnxruntime on cpu at B=1)"."""
-    place = " on ".join(filter(None, (measured.runtime, measured.device)))
-    shape = getattr(measured, "shape", "")
-    place += f" at {shape}" if shape else ""
-    parts = [f"output {measured.output!r}" if measured.output else "", place]
-    return f" ({', '.join(filter(None, parts))})" if any(parts) else ""
+    where = facts.where(measured)
+    return f" ({where})" if where else ""
 
 
 def _package_case(package: PackageRecord, check: PackageCheck) -> ET.Element:

@@ -12,7 +12,8 @@ import math
 import re
 from pathlib import Path
 
-from convert.reports.model import ArtifactRecord, BaselineDelta, Benchmark, BudgetResult, Check, OutputMetrics, Report, Stage, Verdict
+from convert.reports import facts
+from convert.reports.model import Benchmark, Check, OutputMetrics, Report, Verdict
 from convert.safety import atomic_write_text
 
 MAX_ROWS = 200
@@ -61,13 +62,12 @@ def write_markdown(report: Report, path: str | Path, append: bool = False) -> No
 
 
 def _heading(report: Report) -> str:
+    outcome = facts.outcome(report)
     if report.gate is not None:
-        verdict, summary = ("✅ PROMOTE" if report.gate.promoted else "❌ REJECT"), report.gate.summary()
+        summary = report.gate.summary()
     else:
-        verdict = "✅ PASSED" if report.passed else "❌ FAILED"
         summary = f"exit code {report.exit_code}" + (", interrupted" if report.interrupted else "")
-    source = Path(report.source.path).name if report.source.path else report.source.description or "model"
-    return f"## {verdict}: {_cell(source)}\n\n{_cell(summary)}"
+    return f"## {'✅' if outcome.good else '❌'} {outcome.word}: {_cell(facts.source_name(report))}\n\n{_cell(summary)}"
 
 
 def _bullets(report: Report) -> str:
@@ -83,15 +83,16 @@ def _bullets(report: Report) -> str:
         f"{_cell(s.name)} failed: {_cell(s.error, BULLET_LIMIT)}" for s in report.stages if s.status == "failed" and s.kind != "auto"
     ]  # a candidate not built does not fail the run
     for artifact in report.artifacts:
-        failed = [c for c in artifact.checks if c.status == "failed"]
-        if failed and not _not_chosen(report, artifact):
+        if facts.not_chosen(report, artifact):
+            continue
+        failed = facts.failed_checks(artifact)
+        if failed:
             first = failed[0]
             failures.append(
                 f"{_cell(artifact.key)}: {len(failed)} of {len(artifact.checks)} checks failed, first "
-                f"{_cell(_place(first))}: {_cell(first.reason, BULLET_LIMIT)}"
+                f"{_cell(facts.place(first))}: {_cell(first.reason, BULLET_LIMIT)}"
             )
-        if not _not_chosen(report, artifact):
-            failures += [f"{_cell(artifact.key)}: {_cell(line, BULLET_LIMIT)}" for line in artifact.diagnosis()]
+        failures += [f"{_cell(artifact.key)}: {_cell(line, BULLET_LIMIT)}" for line in artifact.diagnosis()]
     if report.interrupted:
         failures.append(_cell(report.error or "the run was interrupted", BULLET_LIMIT))
     return _bullet_list("Failures", failures)
@@ -109,10 +110,9 @@ def _bullet_list(title: str, items: list[str]) -> str:
 def _checks(report: Report) -> str:
     rows: list[tuple[str, list[str]]] = []  # (status, cells)
     for artifact in report.artifacts:
-        label = artifact.key + (" (auto candidate, not chosen)" if _not_chosen(report, artifact) else "")
+        label = facts.label(report, artifact)
         if not artifact.checks:
-            build = report.stage(artifact.build_kind, artifact.key) if artifact.build_kind else None
-            rows.append(_unvalidated_row(label, build))
+            rows.append(_unvalidated_row(label, facts.unchecked(report, artifact)))
         for check in artifact.checks:
             worst, generated = _worst_output(check), check.generation
             rows.append(
@@ -134,19 +134,17 @@ def _checks(report: Report) -> str:
     if not rows:
         return ""
     header = ["artifact", "runtime", "device", "shape", "status", "worst output", "max abs error", "cosine", "reason"]
-    counts = ", ".join(f"{sum(status == s for status, _ in rows)} {s}" for s in ("passed", "failed", "skipped"))
+    counts = ", ".join(f"{n} {s}" for s, n in facts.status_counts([status for status, _ in rows]).items())
     return f"### Validation ({counts})\n\n" + _capped_table(header, rows, "rows")
 
 
-def _unvalidated_row(label: str, build: Stage | None) -> tuple[str, list[str]]:
+def _unvalidated_row(label: str, unchecked: facts.Unchecked) -> tuple[str, list[str]]:
     """The row of an artifact without checks: not built, skipped (a pass that cannot run here), or not validated."""
-    if build is not None and build.status == "skipped":
-        status, shown, reason = "skipped", STATUS["skipped"], build.reason
-    elif build is not None and build.status == "failed":
-        status, shown, reason = "failed", "❌ not built", build.error
+    if unchecked.status == "skipped":
+        status, shown = "skipped", STATUS["skipped"]
     else:
-        status, shown, reason = "failed", "❌ not validated", "no check was run on this artifact"
-    return status, [_cell(label), "", "", "", shown, "", "", "", _cell(reason)]
+        status, shown = "failed", f"❌ {unchecked.status}"
+    return status, [_cell(label), "", "", "", shown, "", "", "", _cell(unchecked.reason)]
 
 
 def _worst_output(check: Check) -> OutputMetrics | None:
@@ -214,20 +212,18 @@ def _packages(report: Report) -> str:
 
 
 def _benchmarks(report: Report) -> str:
-    rows = [("source", b) for b in report.source_benchmark] + [(a.key, b) for a in report.artifacts for b in a.benchmarks]
+    rows = facts.benchmark_rows(report)
     if not rows:
         return ""
-    source_p50 = next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok"), None)
     header = ["artifact", "runtime", "device", "p50 ms", "95% interval", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB", "note"]
-    return "### Benchmarks\n\n" + _table(header, [_benchmark_cells(name, b, source_p50) for name, b in rows])
+    return "### Benchmarks\n\n" + _table(header, [_benchmark_cells(name, b, facts.speedup(report, b)) for name, b in rows])
 
 
-def _benchmark_cells(name: str, benchmark: Benchmark, source_p50: float | None) -> list[str]:
+def _benchmark_cells(name: str, benchmark: Benchmark, speedup: float | None) -> list[str]:
     cells = [_cell(name), _cell(benchmark.runtime), _cell(benchmark.device)]
     if benchmark.status != "ok":
         return cells + [""] * 7 + [_cell(f"{benchmark.status}: {benchmark.reason}")]
     p50 = benchmark.latency_ms_p50
-    speedup = f"{source_p50 / p50:.2f}x" if source_p50 and p50 else ""
     throughput = _number(benchmark.throughput_per_s, ".4g")
     if benchmark.throughput_per_s is not None and benchmark.throughput_shape:
         throughput += f" at {_cell(benchmark.throughput_shape)}"
@@ -236,7 +232,7 @@ def _benchmark_cells(name: str, benchmark: Benchmark, source_p50: float | None) 
         _cell(benchmark.spread()),
         _number(benchmark.latency_ms_p90, ".4g"),
         _number(benchmark.latency_ms_p99, ".4g"),
-        speedup,
+        facts.times(speedup) or "",
         throughput,
         _number(benchmark.peak_memory_mb, ".4g"),
         _cell(benchmark.compute_limit),
@@ -255,7 +251,7 @@ def _budgets(verdict: Verdict) -> str:
                 _cell(b.metric),
                 _cell(b.limit),
                 _number(b.value, ".6g"),
-                _cell(_where(b)),
+                _cell(facts.where(b)),
                 STATUS[b.status],
                 _cell(b.reason),
             ],
@@ -276,7 +272,7 @@ def _deltas(verdict: Verdict) -> str:
             [
                 _cell(d.artifact),
                 _cell(d.metric),
-                _cell(_where(d)),
+                _cell(facts.where(d)),
                 _number(d.baseline, ".6g"),
                 _number(d.current, ".6g"),
                 _number(d.delta, "+.6g"),
@@ -325,23 +321,6 @@ def _capped_table(header: list[str], rows: list[tuple[str, list[str]]], what: st
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
-
-
-def _where(measured: BudgetResult | BaselineDelta) -> str:
-    """Which output, runtime, device and shape a gate measurement is of."""
-    place = " on ".join(filter(None, (measured.runtime, measured.device)))
-    shape = getattr(measured, "shape", "")
-    place += f" at {shape}" if shape else ""
-    return ", ".join(filter(None, (f"output '{measured.output}'" if measured.output else "", place)))
-
-
-def _not_chosen(report: Report, artifact: ArtifactRecord) -> bool:
-    """A candidate of --optimize auto that was not chosen: its failures do not fail the run."""
-    return artifact.candidate and artifact.key != (report.auto.chosen if report.auto else None)
-
-
-def _place(check: Check) -> str:
-    return f"{check.runtime} on {check.device} at {check.shape}"
 
 
 def _cell(text: str, limit: int = CELL_LIMIT) -> str:

@@ -87,6 +87,16 @@ def test_a_packager_that_takes_no_format_the_run_makes_is_refused_before_any_wor
     assert not (tmp_path / "out").exists()
 
 
+def test_a_package_that_fails_its_check_fails_the_run_and_goes_to_the_failed_folder(tiny, tmp_path):
+    env = {**PLUGIN, "FAKE_BUNDLE_CORRUPT": "1"}
+    run = run_cli(str(tiny), "--to", "fakeonnx", "--package", "fake-bundle", "--out", str(tmp_path / "out"), env=env)
+    assert run.returncode == 1, run.output
+    package = load_report(tmp_path / "out" / "report.json")["packages"][0]
+    assert not package["passed"] and package["checks"][0]["status"] == "failed"
+    assert package["path"] == str(tmp_path / "out" / "failed" / "tiny.bundle.tar") and not (tmp_path / "out" / "tiny.bundle.tar").exists()
+    assert (tmp_path / "out" / "tiny.fake").is_file()  # the artifact passed: it stays published
+
+
 def test_doctor_lists_the_fake_runtime():
     shown = run_cli("doctor", env=PLUGIN)
     assert shown.returncode == 0, shown.output

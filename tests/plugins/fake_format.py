@@ -3,11 +3,14 @@ registration reaches (CLI choices, plan, cache key, report, doctor, renderings),
 
 A ``fakeonnx`` artifact is an ONNX model behind a five-byte header. Its exporter takes an ONNX source, its runtime strips
 the header and runs ONNX Runtime on the CPU, and its packager writes a tar of the validated artifacts whose structural
-check reads each one's bytes back against its validated digest. Nothing else in the tool is edited for it."""
+check reads each one's bytes back against its validated digest (with $FAKE_BUNDLE_CORRUPT set, it packs other bytes:
+a package that must fail its check). Nothing else in the tool is edited for it."""
 
 from __future__ import annotations
 
 import hashlib
+import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -79,7 +82,14 @@ class FakeBundle(Packager):
         path = self.package_path(job.folder, job.stem)
         with tarfile.open(path, "w") as bundle:
             for artifact in job.artifacts:
-                bundle.add(artifact.path, arcname=f"{artifact.key}/{artifact.path.name}")
+                name = f"{artifact.key}/{artifact.path.name}"
+                if os.environ.get("FAKE_BUNDLE_CORRUPT"):
+                    data = artifact.path.read_bytes()[:-1]
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    bundle.addfile(info, io.BytesIO(data))
+                else:
+                    bundle.add(artifact.path, arcname=name)
         return path
 
     def check(self, path: Path, job: PackageJob) -> list[rm.PackageCheck]:

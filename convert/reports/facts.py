@@ -1,0 +1,151 @@
+"""The facts and sentences every rendering of a report derives from it, each computed once here.
+
+The console, Markdown, HTML and JUnit renderings format these their own way (emoji, colour, badges, testcases), but
+whether an artifact is a candidate --optimize auto did not choose, what the verdict is, why an artifact has no checks,
+the source's p50 that speed-ups are measured against and the like are facts of the report, and all four must agree
+on them. Pure functions of the report: they read no file, clock or environment.
+
+A fact that belongs to one model class is a method there instead (``PackageRecord.describe``, ``Verdict.summary``,
+``Benchmark.spread``, the details' ``describe`` and ``diagnosis`` in convert/reports/details.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from convert.reports.model import ArtifactRecord, BaselineDelta, Benchmark, BudgetResult, Check, Report, Stage, Verdict
+
+NOT_CHOSEN = " (auto candidate, not chosen)"
+STATUSES = ("passed", "failed", "skipped")
+
+
+def not_chosen(report: Report, artifact: ArtifactRecord) -> bool:
+    """A candidate of --optimize auto that was not chosen: listed, but its failures do not fail the run."""
+    return artifact.candidate and artifact.key != (report.auto.chosen if report.auto else None)
+
+
+def label(report: Report, artifact: ArtifactRecord) -> str:
+    """How a rendering names an artifact: its key, marked " (auto candidate, not chosen)" where it was not chosen."""
+    return artifact.key + NOT_CHOSEN * not_chosen(report, artifact)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The verdict a rendering leads with: the gate's decision on a gated report, else whether the run passed."""
+
+    word: Literal["PROMOTE", "REJECT", "PASSED", "FAILED"]
+    good: bool
+    interrupted: bool = False  # a run (not a gate) that was interrupted
+
+    @property
+    def status(self) -> str:
+        """The word in lower case, as a machine reads it: promote, reject, passed or failed."""
+        return self.word.lower()
+
+    @property
+    def title(self) -> str:
+        """The word a banner shows: INTERRUPTED for an interrupted run, the word otherwise."""
+        return "INTERRUPTED" if self.interrupted else self.word
+
+
+def gate_outcome(verdict: Verdict) -> Outcome:
+    """The gate's decision: PROMOTE or REJECT."""
+    return Outcome("PROMOTE" if verdict.promoted else "REJECT", verdict.promoted)
+
+
+def run_outcome(report: Report) -> Outcome:
+    """The run's own verdict, whatever a gate made of it: PASSED or FAILED (and whether it was interrupted)."""
+    return Outcome("PASSED" if report.passed else "FAILED", report.passed, report.interrupted)
+
+
+def outcome(report: Report) -> Outcome:
+    """The report's verdict: the gate's when it has one, else the run's."""
+    return gate_outcome(report.gate) if report.gate is not None else run_outcome(report)
+
+
+def source_name(report: Report) -> str:
+    """What the model is called in a heading or title: its file's name, else its description, else "model"."""
+    source = report.source
+    return Path(source.path).name if source.path else source.description or "model"
+
+
+def status_counts(statuses: list[str]) -> dict[str, int]:
+    """How many of each of passed, failed and skipped, in that order (zeros included)."""
+    return {status: statuses.count(status) for status in STATUSES}
+
+
+def place(check: Check) -> str:
+    """Where a check ran: "RUNTIME on DEVICE at SHAPE"."""
+    return f"{check.runtime} on {check.device} at {check.shape}"
+
+
+def where(measured: BudgetResult | BaselineDelta) -> str:
+    """Which output, runtime, device and shape a gate measurement is of, e.g. "output 'y', onnxruntime on cpu at B=1";
+    "" where it is of the whole artifact (its size)."""
+    at = " on ".join(filter(None, (measured.runtime, measured.device)))
+    shape = getattr(measured, "shape", "")
+    at += f" at {shape}" if shape else ""
+    return ", ".join(filter(None, (f"output '{measured.output}'" if measured.output else "", at)))
+
+
+def failed_checks(artifact: ArtifactRecord) -> list[Check]:
+    """The artifact's failed checks in report order: the first is the one a failure message names."""
+    return [check for check in artifact.checks if check.status == "failed"]
+
+
+def check_errors(checks: list[Check]) -> tuple[float | None, float | None]:
+    """The largest absolute error and the lowest cosine of some checks, over their outputs and, for a generation check,
+    its logits over the decoding; None where none was measured."""
+    errors = [o.max_abs_error for c in checks for o in c.outputs if o.max_abs_error is not None]
+    cosines = [o.cosine_similarity for c in checks for o in c.outputs if o.cosine_similarity is not None]
+    for check in checks:
+        if check.generation is not None:
+            errors.append(check.generation.max_abs_logits)
+            cosines.append(check.generation.min_cosine)
+    return max(errors, default=None), min(cosines, default=None)
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """Why an artifact has no checks: its pass was ``skipped`` (it cannot run here), it was ``not built`` (its export or
+    pass failed), or it was ``not validated`` (its validate stage failed, or no check ran)."""
+
+    status: Literal["skipped", "not built", "not validated"]
+    reason: str
+    stage: Stage | None = None  # the stage that says so: the build stage skipped or failed, or the validate stage failed
+
+
+def unchecked(report: Report, artifact: ArtifactRecord) -> Unchecked:
+    """Why an artifact without checks has none (see ``Unchecked``)."""
+    build = report.stage(artifact.build_kind, artifact.key) if artifact.build_kind else None
+    if build is not None and build.status == "skipped":
+        return Unchecked("skipped", build.reason, build)
+    if build is not None and build.status == "failed":
+        return Unchecked("not built", build.error, build)
+    validate = report.stage("validate", artifact.key)
+    if validate is not None and validate.status == "failed":
+        return Unchecked("not validated", validate.error, validate)
+    return Unchecked("not validated", "no check was run on this artifact")
+
+
+def benchmark_rows(report: Report) -> list[tuple[str, Benchmark]]:
+    """Every benchmark with the name of what it measured: the source's ("source") first, then each artifact's by key."""
+    return [("source", b) for b in report.source_benchmark] + [(a.key, b) for a in report.artifacts for b in a.benchmarks]
+
+
+def source_p50(report: Report) -> float | None:
+    """The p50 latency speed-ups are measured against: the source's first benchmark that measured one."""
+    return next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok" and b.latency_ms_p50), None)
+
+
+def speedup(report: Report, benchmark: Benchmark) -> float | None:
+    """How many times faster than the source a benchmark's p50 is; None where either was not measured."""
+    reference, p50 = source_p50(report), benchmark.latency_ms_p50
+    return reference / p50 if reference and p50 else None
+
+
+def times(ratio: float | None) -> str | None:
+    """A speed-up as shown, e.g. "2.50x"; None where there is none."""
+    return f"{ratio:.2f}x" if ratio else None
