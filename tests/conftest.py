@@ -50,18 +50,23 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     return None if _in_fast(collection_path) or "mark.fast" in collection_path.read_text() else True
 
 
-# The modules that take longest (setup included, measured on 2 cores), longest first. `make test` spreads whole modules
-# over two xdist workers (--dist loadfile) in the order they are collected: started first, they do not leave one worker
-# running a long module alone at the end while the other has finished. Every other module keeps its place, after these.
+# The modules that take longest (setup included; measured with --junitxml on 2 cores), longest first. `make test` spreads
+# whole modules over two xdist workers (--dist loadfile) in the order they are collected (pyproject.toml's addopts turn
+# off xdist's reordering by test count): started first, they do not leave one worker running a long module alone at the
+# end while the other has finished. Every other module keeps its place, after these.
 LONGEST_FIRST = (
     "tests/convert/test_e2e_jax.py",
-    "tests/convert/exporters/test_executorch.py",
-    "tests/test_readme.py",
-    "tests/test_zoo.py",
-    "tests/convert/test_onnx_source.py",
-    "tests/convert/test_e2e_keras.py",
-    "tests/convert/test_transformers.py",
     "tests/convert/test_gate.py",
+    "tests/convert/test_transformers.py",
+    "tests/test_zoo.py",
+    "tests/test_readme.py",
+    "tests/convert/test_optimize.py",
+    "tests/convert/test_bad_inputs.py",
+    "tests/convert/test_e2e_torch.py",
+    "tests/convert/test_cache_integrity.py",
+    "tests/convert/test_transformers_heads.py",
+    "tests/convert/test_e2e_keras.py",
+    "tests/test_examples.py",
 )
 
 

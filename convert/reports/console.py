@@ -314,14 +314,19 @@ def _print_benchmark_lines(report: Report, console: Console) -> None:
         if b.status == "ok":
             speedup = facts.times(facts.speedup(report, b)) or "-"
             line += (
-                f" threads={b.threads or 'default'} p50_ms={b.latency_ms_p50:.3f}"
+                f" threads={b.threads or 'default'} p50_ms={_figure(b.latency_ms_p50, '.3f')}"
                 + (f" p50_interval_ms={b.latency_ms_interval[0]:.4g}-{b.latency_ms_interval[1]:.4g}" if b.latency_ms_interval else "")
                 + (" unstable" if b.unstable else "")
-                + f" p90_ms={b.latency_ms_p90:.3f} "
-                f"p99_ms={b.latency_ms_p99:.3f} vs_source={speedup} throughput_per_s={b.throughput_per_s:g} "
-                f"throughput_shape={b.throughput_shape} peak_mb={b.peak_memory_mb:g}"
+                + f" p90_ms={_figure(b.latency_ms_p90, '.3f')} "
+                f"p99_ms={_figure(b.latency_ms_p99, '.3f')} vs_source={speedup} throughput_per_s={_figure(b.throughput_per_s, 'g')} "
+                f"throughput_shape={b.throughput_shape or '-'} peak_mb={_figure(b.peak_memory_mb, 'g')}"
             )
         console.out(line + _reason(b.reason), highlight=False)
+
+
+def _figure(value: float | None, spec: str) -> str:
+    """A measured figure, or "-" where it was not measured (a failed throughput run leaves none)."""
+    return "-" if value is None else format(value, spec)
 
 
 def _auto_title(report: Report) -> str:

@@ -206,3 +206,24 @@ def test_a_failed_pass_is_named_a_pass_and_a_failed_export_an_export():
     assert lines[1].startswith("error: the int8 pass failed with every strategy; the first said: quantize_dynamic failed.")
     assert lines[2].startswith("error: the openvino:int8 pass crashed: killed; the run went on with the other targets.")
     assert all(line.endswith("out/report.json") for line in lines)
+
+
+def test_a_benchmark_whose_throughput_run_failed_prints_a_dash_for_each_figure_it_lacks():
+    """A failed throughput run leaves no throughput figure: the plain line says '-' for it instead of crashing."""
+    from convert.reports import model as rm
+
+    report = Report(
+        tool_version="0",
+        created_at="now",
+        environment=rm.Environment(python="3", platform="linux"),
+        artifacts=[
+            rm.ArtifactRecord(
+                format="onnx",
+                benchmarks=[rm.Benchmark(runtime="onnxruntime", device="cpu", latency_ms_p50=1.0, latency_ms_p90=1.2, latency_ms_p99=1.5)],
+            )
+        ],
+    )
+    stream = io.StringIO()
+    print_summary(report, Console(file=stream, force_terminal=False, width=200), verdict=False)
+    line = next(line for line in stream.getvalue().splitlines() if line.startswith("benchmark onnx"))
+    assert "p50_ms=1.000" in line and "throughput_per_s=- throughput_shape=- peak_mb=-" in line
