@@ -394,6 +394,10 @@ def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, st
             problem(
                 ("require", "optimizations", index), f"the pass '{name}' starts from the {takes} artifact: add {takes} to require.targets"
             )
+    packagers = [e.name for e in REGISTRY.entries("packager")]
+    for index, name in enumerate(policy.require.packages):
+        if name not in packagers:
+            problem(("require", "packages", index), f"unknown packager '{name}' (known: {', '.join(packagers)})")
     for key, budget in policy.budgets.items():
         if key not in policy.required_keys():
             problem(("budgets", key), f"'{key}' is not a required target or optimization (required: {', '.join(policy.required_keys())})")
