@@ -209,7 +209,7 @@ def test_an_engine_is_never_restored_from_the_cache_and_that_is_decided_before_t
         from convert.pipeline.optimize import _lookup
         from convert.registry import REGISTRY
         spec = REGISTRY.get("optimizer", {name!r})
-        found = _lookup(SimpleNamespace(cache=None), SimpleNamespace(name="optimize:{name}"), spec, {name!r}, None)
+        found = _lookup(SimpleNamespace(cache=None), SimpleNamespace(kind="optimize", name="optimize:{name}"), spec, {name!r}, None)
         assert found.hit is None and found.key is None, found
         print(sorted(m for m in sys.modules if m.startswith(("tensorrt", "convert.optimizers.tensorrt", "convert.runtimes.tensorrt"))))
         """
@@ -221,7 +221,7 @@ def test_an_engine_is_never_restored_from_the_cache_and_that_is_decided_before_t
     cache = _CacheThatWouldServeEverything()
     spec = REGISTRY.get("optimizer", name)
     assert spec.cacheable is False
-    assert _lookup(SimpleNamespace(cache=cache), SimpleNamespace(name=f"optimize:{name}"), spec, name, None).hit is None
+    assert _lookup(SimpleNamespace(cache=cache), SimpleNamespace(kind="optimize", name=f"optimize:{name}"), spec, name, None).hit is None
     assert cache.consulted == []
 
 
@@ -232,5 +232,5 @@ def test_a_cacheable_pass_does_consult_the_cache_that_an_engine_never_does():
         cache=cache, stem="m", artifacts={"onnx": SimpleNamespace(sha256="0" * 64)}, export_feed={}, calibration=None, profile_ranges={}
     )
     job = SimpleNamespace(keep_fp32=(), calibration_method="minmax", task=None, base=None)
-    found = _lookup(ctx, SimpleNamespace(name="optimize:fp16"), REGISTRY.get("optimizer", "fp16"), "fp16", job)
+    found = _lookup(ctx, SimpleNamespace(kind="optimize", name="optimize:fp16"), REGISTRY.get("optimizer", "fp16"), "fp16", job)
     assert found.hit is not None and cache.consulted == ["optimize:fp16"]
