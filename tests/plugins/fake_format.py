@@ -16,6 +16,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
+from convert.formats import RUN_ONLY_FACTS
 from convert.packagers.base import PackageJob, Packager
 from convert.registry import CORE_EXTRA, REGISTRY, ExporterSpec, FormatSpec, PackagerSpec, RuntimeSpec
 from convert.reports import model as rm
@@ -29,16 +30,7 @@ REGISTRY.add(
         title="a fake ONNX model",
         suffix=".fake",
         given_suffixes=(".fake",),
-        given_folder_marker=None,
-        given_detect=None,
-        given_refusal=None,
-        loading_runs_code="",
-        runs_code_check=None,
-        external_data=None,
-        companion_suffixes=(),
-        output_names=None,
-        repair_output_dims=None,
-        localizable=False,
+        **RUN_ONLY_FACTS,
     )
 )
 REGISTRY.add(

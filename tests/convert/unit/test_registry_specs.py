@@ -9,23 +9,10 @@ import pytest
 
 from convert.artifacts import given_format
 from convert.errors import ConvertError
+from convert.formats import RUN_ONLY_FACTS
 from convert.registry import REGISTRY, SPEC_TYPES, ExporterSpec, FormatSpec, FromSpec, OptimizerSpec, Registry, RuntimeSpec
 
-FORMAT_FACTS = dict(
-    title="a test model",
-    suffix=".t",
-    given_suffixes=(".t",),
-    given_folder_marker=None,
-    given_detect=None,
-    given_refusal=None,
-    loading_runs_code="",
-    runs_code_check=None,
-    external_data=None,
-    companion_suffixes=(),
-    output_names=None,
-    repair_output_dims=None,
-    localizable=False,
-)
+FORMAT_FACTS = dict(title="a test model", suffix=".t", given_suffixes=(".t",), **RUN_ONLY_FACTS)
 
 
 def _loaded_registry(*specs) -> Registry:
