@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
-EXTRAS := torch,tensorflow,jax,openvino,optimize,data,executorch,litert,mlflow,ray,transformers,peft,sentence-transformers,diffusers,dev
+EXTRAS := torch,tensorflow,jax,openvino,optimize,data,executorch,litert,mlflow,ray,transformers,peft,sentence-transformers,diffusers,docs,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 LOCK := requirements.lock
@@ -14,7 +14,7 @@ DEMO := out/demo
 OPTIMUM_VENV := .venv-optimum
 OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 
-.PHONY: install chromium demo test test-fast test-latest lock bench zoo clean
+.PHONY: install chromium demo test test-fast test-latest lock bench zoo docs newcomer clean
 
 install: $(STAMP)
 
@@ -32,7 +32,8 @@ demo: install
 	$(PY) -m fixtures.build_torch $(DEMO)/model cnn
 	$(PY) -m convert $(DEMO)/model/cnn.pt2 --to onnx,torchscript,torch_export --out $(DEMO)/artifacts --force
 
-# The linter and the formatter first (configured in pyproject.toml), then the suite.
+# The linter and the formatter first (configured in pyproject.toml), then the suite (tests/test_docs.py builds the
+# documentation site with mkdocs build --strict and runs every command it shows).
 test: install chromium
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -72,6 +73,15 @@ $(OPTIMUM_STAMP): $(LOCK)
 	test -x $(OPTIMUM_VENV)/bin/python || $(PYTHON) -m venv $(OPTIMUM_VENV)
 	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt "optimum-onnx==0.1.0" "onnxruntime==$$(sed -n 's/^onnxruntime==//p' $(LOCK))"
 	touch $@
+
+# The documentation site, from docs/ (mkdocs.yml), into build/site; `$(PY) -m mkdocs serve` shows it while you edit.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+# A newcomer's first hour (tools/newcomer.py): the README's install lines into a fresh environment, then its
+# "Convert your model" lines through that environment's model-convert, from a user's folder outside the repository.
+newcomer:
+	$(PYTHON) -m tools.newcomer
 
 zoo: install
 	$(PY) -m benchmarks.zoo

@@ -43,7 +43,7 @@ from convert.readers import shown
 from convert.safety import atomic_write_text
 
 SUMMARY_SCHEMA_VERSION = "1.0"
-MANIFEST_HINT = "Fix those keys; the README's 'Batch' section lists every key."
+MANIFEST_HINT = "Fix those keys; docs/reference/policy.md lists every key."
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 INTERRUPT_GRACE_SECONDS = 30  # how long an interrupted model may take to write its 'interrupted' report
 
@@ -114,11 +114,11 @@ def load_manifest(path: Path, out: Path | None = None) -> tuple[list[BatchJob], 
     """Every model's job and the batch's folder; a ConvertError naming every problem (and its line) when the manifest,
     or any model in it, is not valid: nothing runs then."""
     name = str(path)
-    data, lines = read_yaml(path, "manifest", "batch manifest YAML file (see 'Batch' in the README)")
+    data, lines = read_yaml(path, "manifest", "batch manifest YAML file (see docs/how-to/batch.md)")
     if not isinstance(data, dict):
         raise ConvertError(
             f"{name}: a manifest is a mapping with a 'models' list; this one is {'empty' if data is None else f'a {type(data).__name__}'}",
-            "Start from the example in the README's 'Batch' section.",
+            "Start from the example manifest examples/batch/zoo.yaml (docs/how-to/batch.md).",
         )
     manifest = validated(data, lines, name, Manifest, "manifest", MANIFEST_HINT)
     folder = path.resolve().parent

@@ -1,4 +1,4 @@
-"""The gate's documentation runs as shown: the README's gate commands and Python snippet, and the commands of the
+"""The gate's documentation runs as shown: the gate guide's commands and Python snippet (docs/how-to/gate.md), and the commands of the
 GitHub Actions workflow example (not the CI service), each in a copy of examples/gate."""
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.test_docs import repository_root, user_environment
 
-README = (REPO / "README.md").read_text()
 WORKFLOW = yaml.safe_load((REPO / "examples" / "gate" / "model-gate.yml").read_text())
-GATE_SECTION = README.split("## Promotion gate", 1)[1].split("\n## ", 1)[0]
+GATE_PAGE = "how-to/gate.md"
+GATE_SECTION = (REPO / "docs" / GATE_PAGE).read_text()
 
 
 def _environment(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -74,9 +75,10 @@ def test_the_github_actions_workflow_commands_gate_then_compare_with_the_promote
 
 
 @pytest.mark.slow
-def test_the_readme_gate_commands_and_python_snippet_run_as_shown(tmp_path):
-    folder = _copy_example(tmp_path)
-    env = _environment(tmp_path)
+def test_the_docs_gate_commands_and_python_snippet_run_as_shown(tmp_path):
+    """Through the installed model-convert, from examples/gate/ of a scratch repository root, no PYTHONPATH."""
+    folder = repository_root(tmp_path) / "examples" / "gate"
+    env = user_environment()
     lines = [line for line in re.search(r"```bash\n(.*?)```", GATE_SECTION, re.S).group(1).splitlines() if line.strip()]
     for line in lines:
         done = _bash(line, folder, env)
@@ -88,3 +90,30 @@ def test_the_readme_gate_commands_and_python_snippet_run_as_shown(tmp_path):
     done = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("promote") and (tmp_path / "reports" / "last-promoted.json").exists()
+
+
+GITLAB = yaml.safe_load((REPO / "examples" / "gate" / "gitlab-ci.yml").read_text())
+
+
+def test_the_gate_guide_shows_both_ci_files_as_they_are():
+    for name in ("model-gate.yml", "gitlab-ci.yml"):
+        assert (REPO / "examples" / "gate" / name).read_text().rstrip() in GATE_SECTION, name
+
+
+@pytest.mark.slow
+def test_the_gitlab_job_gates_then_compares_with_the_promoted_baseline(tmp_path):
+    """The job's script after its install line, as GitLab runs it (one shell, from the repository root), on the default
+    branch twice: a first promotion, then a gate against the run the first one kept."""
+    script = GITLAB["model-gate"]["script"]
+    assert script[0].startswith("pip install -c requirements.lock")  # the versions `make install` did, already here
+    root = repository_root(tmp_path)
+    env = {**user_environment(), "CI_COMMIT_BRANCH": "main", "CI_DEFAULT_BRANCH": "main"}
+    gate = root / "examples" / "gate"
+    for attempt in ("first promotion", "against the last promoted"):
+        done = _bash("\n".join(script[1:]), root, env)
+        assert done.returncode == 0, f"{attempt}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        report = json.loads((gate / "out" / "report.json").read_text())
+        assert report["gate"]["decision"] == "promote"
+        assert (report["gate"]["baseline"] is None) == (attempt == "first promotion")
+        assert (gate / "out" / "junit.xml").stat().st_size and (gate / "promoted" / "report.json").exists()
+        shutil.rmtree(gate / "out")  # a fresh runner; the cache keeps promoted/

@@ -5,7 +5,7 @@
         (run it with the Python of the environment that was checked)
     python -m tools.versions ranges
         writes convert/tested_versions.json: for each package, the lowest and the highest version among the checks that
-        passed (compat/*.json), and the README's table of them
+        passed (compat/*.json), and the table of them in docs/known-issues.md
 
 ``make lock`` records ``lock`` after the whole suite passed on the locked set; ``make test-latest`` records ``latest``.
 """
@@ -24,8 +24,8 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = REPO / "compat"
 TESTED_FILE = REPO / "convert" / "tested_versions.json"
-README = REPO / "README.md"
-TABLE_MARK = "<!-- tested-versions -->"  # the README's table lies between two of these
+VERSIONS_PAGE = REPO / "docs" / "known-issues.md"
+TABLE_MARK = "<!-- tested-versions -->"  # the table in docs/known-issues.md lies between two of these
 
 
 def installed_versions() -> dict[str, dict[str, str]]:
@@ -95,9 +95,9 @@ def readme_table(document: dict) -> str:
 def write_ranges() -> None:
     document = ranges_document(recorded_checks())
     TESTED_FILE.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    before, _, rest = README.read_text(encoding="utf-8").partition(TABLE_MARK)
+    before, _, rest = VERSIONS_PAGE.read_text(encoding="utf-8").partition(TABLE_MARK)
     _, _, after = rest.partition(TABLE_MARK)
-    README.write_text(f"{before}{TABLE_MARK}\n{readme_table(document)}\n{TABLE_MARK}{after}", encoding="utf-8")
+    VERSIONS_PAGE.write_text(f"{before}{TABLE_MARK}\n{readme_table(document)}\n{TABLE_MARK}{after}", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded {record(args.name, args.passed, args.note).relative_to(REPO)}")
     else:
         write_ranges()
-        print(f"wrote {TESTED_FILE.relative_to(REPO)} and the table in {README.name}")
+        print(f"wrote {TESTED_FILE.relative_to(REPO)} and the table in {VERSIONS_PAGE.name}")
     return 0
 
 

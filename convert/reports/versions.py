@@ -22,6 +22,34 @@ from convert.reports.model import SCHEMA_VERSION
 from convert.timing import is_unstable
 
 
+# What each schema version changed, newest first: the documentation's changelog is generated from it, and a test keeps
+# it complete (every version from 1.0 to SCHEMA_VERSION, with no gap).
+SCHEMA_CHANGES: dict[str, str] = {
+    "2.0": "An artifact's details are one list, `details`, each with its `kind` (a 1.9 artifact had a field for each kind, "
+    "which the upgrade moves there); each stage is named by typed `kind`, `subject` and `detail` (read from a 1.9 "
+    "stage's name by the upgrade); adds `packages` and the gate's `required_packages`. The first version under the rule "
+    "that a change of meaning is a major version.",
+    "1.9": "Adds `environment.outside_tested`: installed versions outside the tested ranges.",
+    "1.8": "Adds `environment.cpu` and `benchmark_threads`; the benchmarks' intervals, rounds, `session`, `unstable` and "
+    "`compute_limit`; `auto` candidates' `vs_chosen`; `baseline_benchmarks`; the report's `out`; the interval and "
+    "`side_by_side` of budgets and baseline deltas. Benchmarks are timed interleaved in rounds, and budgets and "
+    "regressions judged on their interval (a change of meaning).",
+    "1.7": "Adds the edge targets (`executorch`, `tflite` from PyTorch) with the `delegation` detail, an ONNX file as the "
+    "source, `convert validate` (`artifacts[].given`) and a policy's `require.artifacts`.",
+    "1.6": "Adds `data` (the datasets given with `--data`), the checks' `task` metrics, task budgets (`task_*_drop`) and "
+    "their baseline deltas.",
+    "1.5": "Adds the checks' `declared_mismatches`, the artifacts' `fixed_dims` and `repairs`, and the "
+    "`allow_fixed_shapes` option. A fixed dim or a wrong declared shape fails a check that passed before (a change of "
+    "meaning).",
+    "1.4": "Adds `cache`, the stages' `reused` and the `cache` option.",
+    "1.3": "Adds `isolation`, the stages' `signal` and `timed_out`, and the `stage_timeout` and `isolate` options.",
+    "1.2": "Adds `error_histogram`, `device_unsupported`, `gate`, and rel RMS / top-1 / top-5 for every float output (rel "
+    "RMS had been computed only for FP16 and INT8 outputs: a change of meaning).",
+    "1.1": "Adds `benchmarks` (per artifact, and `source_benchmark`) and `auto`.",
+    "1.0": "The first version: source, environment, options, stages, artifacts with their checks and per-output metrics.",
+}
+
+
 def upgrade_1_8_to_1_9(data: dict) -> dict:
     """1.9 added ``environment.outside_tested`` (left empty: a 1.8 report did not record it). A 1.8 report may come
     from before two fixes that kept 1.8: a p50's interval that did not hold the p50 (widened to hold it, as the tool
@@ -96,7 +124,7 @@ def upgrade(data: Any, what: str) -> Any:
 
 
 def readable_versions() -> str:
-    """'2.x, and 1.8 and 1.9 (upgraded)': what this tool reads, for messages and the README."""
+    """'2.x, and 1.8 and 1.9 (upgraded)': what this tool reads, for messages and the docs."""
     return f"{SCHEMA_VERSION.split('.')[0]}.x, and {' and '.join(UPGRADES)} (upgraded)"
 
 

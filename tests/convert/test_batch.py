@@ -5,9 +5,7 @@ manifest exits 2 before anything runs."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -18,7 +16,8 @@ import yaml
 
 from convert.batch import BatchSummary, load_manifest
 from convert.errors import ConvertError
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, CliRun, run_cli
+from tests.test_docs import repository_root, user_environment
 
 X8 = ["x:float32[B,8]"]
 
@@ -52,28 +51,23 @@ def summary_of(folder: Path) -> BatchSummary:
     return BatchSummary.model_validate(json.loads((folder / "summary.json").read_text()))
 
 
-BATCH_SECTION = (REPO / "README.md").read_text().split("### Batch: `convert batch`", 1)[1].split("\n### ", 1)[0]
+BATCH_PAGE = "how-to/batch.md"
+BATCH_SECTION = (REPO / "docs" / BATCH_PAGE).read_text()
 
 
 @pytest.fixture(scope="module")
 def local_batch(tmp_path_factory):
-    """The README's batch lines, run as shown from the root of a copy of examples/batch (two of its models fail on
-    purpose)."""
-    root = tmp_path_factory.mktemp("batch")
-    folder = root / "examples" / "batch"
-    shutil.copytree(REPO / "examples" / "batch", folder, ignore=shutil.ignore_patterns("out", "models"))
+    """The batch guide's lines, run as shown from a scratch repository root through the installed model-convert, with
+    no PYTHONPATH (two of the manifest's models fail on purpose)."""
+    root = repository_root(tmp_path_factory.mktemp("batch"))
     lines = [line for line in re.search(r"```bash\n(.*?)```", BATCH_SECTION, re.S).group(1).splitlines() if line.strip()]
-    assert lines[0].startswith("python -m fixtures.build_torch") and lines[1].startswith("convert batch")
-    built = subprocess.run(
-        [sys.executable, *shlex.split(lines[0])[1:]],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    return run_cli(*shlex.split(lines[1])[1:], cwd=root), folder / "out"
+    assert lines[0].startswith("python -m fixtures.build_torch") and lines[1].startswith("model-convert batch")
+    done = [
+        subprocess.run(["bash", "-c", line], cwd=root, capture_output=True, text=True, env=user_environment(), timeout=900)
+        for line in lines
+    ]
+    assert done[0].returncode == 0, done[0].stderr[-3000:]
+    return CliRun(done[1].returncode, done[1].stdout, done[1].stderr), root / "examples" / "batch" / "out"
 
 
 def test_one_crashing_and_one_wrong_model_do_not_stop_the_others(local_batch):

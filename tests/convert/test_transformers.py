@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -17,15 +18,17 @@ import yaml
 import convert
 from convert.compat import tested_ranges
 from convert.errors import ConvertError
-from tests.conftest import load_report, run_cli
+from tests.conftest import CliRun, load_report, run_cli
+from tests.test_docs import user_environment
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
+    """The folders the guide's first line writes, at the path it writes them (out/hf/NAME) under a scratch root."""
     from fixtures.transformers_folders import FOLDERS, write_folder
 
-    root = tmp_path_factory.mktemp("hf_folders")
-    return {name: write_folder(name, root / name) for name in FOLDERS}
+    root = tmp_path_factory.mktemp("hf_root")
+    return {name: write_folder(name, root / "out" / "hf" / name) for name in FOLDERS}
 
 
 RUNS = {
@@ -40,26 +43,33 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def runs(folders, tmp_path_factory) -> dict[str, tuple]:
-    """Every command line run once, one at a time (the other xdist worker has the other core): (the run, its report or
-    None)."""
+    """Every command line run once, one at a time (the other xdist worker has the other core), as the guide shows it:
+    through the installed model-convert, from the root the folders were written under, with no PYTHONPATH: (the run,
+    its report or None)."""
     out = tmp_path_factory.mktemp("hf_runs")
+    root = next(iter(folders.values())).parents[2]
 
     def attempt(item):
         name, (model, *args) = item
-        run = run_cli(str(folders[model]), *args, "--out", str(out / name.replace(" ", "_")))
+        argv = ["model-convert", f"out/hf/{model}", *args, "--out", str(out / name.replace(" ", "_"))]
+        done = subprocess.run(argv, cwd=root, env=user_environment(), capture_output=True, text=True, timeout=900)
         report = out / name.replace(" ", "_") / "report.json"
-        return name, (run, load_report(report) if report.exists() else None)
+        return name, (CliRun(done.returncode, done.stdout, done.stderr), load_report(report) if report.exists() else None)
 
     return dict(map(attempt, RUNS.items()))
 
 
-def test_the_readme_shows_the_commands_these_tests_run():
+HF_PAGE = "how-to/hugging-face.md"
+
+
+def test_the_guide_shows_the_commands_these_tests_run():
     from tests.conftest import REPO
 
-    section = (REPO / "README.md").read_text().split("## Hugging Face Transformers models", 1)[1]
+    section = (REPO / "docs" / HF_PAGE).read_text()
     lines = section.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert lines[0] == "python -m fixtures.transformers_folders out/hf"
     shown = [tuple(line.split()[1:]) for line in lines[1:]]
+    assert all(line.startswith("model-convert ") for line in lines[1:])
     run = [(f"out/hf/{model}", *args) for name, (model, *args) in RUNS.items() if not name.startswith("whisper")]
     assert shown == run
 
