@@ -30,6 +30,7 @@ def convert(
     task: str | None = API_DEFAULTS["task"],
     dtype: str = API_DEFAULTS["dtype"],
     weights: str | Path | None = API_DEFAULTS["weights"],
+    weights_key: str | None = API_DEFAULTS["weights_key"],
     params: Any = API_DEFAULTS["params"],
     dims: Sequence[str] = API_DEFAULTS["dims"],
     optimize: Sequence[str] = API_DEFAULTS["optimize"],
@@ -53,6 +54,7 @@ def convert(
     samples: int = API_DEFAULTS["samples"],
     seed: int = API_DEFAULTS["seed"],
     allow_fixed_shapes: bool = API_DEFAULTS["allow_fixed_shapes"],
+    unbuilt: str = API_DEFAULTS["unbuilt"],
     trust_code: bool = API_DEFAULTS["trust_code"],
     force: bool = API_DEFAULTS["force"],
     stage_timeout: float | None = API_DEFAULTS["stage_timeout"],
@@ -74,7 +76,8 @@ def convert(
     is validated on, and with labels the task metrics (``metric``: a ``module:function`` of your own, with
     ``trust_code``) whose drop ``accuracy`` may budget ("task_top1_drop<=0.5%"); ``calibration_data`` and
     ``calibration_method`` calibrate the static INT8 passes; ``keep_fp32`` names node or module-path patterns those passes leave in FP32; an artifact that fixes a
-    dim asked dynamic fails unless ``allow_fixed_shapes``; ``benchmark`` measures the source and every artifact that
+    dim asked dynamic fails unless ``allow_fixed_shapes``; a format or pass asked for that cannot be built here (TensorRT
+    without a GPU) fails the run unless ``unbuilt="warn"`` (``report.unbuilt`` lists each); ``benchmark`` measures the source and every artifact that
     passed. Without ``out`` the artifacts go to a
     new temporary folder. A model given by path or ``module:callable`` is loaded, exported, validated and benchmarked in
     a worker process (``isolate``): a crash there fails that stage only, and a stage running past ``stage_timeout``
@@ -120,6 +123,7 @@ def load(
     task: str | None = API_DEFAULTS["task"],
     dtype: str = API_DEFAULTS["dtype"],
     weights: str | Path | None = API_DEFAULTS["weights"],
+    weights_key: str | None = API_DEFAULTS["weights_key"],
     params: Any = API_DEFAULTS["params"],
     trust_code: bool = API_DEFAULTS["trust_code"],
 ) -> SourceModel:
@@ -131,6 +135,7 @@ def load(
             task=task,
             dtype=dtype,
             weights=Path(weights) if weights else None,
+            weights_key=weights_key,
             params=_params(params),
             inputs=parse_input_specs(tuple(inputs)),
             example_inputs=example_inputs,

@@ -19,16 +19,69 @@ from rich.table import Table
 from convert import __version__, options
 from convert.errors import ConvertError
 from convert.registry import REGISTRY
+from convert.text import did_you_mean
 
 EXIT_USER, EXIT_INTERNAL = 2, 3
 # soft wrap: off a terminal rich would break stderr's paragraphs at 80 columns; a terminal wraps them, a CI log keeps each whole
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+# the sections of the run commands' own options (the run options declare theirs in convert/options.py)
+_OWN_OPTION_GROUPS: dict[str, options.Group] = {"model": "Input and source", "quiet": "Output and report", "verbose": "Output and report"}
+_OTHER_OPTIONS = "Other options"  # --help itself
+
+
+class _UsageParagraph(click.UsageError):
+    """A command-line mistake shown as the tool's other user errors are: one paragraph with its next step, exit 2."""
+
+    def show(self, file=None) -> None:
+        stderr.print(f"[bold red]error:[/] {escape(self.message)}", soft_wrap=True)
+
+
+class _Command(click.Command):
+    """A command whose command-line mistakes are one paragraph, a mistyped option's naming the closest one."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as error:
+            flags = [flag for param in self.get_params(ctx) for flag in (*param.opts, *param.secondary_opts) if flag.startswith("--")]
+            suggestion = did_you_mean(error.option_name, flags)
+            raise _UsageParagraph(f"no such option {error.option_name}. {suggestion}{_help_hint(ctx)}", ctx) from None
+        except click.UsageError as error:
+            raise _UsageParagraph(f"{error.format_message()} {_help_hint(ctx)}", ctx) from None
+
+
+class _RunCommand(_Command):
+    """A command taking the run options: its --help lists them in sections by their group, not as one list of forty
+    (click has no option groups)."""
+
+    def format_options(self, ctx, formatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            row = param.get_help_record(ctx)
+            if row is not None and not isinstance(param, click.Argument):  # arguments are in the usage line
+                sections.setdefault(_group_of(param.name), []).append(row)
+        for title in (*options.GROUPS, _OTHER_OPTIONS):
+            if title in sections:
+                with formatter.section(title):
+                    formatter.write_dl(sections[title])
+
+
+def _group_of(parameter: str) -> str:
+    option = next((option for option in options.OPTIONS if option.parameter == parameter), None)
+    return option.group if option is not None else _OWN_OPTION_GROUPS.get(parameter, _OTHER_OPTIONS)
+
+
+def _help_hint(ctx) -> str:
+    return f"Run '{ctx.command_path} --help' for every option."
+
+
 class _DefaultGroup(click.Group):
     """A group whose first argument, when it is not a subcommand, is the model of the default command."""
 
     default_command = "export"
+    command_class = _Command
 
     def parse_args(self, ctx, args):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
@@ -71,7 +124,8 @@ def main() -> None:
 
     Run 'convert export --help' for every option of the default command, 'convert gate --help' for the promotion gate,
     'convert batch --help' for many models at once.
-    Exit codes: 0 all checks passed, 1 a validation failed, 2 bad input or options, 3 internal error.
+    Exit codes: 0 all checks passed, 1 a validation failed or a requested format or pass could not be built here
+    (--unbuilt warn accepts that), 2 bad input or options, 3 internal error.
     """
 
 
@@ -84,11 +138,12 @@ def _formats_help() -> str:
     return ", ".join(REGISTRY.target_formats())
 
 
-@main.command("export")
+@main.command("export", cls=_RunCommand)
 @click.argument("model")
 @options.click_options(formats=_formats_help(), optimizers=", ".join(e.name for e in REGISTRY.entries("optimizer")))
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
-def export_command(model, quiet, **values):
+@click.option("--verbose", "-v", is_flag=True, help="Print every check, stage, benchmark and candidate, not one line per artifact.")
+def export_command(model, quiet, verbose, **values):
     """Export MODEL to each format in --to and validate every artifact against MODEL.
 
     MODEL is a model file (.pt2, TorchScript, a pickled module, .keras, .h5, .onnx), a SavedModel folder,
@@ -99,10 +154,10 @@ def export_command(model, quiet, **values):
     _start_worker_ahead(model, keywords)
     from convert.pipeline import ConvertRequest
 
-    _run_and_exit(ConvertRequest(model=model, **keywords, command=shlex.join(["convert", *sys.argv[1:]])), quiet)
+    _run_and_exit(ConvertRequest(model=model, **keywords, command=shlex.join(["convert", *sys.argv[1:]])), quiet, verbose)
 
 
-@main.command("validate")
+@main.command("validate", cls=_RunCommand)
 @click.argument("artifacts", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--against",
@@ -113,7 +168,8 @@ def export_command(model, quiet, **values):
 )
 @options.click_options(tuple(o.name for o in options.OPTIONS if o.name not in options.MAKES_ARTIFACTS))
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict line and errors.")
-def validate_command(artifacts, model, quiet, **values):
+@click.option("--verbose", "-v", is_flag=True, help="Print every check, stage, benchmark and candidate, not one line per artifact.")
+def validate_command(artifacts, model, quiet, verbose, **values):
     """Validate ARTIFACTS you already have (made by this tool, another exporter or by hand) against the source MODEL.
 
     Each artifact (.onnx, .pt2, .pte, .tflite, a TorchScript archive, a SavedModel or OpenVINO folder) is checked as it
@@ -132,7 +188,7 @@ def validate_command(artifacts, model, quiet, **values):
         **keywords,
         command=shlex.join(["convert", *sys.argv[1:]]),
     )
-    _run_and_exit(request, quiet)
+    _run_and_exit(request, quiet, verbose)
 
 
 def _start_worker_ahead(model: str, keywords: dict) -> None:
@@ -144,7 +200,7 @@ def _start_worker_ahead(model: str, keywords: dict) -> None:
         start_ahead(model, keywords["framework"])
 
 
-def _run_and_exit(request, quiet: bool) -> None:
+def _run_and_exit(request, quiet: bool, verbose: bool) -> None:
     """Run the pipeline with progress on the terminal, print the summary and every failure, exit with the run's code."""
     from convert.pipeline import run
     from convert.reports.console import print_failures, print_summary, stdout_console
@@ -153,11 +209,18 @@ def _run_and_exit(request, quiet: bool) -> None:
     result = _guarded(lambda: run(request, None if quiet else _ConsoleProgress()))
 
     if quiet:
+        from convert.reports.facts import run_outcome
+
+        outcome = run_outcome(result.report)
         stdout.print(
-            f"{'PASSED' if result.passed else 'FAILED'} (exit code {result.exit_code}) — report: {escape(str(result.report_path))}"
+            outcome.word
+            + (f" — {escape(outcome.not_built)}" if outcome.not_built else "")
+            + f" (exit code {result.exit_code}) — report: {escape(str(result.report_path))}",
+            soft_wrap=True,
         )
     else:
-        print_summary(result.report, stdout, str(result.report_path))
+        log = str(result.log_path) if result.log_path else None
+        print_summary(result.report, stdout, str(result.report_path), verbose=verbose, log_path=log)
     print_failures(result.report, stderr, str(result.report_path))
     sys.exit(result.exit_code)
 
@@ -194,7 +257,8 @@ def _run_and_exit(request, quiet: bool) -> None:
 @click.option("--force", is_flag=True, help="Replace what an earlier run wrote in the output folder (never the model or any other input).")
 @_cache_options
 @click.option("--quiet", "-q", is_flag=True, help="Print only the decision, its reasons and errors.")
-def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force, cache_dir, no_cache, quiet):
+@click.option("--verbose", "-v", is_flag=True, help="Print every check, stage, benchmark and candidate, not one line per artifact.")
+def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force, cache_dir, no_cache, quiet, verbose):
     """Run the conversion a promotion POLICY (YAML) describes and judge the model against it.
 
     \b
@@ -225,7 +289,8 @@ def gate_command(policy, baseline, out, junit, markdown, html, log_mlflow, force
 
     def show() -> None:
         if not quiet:
-            print_summary(Report.from_json(Path(verdict.report).read_text(), f"the report {verdict.report}"), stdout, verdict=False)
+            report = Report.from_json(Path(verdict.report).read_text(), f"the report {verdict.report}")
+            print_summary(report, stdout, verdict=False, verbose=verbose)
         print_verdict(verdict, stdout, tables=not quiet)
 
     _guarded(show)  # a failure to print must not exit 1, which means 'rejected'
@@ -308,7 +373,8 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
     "--markdown", type=click.Path(path_type=Path), default=None, help="Write Markdown here (appended when it is $GITHUB_STEP_SUMMARY)."
 )
 @click.option("--junit", type=click.Path(path_type=Path), default=None, help="Write JUnit XML here.")
-def report_command(report_json, html, markdown, junit):
+@click.option("--verbose", "-v", is_flag=True, help="Print every check, stage, benchmark and candidate, not one line per artifact.")
+def report_command(report_json, html, markdown, junit, verbose):
     """Render a JSON report (from convert or convert gate) as HTML, Markdown or JUnit XML; with none of them, print it."""
     from convert.gate.baseline import load_report
     from convert.reports.console import print_summary, print_verdict, stdout_console
@@ -317,7 +383,7 @@ def report_command(report_json, html, markdown, junit):
     report = _guarded(lambda: load_report(report_json, "report"))
     stdout = stdout_console()
     if html is None and markdown is None and junit is None:
-        print_summary(report, stdout, str(report_json), verdict=report.gate is None)
+        print_summary(report, stdout, str(report_json), verdict=report.gate is None, verbose=verbose)
         if report.gate is not None:
             print_verdict(report.gate, stdout)
         return
@@ -347,8 +413,9 @@ def doctor_command():
 
 
 class _ConsoleProgress:
-    """Stage events on stderr: on a terminal a transient spinner names the stage that runs (an export may take minutes);
-    anywhere else a line says when it started, so a CI log shows which stage hung."""
+    """Stage events on stderr, one line per finished stage: on a terminal a transient spinner names the stage that runs
+    meanwhile (an export may take minutes); anywhere else (a CI log, a file) only the finished lines, each once. Why a
+    stage was skipped is left to the summary, which says each reason once however many stages it skipped."""
 
     def __init__(self) -> None:
         self._spinner = None  # the running stage's rich Status, on a terminal
@@ -357,15 +424,13 @@ class _ConsoleProgress:
         if stderr.is_terminal:
             self._spinner = stderr.status(f"[dim]{escape(name)}[/]")
             self._spinner.start()
-        else:
-            stderr.print(f"[dim]… {escape(name)}[/]")
 
     def finished(self, stage, detail: str = "") -> None:
         if self._spinner is not None:
             self._spinner.stop()
             self._spinner = None
         mark = {"ok": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]"}[stage.status]
-        note = f" [dim]{escape(stage.reason)}[/]" if stage.status == "skipped" else " [dim]reused from the cache[/]" if stage.reused else ""
+        note = " [dim]skipped[/]" if stage.status == "skipped" else " [dim]reused from the cache[/]" if stage.reused else ""
         stderr.print(f"{mark} {escape(stage.name)} ({stage.seconds:.1f} s){note}", soft_wrap=True)
 
 

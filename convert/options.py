@@ -1,5 +1,5 @@
-"""Every run option, declared once: its CLI flag and help, its Python keyword, its key in a promotion policy, the cached
-stages whose results it changes, and whether an artifact's reproduce command repeats it.
+"""Every run option, declared once: its CLI flag, help and --help section (``group``), its Python keyword, its key in a
+promotion policy, the cached stages whose results it changes, and whether an artifact's reproduce command repeats it.
 
 The CLI's options (``cli.export_command``), the requests the API and the gate build (``from_api``, ``from_policy``),
 the report's ``options`` record, the cache's option digest and the reproduce command (convert/pipeline/reproduce.py)
@@ -17,10 +17,10 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from convert.worker import DEFAULT_STAGE_TIMEOUT
 
@@ -35,6 +35,19 @@ Reproduce = Literal["always", "optimization", "never"]
 Stage = Literal["load", "reference", "export", "optimize", "validate"]
 # Where a user gives an option: the command line, the Python API's keywords, a promotion policy
 Surface = Literal["cli", "api", "policy"]
+# The section of ``--help`` an option is listed under; sections come in this order
+Group = Literal[
+    "Input and source",
+    "Security",
+    "Targets",
+    "Optimization",
+    "Validation",
+    "Validation data",
+    "Benchmark",
+    "Output and report",
+    "Execution, cache and isolation",
+]
+GROUPS: tuple[Group, ...] = get_args(Group)
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,10 @@ class Differs:
 class RunOption:
     name: str  # the ConvertRequest field and the Python API keyword
     flag: str  # the CLI flag ("--no-cache" for a negated flag)
-    help: str
+    help: str  # one sentence for --help; the rest goes in ``details``
+    # required of every option, so that none lands outside the sections of --help
+    group: Group = field(kw_only=True)
+    details: str = field(default="", kw_only=True)  # what --help leaves out: shown in the generated CLI reference
     kind: Kind = "value"
     type: Any = str  # the click type of a value
     # the value a run takes when no one gives one, in the request's form (a list kind's is a tuple, a PATH's a Path):
@@ -69,6 +85,8 @@ class RunOption:
     recorded: bool = True  # kept in the report's options (not where the run writes, nor --force)
 
     def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"option {self.flag}: group {self.group!r} is none of {GROUPS}")
         # a list kind's default may be declared as None or "": it is kept as the request holds it, ()
         object.__setattr__(self, "default", self.to_request(self.default))
 
@@ -114,6 +132,7 @@ class RunOption:
 
 DEFAULT_DATA_SAMPLES = 500
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+UNBUILT_CHOICES = ("fail", "warn")  # --unbuilt: what a requested artifact that could not be built does to the verdict
 # a file or folder option: a Path in the request, the user's spelling in the reproduce command; in a promotion policy
 # relative to the policy file's folder (policy._resolved), its default included (out: "out" beside the policy)
 PATH = Path
@@ -122,7 +141,8 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "to",
         "--to",
-        "Comma-separated target formats: {formats}. An ONNX model needs none: onnx (the model checked and normalised) is then the default.",
+        "Comma-separated target formats: {formats} (an ONNX model's default: onnx, checked and normalised).",
+        group="Targets",
         kind="comma-list",
         default=(),  # the model's own targets (plan.default_targets): onnx for an ONNX model, else --to is required
         differs=(Differs("api", ("onnx",), "a Python caller gets ONNX without naming it: convert.convert(model)"),),
@@ -135,6 +155,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "out",
         "--out",
         "Output folder for the artifacts and report.json.",
+        group="Output and report",
         type=PATH,
         default=Path("out"),
         differs=(Differs("api", None, "convert.convert() without out= writes to a new temporary folder"),),
@@ -148,6 +169,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "framework",
         "--framework",
         "The source framework, when it cannot be told from the model.",
+        group="Input and source",
         policy="model.framework",
         stages=("load",),
         choices_from="source",
@@ -155,16 +177,18 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "task",
         "--task",
-        "The task of a Hugging Face Transformers model (Optimum's names), e.g. fill-mask or text-generation-with-past "
-        "(a decoder with its cache, checked over greedy generation). Default: inferred from config.architectures.",
+        "The task of a Hugging Face Transformers model, by Optimum's names (default: inferred from config.architectures).",
+        group="Input and source",
+        details="E.g. fill-mask, or text-generation-with-past: a decoder with its cache, checked over greedy generation.",
         policy="model.task",
         stages=("load",),
     ),
     RunOption(
         "dtype",
         "--dtype",
-        "What a Hugging Face folder's floating weights compute in: float32 (a bfloat16 or float16 checkpoint is upcast, "
-        "exactly, so every runtime runs the artifact), float16, bfloat16, or source (the checkpoint's own dtype).",
+        "What a Hugging Face folder's floating weights compute in (source: the checkpoint's own dtype).",
+        group="Input and source",
+        details="float32 upcasts a bfloat16 or float16 checkpoint, exactly, so every runtime runs the artifact.",
         default="float32",
         show_default=True,
         policy="model.dtype",
@@ -175,15 +199,27 @@ OPTIONS: tuple[RunOption, ...] = (
         "weights",
         "--weights",
         "Weights for a module:callable factory: .safetensors or a torch.save'd state dict (torch), .weights.h5 (keras).",
+        group="Input and source",
         type=PATH,
         policy="model.weights",
         stages=("load",),
     ),
     RunOption(
+        "weights_key",
+        "--weights-key",
+        "The entry of a --weights training checkpoint that holds the model's state dict, e.g. model_state_dict or ema.",
+        group="Input and source",
+        details="Default: the one entry whose keys fit the model's.",
+        metavar="KEY",
+        policy="model.weights_key",
+        stages=("load",),
+    ),
+    RunOption(
         "params",
         "--params",
-        "Params of a JAX function f(params, *inputs), or variables of a flax linen module: "
-        ".msgpack (flax.serialization.to_bytes), .npz or .safetensors (keys joined by '/'). Never unpickled.",
+        "Params of a JAX function f(params, *inputs), or variables of a flax linen module: .msgpack, .npz or .safetensors.",
+        group="Input and source",
+        details=".msgpack as flax.serialization.to_bytes writes it; in .npz and .safetensors the keys are joined by '/'. Never unpickled.",
         type=PATH,
         policy="model.params",
         stages=("load",),
@@ -191,7 +227,8 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "inputs",
         "--input",
-        'An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]". Repeat per input; symbols are dynamic axes.',
+        'An input spec name:dtype[dims]{low..high}, e.g. "x:float32[B,3,224,224]", one per input (symbols are dynamic axes).',
+        group="Input and source",
         kind="multiple",
         metavar="SPEC",
         policy="model.inputs",
@@ -201,6 +238,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "example_inputs",
         "--example-inputs",
         "An .npz with one example array per input (by name): the export shape.",
+        group="Input and source",
         type=PATH,
         policy="model.example_inputs",
         stages=("load",),
@@ -209,6 +247,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "dims",
         "--dim",
         "Sizes of a symbolic dim: the export size, then other validation sizes, e.g. B=2,1,8.",
+        group="Validation",
         kind="multiple",
         metavar="SYMBOL=SIZES",
         policy="validation.dims",
@@ -217,9 +256,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "optimize",
         "--optimize",
-        "Comma-separated optimizations of the exported artifacts, each validated: "
-        "{optimizers}; or auto: build every pass this machine can run, validate and benchmark them, keep the fastest "
-        "within the accuracy budget.",
+        "Comma-separated optimizations of the exported artifacts, each validated: {optimizers}; or auto.",
+        group="Optimization",
+        details="auto builds every pass this machine can run, validates and benchmarks them, and keeps the fastest within the accuracy budget.",
         kind="comma-list",
         default=(),
         metavar="PASSES",
@@ -230,9 +269,10 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "package",
         "--package",
-        "Comma-separated packages to build from the validated artifacts, each checked as its consumer reads it: "
-        "{packagers}. A package holds only artifacts that passed, and passes only where their bytes in it are the "
-        "validated ones.",
+        "Comma-separated packages to build from the validated artifacts: {packagers}.",
+        group="Targets",
+        details="Each is checked as its consumer reads it. A package holds only artifacts that passed, and passes only where their bytes in "
+        "it are the validated ones.",
         kind="comma-list",
         default=(),
         metavar="PACKAGERS",
@@ -243,9 +283,10 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "data",
         "--data",
-        "Your own samples, on which every artifact is validated besides the generated inputs: a folder of .npz feeds, "
-        "one .npz with a leading sample axis, a Hugging Face datasets folder (save_to_disk), or an image folder "
-        "CLASS/IMAGE.png. With labels (an array or column named label, or the image classes) the task metrics "
+        "Your own samples, on which every artifact is validated besides the generated inputs: .npz feeds, datasets or images.",
+        group="Validation data",
+        details="A folder of .npz feeds, one .npz with a leading sample axis, a Hugging Face datasets folder (save_to_disk), or an "
+        "image folder CLASS/IMAGE.png. With labels (an array or column named label, or the image classes) the task metrics "
         "(top-1/top-5 accuracy, token accuracy, exact match) of the source and of each artifact are compared.",
         type=PATH,
         policy="validation.data",
@@ -254,8 +295,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "data_samples",
         "--data-samples",
-        "How many samples of --data (and of --calibration-data) are used, chosen with --seed when there are more; "
-        "the report records which.",
+        "How many samples of --data and --calibration-data are used, chosen with --seed when there are more.",
+        group="Validation data",
+        details="The report records which.",
         type=int,
         default=DEFAULT_DATA_SAMPLES,
         show_default=True,
@@ -267,6 +309,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "columns",
         "--columns",
         "Which column or .npz array feeds an input, or holds the labels: INPUT=COLUMN, e.g. input_ids=tokens,label=target.",
+        group="Validation data",
         kind="multiple",
         metavar="INPUT=COLUMN",
         policy="validation.columns",
@@ -275,8 +318,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "preprocess",
         "--preprocess",
-        "How an image folder's files become the input: size=HxW;mean=R,G,B;std=R,G,B;layout=NCHW|NHWC "
-        "(pixels scaled to 0..1 first; size and layout default to the input spec's).",
+        "How an image folder's files become the input: size=HxW;mean=R,G,B;std=R,G,B;layout=NCHW|NHWC.",
+        group="Validation data",
+        details="Pixels are scaled to 0..1 first; size and layout default to the input spec's.",
         metavar="SPEC",
         policy="validation.preprocess",
         stages=("reference", "optimize", "validate"),
@@ -284,9 +328,10 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "metric",
         "--metric",
-        "A task metric of your own, module:function or file.py:function, called as function(outputs, labels) with the "
-        "lists of output dicts and label arrays of the --data samples, returning a number where higher is better "
-        "(budget it with task_metric_drop); runs your code, so it needs --trust-code.",
+        "A task metric of your own, module:function or file.py:function, called as function(outputs, labels) (needs --trust-code).",
+        group="Validation data",
+        details="outputs and labels are the lists of output dicts and label arrays of the --data samples; it returns a number where higher is "
+        "better (budget it with task_metric_drop). It runs your code, so it needs --trust-code.",
         metavar="MODULE:FUNCTION",
         policy="validation.metric",
         stages=("optimize", "validate"),
@@ -295,6 +340,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "calibration_data",
         "--calibration-data",
         "Inputs for INT8 calibration, in any form --data takes (default: generated from the specs).",
+        group="Optimization",
         type=PATH,
         policy="validation.calibration_data",
         stages=("optimize",),
@@ -303,8 +349,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "calibration_method",
         "--calibration-method",
-        "How static INT8 passes set activation ranges: minmax, entropy or percentile (ONNX Runtime's calibrators; "
-        "OpenVINO takes minmax and percentile as NNCF's min-max and quantile range estimators).",
+        "How static INT8 passes set activation ranges (ONNX Runtime's calibrators).",
+        group="Optimization",
+        details="OpenVINO takes minmax and percentile as NNCF's min-max and quantile range estimators.",
         default="minmax",
         show_default=True,
         policy="validation.calibration_method",
@@ -315,9 +362,10 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "keep_fp32",
         "--keep-fp32",
-        "Comma-separated node-name or module-path patterns (fnmatch, e.g. 'encoder.layer.3.*') that the ONNX Runtime "
-        "INT8 and FP16 passes and OpenVINO's INT8 leave in FP32: a failing reduced-precision artifact's report ranks "
-        "its layers by sensitivity and names the ones to keep.",
+        "Comma-separated node-name or module-path patterns (fnmatch, e.g. 'encoder.layer.3.*') that INT8 and FP16 passes leave in FP32.",
+        group="Optimization",
+        details="The ONNX Runtime INT8 and FP16 passes and OpenVINO's INT8 take them. A failing reduced-precision artifact's report ranks its "
+        "layers by sensitivity and names the ones to keep.",
         kind="comma-list",
         default=(),
         metavar="PATTERNS",
@@ -328,10 +376,12 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "accuracy",
         "--accuracy",
-        'Accuracy budget of FP16/INT8 artifacts, e.g. "cosine>=0.995" or "logits:top1>=0.98,rel_rms<=0.05"; and of '
-        'every artifact, a task metric\'s drop on the labelled --data, e.g. "task_top1_drop<=0.5%" (task_top1, task_top5, '
-        "task_token_accuracy, task_exact_match, task_metric). With a drop budget, openvino:int8 runs NNCF's accuracy "
-        "control and ONNX Runtime's INT8 keeps its most sensitive nodes in FP32 until the drop holds.",
+        'Accuracy budget, e.g. "cosine>=0.995" or "logits:top1>=0.98,rel_rms<=0.05", or a task metric\'s drop, e.g. '
+        '"task_top1_drop<=0.5%".',
+        group="Validation",
+        details="A metric budget holds for FP16/INT8 artifacts; a task metric's drop (task_top1, task_top5, task_token_accuracy, "
+        "task_exact_match, task_metric) holds for every artifact, on the labelled --data. With a drop budget, openvino:int8 runs "
+        "NNCF's accuracy control and ONNX Runtime's INT8 keeps its most sensitive nodes in FP32 until the drop holds.",
         kind="multiple",
         metavar="[OUTPUT:]BUDGET",
         policy="validation.accuracy",
@@ -341,8 +391,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "shape_ranges",
         "--shape-range",
-        'Sizes a symbolic dim must support, e.g. "B=1..8..32,S=16..128..512": '
-        "TensorRT optimization profiles; min, opt and max are validated, opt is the export size.",
+        'Sizes a symbolic dim must support, e.g. "B=1..8..32,S=16..128..512" (TensorRT optimization profiles).',
+        group="Validation",
+        details="min, opt and max are validated; opt is the export size.",
         kind="multiple",
         metavar="SYMBOL=MIN..OPT..MAX",
         policy="validation.shape_ranges",
@@ -352,6 +403,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "benchmark",
         "--benchmark",
         "Measure the source model and every artifact that passed: p50/p90/p99 latency, throughput, peak memory.",
+        group="Benchmark",
         kind="flag",
         default=False,
         reproduce="never",
@@ -361,6 +413,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "threads",
         "--threads",
         "Intra-op threads every benchmarked runtime is pinned to (default: every core).",
+        group="Benchmark",
         type=int,
         policy="benchmark.threads",
         reproduce="never",
@@ -370,6 +423,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "benchmark_batch",
         "--benchmark-batch",
         "Batch size of the throughput measurement (the first input's leading symbolic dim).",
+        group="Benchmark",
         type=int,
         default=8,
         show_default=True,
@@ -380,8 +434,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "benchmark_seconds",
         "--benchmark-seconds",
-        "Time each measurement (latency, throughput) for about this many seconds, spread over 20 interleaved rounds "
-        "(at least one run a round, at most 500 runs).",
+        "About how many seconds each measurement (latency, throughput) takes.",
+        group="Benchmark",
+        details="Spread over 20 interleaved rounds (at least one run a round, at most 500 runs).",
         type=float,
         default=2.0,
         show_default=True,
@@ -393,6 +448,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "opset",
         "--opset",
         "ONNX opset version (default: the exporter's).",
+        group="Targets",
         type=int,
         policy="validation.opset",
         stages=("export", "optimize"),
@@ -401,6 +457,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "tolerances",
         "--tolerance",
         "Override the default tolerance (fp32: atol=1e-4, rtol=1e-3), for every output or one.",
+        group="Validation",
         kind="multiple",
         metavar="[OUTPUT:]atol=A,rtol=R",
         policy="validation.tolerances",
@@ -411,6 +468,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "samples",
         "--samples",
         "Input samples per shape.",
+        group="Validation",
         type=int,
         default=3,
         show_default=True,
@@ -421,6 +479,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "seed",
         "--seed",
         "Seed for the generated inputs.",
+        group="Validation",
         type=int,
         default=0,
         show_default=True,
@@ -431,16 +490,32 @@ OPTIONS: tuple[RunOption, ...] = (
         "allow_fixed_shapes",
         "--allow-fixed-shapes",
         "Accept an artifact that fixes a dim asked dynamic (its checks at other sizes are skipped); by default it fails.",
+        group="Validation",
         kind="flag",
         default=False,
         policy="validation.allow_fixed_shapes",
         stages=("validate",),
     ),
     RunOption(
+        "unbuilt",
+        "--unbuilt",
+        "A requested --to format or --optimize pass that could not be built here fails the run by default (exit 1); warn "
+        "passes it as PASSED WITH GAPS (exit 0).",
+        group="Validation",
+        details="E.g. trt:fp16 without TensorRT or a GPU. With fail the verdict names it and why; warn passes the run as PASSED WITH GAPS, "
+        "listing it. --optimize auto's candidates never count.",
+        default="fail",
+        show_default=True,
+        reproduce="never",
+        not_reproduced="how the run is judged, not how an artifact is made",
+        choices=UNBUILT_CHOICES,
+    ),
+    RunOption(
         "trust_code",
         "--trust-code",
         "Allow loading formats that run code on load (pickled modules, TorchScript, .pt2 "
         "with pickled parts, SavedModel folders, legacy .h5, .keras naming code outside Keras).",
+        group="Security",
         kind="flag",
         default=False,
         policy="model.trust_code",
@@ -450,6 +525,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "force",
         "--force",
         "Replace what an earlier run wrote in the output folder (never the model or any other input).",
+        group="Output and report",
         kind="flag",
         default=False,
         reproduce="never",
@@ -459,8 +535,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "stage_timeout",
         "--stage-timeout",
-        "Stop a stage (loading, an export, a validation, a device's benchmark session: all its artifacts timed together) "
-        "that runs longer, and fail it; the run goes on.",
+        "Fail a stage that runs longer than this; the run goes on.",
+        group="Execution, cache and isolation",
+        details="A stage is loading, an export, a validation, or a device's benchmark session (all its artifacts timed together).",
         type=float,
         default=DEFAULT_STAGE_TIMEOUT,
         show_default=True,
@@ -472,8 +549,8 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "isolate",
         "--no-isolation",
-        "Run the framework work in this process instead of a worker process: no crash "
-        "isolation and no stage timeout (for debuggers and profilers).",
+        "Run the framework work in this process, without crash isolation or stage timeout (for debuggers and profilers).",
+        group="Execution, cache and isolation",
         kind="negated-flag",
         default=True,
         reproduce="never",
@@ -482,7 +559,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "cache",
         "--no-cache",
-        "Run every stage even when an unchanged model, options and libraries have a cached result (also: CONVERT_NO_CACHE=1).",
+        "Run every stage even when a cached result exists (also: CONVERT_NO_CACHE=1).",
+        group="Execution, cache and isolation",
+        details="A result is reused only for an unchanged model, options and libraries.",
         kind="negated-flag",
         default=True,
         reproduce="never",
@@ -491,8 +570,9 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "cache_dir",
         "--cache-dir",
-        "Where cached artifacts and validation results live (default: $CONVERT_CACHE_DIR, "
-        "else ~/.cache/convert; deleting it is always safe).",
+        "Where cached artifacts and validation results live (default: $CONVERT_CACHE_DIR, else ~/.cache/convert).",
+        group="Execution, cache and isolation",
+        details="Deleting it is always safe.",
         type=PATH,
         metavar="FOLDER",
         reproduce="never",
@@ -503,6 +583,7 @@ OPTIONS: tuple[RunOption, ...] = (
         "report_json",
         "--report-json",
         "Where to write the JSON report (default: OUT/report.json).",
+        group="Output and report",
         type=PATH,
         reproduce="never",
         not_reproduced="the command writes its report in its own folder",
@@ -568,7 +649,7 @@ def click_options(names: tuple[str, ...] | None = None, formats: str = "", optim
 
 
 # the options of a run that make artifacts: validating artifacts someone already has takes none of them
-MAKES_ARTIFACTS = ("to", "optimize", "package", "opset", "calibration_data", "calibration_method", "keep_fp32")
+MAKES_ARTIFACTS = ("to", "optimize", "package", "opset", "calibration_data", "calibration_method", "keep_fp32", "unbuilt")
 
 
 def from_cli(values: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from convert.errors import ConvertError
 from convert.options import CALIBRATION_METHODS, policy_default
 from convert.readers import PlainYamlLoader, load_yaml, shown
+from convert.text import closest
 
 Device = Literal["cpu", "cuda"]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -52,6 +53,9 @@ class ModelSpec(_Strict):
         description="what a Hugging Face folder's floating weights compute in (source: the checkpoint's own dtype)",
     )
     weights: str | None = policy_default("model.weights")
+    weights_key: str | None = Field(
+        policy_default("model.weights_key"), description="the entry of a training checkpoint (weights) that holds the model's state dict"
+    )
     params: str | None = policy_default("model.params")
     inputs: list[str] = policy_default("model.inputs")
     example_inputs: str | None = policy_default("model.example_inputs")
@@ -242,12 +246,12 @@ def load_policy(source: str | os.PathLike | dict) -> tuple[Policy, str]:
         return _validated(source, {}, "the policy"), "<dict>"
     path = Path(source)
     name = str(path)
-    data, lines = read_yaml(path, "policy", "promotion policy YAML file (see 'Promotion gate' in the README)")
+    data, lines = read_yaml(path, "policy", "promotion policy YAML file (see docs/how-to/gate.md)")
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
         raise ConvertError(
             f"{name}: a policy is a mapping of keys (model, require, budgets, ...); this one is {what}",
-            "Start from the example policy in the README's 'Promotion gate' section.",
+            "Start from the example policy examples/gate/promotion.yaml (docs/how-to/gate.md).",
         )
     policy = _validated(data, lines, name)
     return _resolved(policy, path.resolve().parent), name
@@ -288,7 +292,7 @@ def validated(data: dict, lines: dict[tuple, int], name: str, schema: type[BaseM
         raise ConvertError(f"{name} is not a valid {what}: {'; '.join(_problems(exc, data, lines, schema))}", hint) from None
 
 
-POLICY_HINT = "Fix those keys; the README's 'Promotion gate' section lists every key."
+POLICY_HINT = "Fix those keys; docs/reference/policy.md lists every key."
 
 
 def _validated(data: dict, lines: dict[tuple, int], name: str, what: str = "policy", hint: str = POLICY_HINT) -> Policy:
@@ -327,7 +331,7 @@ def _describe(error: dict, path: tuple, lines: dict[tuple, int], schema: type[Ba
     dotted = ".".join(str(p) for p in path) or "(top level)"
     if error["type"] == "extra_forbidden":
         allowed = _allowed_keys(path[:-1], schema)
-        return f"{_at(lines, path)}{dotted}: unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else "")
+        return f"{_at(lines, path)}{dotted}: unknown key" + (_names("allowed", str(path[-1]), allowed) if allowed else "")
     if error["type"] == "missing":
         return f"{_at(lines, path[:-1])}{dotted}: missing, and it is required"
     if error["type"] == "value_error":  # our own parsers' messages, which quote the value already
@@ -344,6 +348,12 @@ def _data_path(loc: tuple, data: Any, names_key: bool) -> tuple:
             path.append(part)
             data = data[part]
     return tuple(path) + ((loc[-1],) if names_key else ())
+
+
+def _names(label: str, given: str, names: list[str]) -> str:
+    """The names an unknown one could be, and the closest of them when one is close (a typo's likely meaning)."""
+    near = closest(given, names)
+    return f" ({label}: {', '.join(names)}" + (f"; did you mean {near}?)" if near else ")")
 
 
 def _allowed_keys(path: tuple, schema: type[BaseModel]) -> list[str]:
@@ -386,10 +396,10 @@ def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, st
             problem(("require", "artifacts", name), f"'{name}' is a format or pass name: name a given artifact otherwise")
     for index, target in enumerate(policy.require.targets):
         if target not in formats:
-            problem(("require", "targets", index), f"unknown format '{target}' (known: {', '.join(formats)})")
+            problem(("require", "targets", index), f"unknown format '{target}'" + _names("known", target, formats))
     for index, name in enumerate(policy.require.optimizations):
         if name not in passes:
-            problem(("require", "optimizations", index), f"unknown pass '{name}' (known: {', '.join(passes)})")
+            problem(("require", "optimizations", index), f"unknown pass '{name}'" + _names("known", name, passes))
         elif (takes := REGISTRY.get("optimizer", name).takes) not in policy.require.targets:
             problem(
                 ("require", "optimizations", index), f"the pass '{name}' starts from the {takes} artifact: add {takes} to require.targets"
@@ -397,12 +407,12 @@ def _cross_checks(policy: Policy, lines: dict[tuple, int]) -> list[tuple[int, st
     packagers = [e.name for e in REGISTRY.entries("packager")]
     for index, name in enumerate(policy.require.packages):
         if name not in packagers:
-            problem(("require", "packages", index), f"unknown packager '{name}' (known: {', '.join(packagers)})")
+            problem(("require", "packages", index), f"unknown packager '{name}'" + _names("known", name, packagers))
     for key, budget in policy.budgets.items():
         if key not in policy.required_keys():
             problem(("budgets", key), f"'{key}' is not a required target or optimization (required: {', '.join(policy.required_keys())})")
         if budget.runtime is not None and budget.runtime not in runtimes:
-            problem(("budgets", key, "runtime"), f"unknown runtime '{budget.runtime}' (known: {', '.join(runtimes)})")
+            problem(("budgets", key, "runtime"), f"unknown runtime '{budget.runtime}'" + _names("known", budget.runtime, runtimes))
     for index, device in enumerate(policy.require.may_skip_devices):
         if device not in policy.require.devices:
             problem(("require", "may_skip_devices", index), f"'{device}' is not in require.devices")

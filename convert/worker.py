@@ -24,13 +24,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from convert.errors import ConvertError
 from convert.specs import SourceSignature
@@ -196,18 +198,57 @@ class Session:
         return benchmark_session(self.source, resolved, plan, settings, session)
 
 
+def new_log() -> IO[bytes]:
+    """The run's log: an anonymous file (nothing is left behind) that keeps what the frameworks write, warnings and
+    log records included, off the user's terminal; the run copies it beside its report (``log_bytes``)."""
+    return tempfile.TemporaryFile()
+
+
+def log_bytes(log: IO[bytes]) -> bytes:
+    """What a log holds, read without moving its offset: the worker processes write through that same offset."""
+    return os.pread(log.fileno(), os.fstat(log.fileno()).st_size, 0)
+
+
 class InProcessWorker:
-    """Runs the jobs in this process: for models given as Python objects (no isolation, no stage timeout)."""
+    """Runs the jobs in this process: for models given as Python objects (no isolation, no stage timeout). The jobs'
+    Python warnings and log records go to the run's log; native writes to stderr are left on this process's stderr,
+    which its progress spinner shares (redirecting the file descriptor would send the spinner to the log too)."""
 
     def __init__(self, reason: str):
         self.isolation = f"in-process: {reason} (no crash isolation, no stage timeout)"
         self._session = Session()
+        self.log = new_log()
 
     def call(self, job: Callable, *args: Any, setup: bool = False) -> Any:
-        return _checked(job)(self._session, *args)
+        with _library_output_logged(self.log):
+            return _checked(job)(self._session, *args)
 
     def close(self) -> None:
         self._session = Session()
+
+
+@contextlib.contextmanager
+def _library_output_logged(log: IO[bytes]):
+    """Python warnings, and log records that no handler of the caller's takes, written to ``log`` while a job runs."""
+    import logging
+
+    stream = io.TextIOWrapper(os.fdopen(os.dup(log.fileno()), "ab"), encoding="utf-8", write_through=True)
+    root = logging.getLogger()
+    # only where the records would reach the last-resort handler (stderr): a caller's own handlers stay as they are
+    handler = logging.StreamHandler(stream) if not root.handlers else None
+    if handler is not None:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: stream.write(
+                warnings.formatwarning(message, category, filename, lineno, line)
+            )
+            yield
+    finally:
+        if handler is not None:
+            root.removeHandler(handler)
+        stream.close()
 
 
 class ChildWorker:
@@ -220,6 +261,7 @@ class ChildWorker:
         self._setup: list[tuple[Callable, tuple]] = []
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
+        self.log: IO[bytes] | None = None  # every worker of the run writes its stdout and stderr here
 
     def call(self, job: Callable, *args: Any, setup: bool = False) -> Any:
         """Run one job (a Session method); ``setup`` jobs are replayed, in order, in every worker started after this one."""
@@ -243,12 +285,14 @@ class ChildWorker:
         global _ahead
         ahead, _ahead = _ahead, None
         if ahead is not None:
-            process, connection, path = ahead
+            process, connection, path, self.log = ahead
             if process.poll() is None and path == sys.path:
                 self._process, self._connection = process, connection
                 return
             _stop(process, connection, kill=True)  # it died starting, or it would import from another sys.path
-        self._process, self._connection = _spawn()
+        if self.log is None:
+            self.log = new_log()
+        self._process, self._connection = _spawn(self.log)
 
     def _exchange(self, method: str, args: tuple) -> Any:
         try:
@@ -289,9 +333,10 @@ def _death(code: int) -> tuple[str, str | None]:
     return f"the worker process exited with status {code}", None
 
 
-def _spawn(model: str | None = None, framework: str | None = None) -> tuple[subprocess.Popen, Connection]:
+def _spawn(log: IO[bytes], model: str | None = None, framework: str | None = None) -> tuple[subprocess.Popen, Connection]:
     """A new worker process and the pipeline's end of its connection; given the run's model, the worker imports what
-    loading it takes while it waits for its first job."""
+    loading it takes while it waits for its first job. What the frameworks print, warn and log in it (Python or
+    native, on stdout or stderr) goes to ``log``: replies and errors come back over the connection."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
         process = subprocess.Popen(
@@ -299,6 +344,8 @@ def _spawn(model: str | None = None, framework: str | None = None) -> tuple[subp
             + ([model, framework or ""] if model else []),
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
         )
         connection = Connection(os.dup(ours.fileno()))
     with contextlib.suppress(OSError):  # a worker that died at start is reported by the first job
@@ -318,8 +365,8 @@ def _stop(process: subprocess.Popen, connection: Connection, kill: bool) -> None
         process.wait()
 
 
-# start_ahead's worker, with the sys.path it was given, until the run's ChildWorker takes it
-_ahead: tuple[subprocess.Popen, Connection, list[str]] | None = None
+# start_ahead's worker, with the sys.path it was given and its log, until the run's ChildWorker takes it
+_ahead: tuple[subprocess.Popen, Connection, list[str], IO[bytes]] | None = None
 
 
 def start_ahead(model: str, framework: str | None) -> None:
@@ -327,7 +374,8 @@ def start_ahead(model: str, framework: str | None) -> None:
     a second and more), so that the worker imports what loading the model takes meanwhile. The run's first
     ChildWorker takes it; a run that takes none (refused, or in-process) leaves it to exit with this process."""
     global _ahead
-    _ahead = (*_spawn(model, framework), list(sys.path))
+    log = new_log()
+    _ahead = (*_spawn(log, model, framework), list(sys.path), log)
 
 
 def start(request, timeout: float | None, isolate: bool = True) -> InProcessWorker | ChildWorker:

@@ -27,7 +27,9 @@ def cli_reference() -> str:
     for option in options.OPTIONS:
         keyword = option.api or option.name
         default = "" if option.default in ((), None, False, "") else f"`{option.default}`"
-        rows.append(f"| `{option.flag}` | `{keyword}` | {_code(option.policy)} | {default} | {_cell(option.help)} |")
+        rows.append(
+            f"| `{option.flag}` | `{keyword}` | {_code(option.policy)} | {default} | {_cell(f'{option.help} {option.details}'.strip())} |"
+        )
     return "\n".join(parts) + "\n## Every run option on every surface\n\n" + "\n".join(rows) + "\n"
 
 

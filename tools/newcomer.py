@@ -143,6 +143,21 @@ def build_user_folder(folder: Path, python: Path) -> None:
     shutil.rmtree(scratch)
 
 
+def clone_of_repository(folder: Path) -> Path:
+    """The repository's files as a clone has them (tracked, and new files git does not ignore), so that installing
+    from it writes its build files there and not into the working tree."""
+    listed = (
+        subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, folder / name)
+    return folder
+
+
 def _clean_environment(python: Path) -> dict[str, str]:
     """A user's shell with the environment activated: its bin folder first on PATH, no PYTHONPATH."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -173,11 +188,13 @@ def main(argv: list[str]) -> int:
     if not (args.reuse_venv and python.exists()):
         shutil.rmtree(args.venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
+        clone = clone_of_repository(Path(tempfile.mkdtemp(prefix="model-convert-clone-")))
         for line in install_lines():  # as shown, from the clone's root, with the fresh environment's pip
             print(f"$ {line}", flush=True)
-            done = subprocess.run(["bash", "-c", line], cwd=REPO, env=_clean_environment(python), capture_output=True, text=True)
+            done = subprocess.run(["bash", "-c", line], cwd=clone, env=_clean_environment(python), capture_output=True, text=True)
             if done.returncode:
                 raise SystemExit(f"the README's install line failed: {line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        shutil.rmtree(clone)
     shutil.rmtree(args.folder, ignore_errors=True)
     build_user_folder(args.folder, python)
     failed = []

@@ -34,6 +34,7 @@ class ConvertRequest:
     task: str | None = DEFAULTS["task"]  # a Hugging Face task
     dtype: str = DEFAULTS["dtype"]  # what a Hugging Face folder's floating weights compute in ("source": the checkpoint's)
     weights: Path | None = DEFAULTS["weights"]
+    weights_key: str | None = DEFAULTS["weights_key"]  # a training checkpoint's entry holding the state dict
     params: Any = DEFAULTS["params"]  # a JAX model's params: a file path, or a pytree from Python
     inputs: tuple[str, ...] = DEFAULTS["inputs"]
     example_inputs: Any = DEFAULTS["example_inputs"]  # an .npz path, a dict of arrays, or a tuple of tensors
@@ -60,6 +61,7 @@ class ConvertRequest:
     benchmark_seconds: float = DEFAULTS["benchmark_seconds"]  # each measurement's least duration
     samples: int = DEFAULTS["samples"]
     allow_fixed_shapes: bool = DEFAULTS["allow_fixed_shapes"]  # an artifact that fixes a dim asked dynamic passes, its checks there skipped
+    unbuilt: str = DEFAULTS["unbuilt"]  # "warn": a requested artifact that could not be built here does not fail the run
     seed: int = DEFAULTS["seed"]
     trust_code: bool = DEFAULTS["trust_code"]
     force: bool = DEFAULTS["force"]
@@ -91,6 +93,7 @@ class ConversionResult:
     report: rm.Report
     artifacts: dict[str, Artifact]
     report_path: Path | None
+    log_path: Path | None = None  # what the frameworks printed, warned and logged during the run; None where nothing
 
     @property
     def passed(self) -> bool:
@@ -179,23 +182,28 @@ def write_report(path: Path, report: rm.Report) -> None:
         ) from exc
 
 
-def finish(report: rm.Report, stages: Stages) -> None:
-    """The verdict and exit code: 0 passed, 1 a check failed, 2 an export or optimization failed, 130 interrupted."""
+def finish(report: rm.Report, stages: Stages, unbuilt: str = DEFAULTS["unbuilt"]) -> None:
+    """The verdict and exit code: 0 passed, 1 a check failed or a requested artifact could not be built here (unless
+    ``unbuilt`` is "warn"), 2 an export or optimization failed, 130 interrupted."""
     report.stages = stages.records
+    report.unbuilt = rm.unbuilt_of(report.stages, accept_skipped=unbuilt == "warn")
     export_failed = any(s.status == "failed" and s.makes_artifact for s in report.stages)
     check_failed = any(not a.passed for a in report.artifacts if a.checks and not a.candidate) or any(
         not p.passed for p in report.packages if p.checks
     )
-    report.passed = bool(report.artifacts) and not export_failed and not check_failed and not report.interrupted
+    # an artifact asked for and missing fails the run as the gate fails closed on it: the promise is never to pass
+    # without what was asked for
+    missing = any(not record.accepted for record in report.unbuilt)
+    report.passed = bool(report.artifacts) and not export_failed and not check_failed and not missing and not report.interrupted
     report.exit_code = 0 if report.passed else 1 if check_failed else 2 if export_failed else 1
     if report.interrupted:
         report.exit_code = 130
 
 
-def report_stop(report: rm.Report, stages: Stages, report_path: Path, exc: Exception) -> None:
+def report_stop(report: rm.Report, stages: Stages, report_path: Path, exc: Exception, unbuilt: str = DEFAULTS["unbuilt"]) -> None:
     """Write the report of a run an error stopped: exit code 2 for a user error, 3 for an internal one. A report that
     cannot be written (the error may be a full disk) leaves the error to say so."""
-    finish(report, stages)
+    finish(report, stages, unbuilt)
     user_error = isinstance(exc, ConvertError)
     report.error = exc.paragraph() if user_error else f"internal error: {type(exc).__name__}: {exc}"
     report.passed, report.exit_code = False, 2 if user_error else 3

@@ -3,6 +3,8 @@ its entry is there and trusted, its attempts recorded."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +17,7 @@ from convert.pipeline.context import RunContext, crashed
 from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate_and_publish
 from convert.reports import model as rm
-from convert.worker import Session, StageCrashed
+from convert.worker import Session, StageCrashed, log_bytes
 
 
 def export_target(ctx: RunContext, target: str, exporter: str) -> None:
@@ -77,11 +79,32 @@ def setup_job(worker, stage: rm.Stage, job: Callable, *args):
         return worker.call(job, *args, setup=True)
     except StageCrashed as exc:
         crashed(stage, exc)
+        printed = _log_kept_outside(worker)
         raise ConvertError(
             f"loading the model did not finish: {exc}",
             "The file may be corrupt or truncated, or need other versions of its framework's native "
-            "libraries: load it in a Python shell with the same packages to see the crash.",
+            "libraries: "
+            + (
+                f"what they printed before the crash is in {printed}."
+                if printed
+                else "load it in a Python shell with the same packages to see the crash."
+            ),
         ) from None
+
+
+def _log_kept_outside(worker) -> str | None:
+    """The worker's log (the crash's own words: a native abort, an out-of-memory message) copied to a temporary file,
+    since a run that stops while loading has no output folder to keep it in; None when nothing was printed."""
+    text = log_bytes(worker.log) if getattr(worker, "log", None) is not None else b""
+    if not text:
+        return None
+    try:
+        descriptor, name = tempfile.mkstemp(prefix="model-convert-load-", suffix=".log")
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(text)
+    except OSError:
+        return None
+    return name
 
 
 def made(ctx: RunContext, stage: rm.Stage, lookup: Lookup, method: Callable, name: str, job):

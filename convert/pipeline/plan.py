@@ -19,6 +19,7 @@ from convert.registry import REGISTRY
 from convert.safety import FAILED_FOLDER, LOCK_NAME, STAGING_PREFIX, refuse_existing
 from convert.sources.request import is_factory_reference, load_example_inputs
 from convert.specs import InputSpec, parse_dim_sizes, parse_input_specs, parse_shape_ranges
+from convert.text import did_you_mean
 from convert.validators import TolerancePolicy
 
 
@@ -158,7 +159,9 @@ def check_targets(targets) -> list[str]:
         raise ConvertError("no target format was given", f"Pass --to with one or more of: {', '.join(formats)}.")
     unknown = [t for t in chosen if t not in formats]
     if unknown:
-        raise ConvertError(f"unknown target format '{unknown[0]}'", f"Choose from: {', '.join(formats)}.")
+        raise ConvertError(
+            f"unknown target format '{unknown[0]}'", f"{did_you_mean(unknown[0], formats)}Choose from: {', '.join(formats)}."
+        )
     return chosen
 
 
@@ -179,7 +182,10 @@ def check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
         return [e.name for e in REGISTRY.entries("optimizer") if e.takes in targets], True
     unknown = [n for n in chosen if n not in available]
     if unknown:
-        raise ConvertError(f"unknown optimization '{unknown[0]}'", f"Choose from: auto, {', '.join(available)}.")
+        raise ConvertError(
+            f"unknown optimization '{unknown[0]}'",
+            f"{did_you_mean(unknown[0], ['auto', *available])}Choose from: auto, {', '.join(available)}.",
+        )
     for name in chosen:
         entry = REGISTRY.get("optimizer", name)
         if entry.takes not in targets:
@@ -197,7 +203,7 @@ def check_packages(names, formats: set[str]) -> list[str]:
     chosen = list(dict.fromkeys(n.strip() for n in names if n.strip()))
     for name in chosen:
         if name not in available:
-            raise ConvertError(f"unknown packager '{name}'", f"Choose from: {', '.join(available)}.")
+            raise ConvertError(f"unknown packager '{name}'", f"{did_you_mean(name, available)}Choose from: {', '.join(available)}.")
         spec = REGISTRY.get("packager", name)
         if not any(spec.packs(fmt) for fmt in formats):
             raise ConvertError(
@@ -226,6 +232,11 @@ def stem(model: Any) -> str:
     return "model"
 
 
+def run_log_path(out_dir: Path, report_path: Path) -> Path:
+    """Where a run keeps what the frameworks printed, warned and logged: REPORT_STEM.log in the output folder."""
+    return out_dir / f"{report_path.stem}.log"
+
+
 def writes(out_dir: Path, finals: dict[str, Path], formats: dict[str, str], report_path: Path) -> list[Write]:
     """Every path the run writes, replaces or removes in the output folder."""
     found = [
@@ -233,6 +244,7 @@ def writes(out_dir: Path, finals: dict[str, Path], formats: dict[str, str], repo
         Write("the failed folder", out_dir / FAILED_FOLDER, replaces=False),
         Write("the JSON report", report_path),
         Write("the output lock", out_dir / LOCK_NAME),
+        Write("the run's log", run_log_path(out_dir, report_path)),
     ]
     for key, path in finals.items():
         found.append(Write(f"the {key} artifact", path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -30,7 +31,7 @@ from convert.pipeline.context import (
 from convert.pipeline.export import export_target, setup_job
 from convert.pipeline.optimize import optimize
 from convert.pipeline.package import package
-from convert.pipeline.plan import exporter_for, plan
+from convert.pipeline.plan import exporter_for, plan, run_log_path
 from convert.pipeline.reference import calibration_feeds, profile_ranges, reference
 from convert.pipeline.validate import validate_given
 from convert.registry import REGISTRY
@@ -38,7 +39,7 @@ from convert.reports import model as rm
 from convert.safety import Staging
 from convert.sources.request import SourceRequest
 from convert.sources.signature import fixed_shape_note
-from convert.worker import Session, SourceSummary
+from convert.worker import Session, SourceSummary, log_bytes
 from convert.worker import start as start_worker
 
 
@@ -61,6 +62,7 @@ def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHoo
         task=request.task,
         dtype=request.dtype,
         weights=Path(request.weights) if request.weights else None,
+        weights_key=request.weights_key,
         params=request.params,
         inputs=the_plan.specs,
         example_inputs=the_plan.example,
@@ -75,11 +77,13 @@ def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHoo
         request, report, stages, worker, cache, the_plan.policy, the_plan.out_dir, the_plan.stem, the_plan.report_path, hooks=hooks
     )
     earlier_report_moved = False
+    log_path = None
     earlier_report = _identity(ctx.report_path)  # to tell it from a report another run writes while this one works
     try:
         with stages.run("load") as stage:
             ctx.source = setup_job(worker, stage, Session.load, source_request)
         report.source = _source_record(ctx.source)
+        report.notes.extend(ctx.source.info.notes)
         inputs = ctx.source.signature.inputs
         if note := fixed_shape_note(inputs, bool(the_plan.specs), the_plan.example is not None, ctx.source.info.kind):
             report.notes.append(note)
@@ -116,7 +120,7 @@ def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHoo
             choose(ctx)
         for name in the_plan.packages:
             package(ctx, name)
-        finish(report, stages)
+        finish(report, stages, request.unbuilt)
         if hooks.judge is not None:
             report.gate = hooks.judge(report, ctx.report_path)
         write_report(ctx.report_path, report)  # still under the output folder's lock
@@ -126,7 +130,7 @@ def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHoo
     except KeyboardInterrupt:
         report.interrupted = True
         report.error = "the run was interrupted"
-        finish(report, stages)
+        finish(report, stages, request.unbuilt)
         if ctx.staging is not None:
             write_report(ctx.report_path, report)
         raise
@@ -134,15 +138,31 @@ def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHoo
         # once an artifact is published the report says how far the run got and why it stopped; before that the run
         # leaves nothing behind (a full disk, bad input found late), as a refused one does
         if ctx.artifacts:
-            report_stop(report, stages, ctx.report_path, exc)
+            report_stop(report, stages, ctx.report_path, exc, request.unbuilt)
         elif request.force and (earlier_report_moved or ctx.report_path.is_file()):
             _replace_earlier_report(ctx, exc, None if earlier_report_moved else earlier_report)
         raise
     finally:
         worker.close()
         if ctx.staging is not None:
+            log_path = _keep_log(ctx)
             ctx.staging.cleanup()
-    return ConversionResult(report=report, artifacts=ctx.artifacts, report_path=ctx.report_path)
+    return ConversionResult(report=report, artifacts=ctx.artifacts, report_path=ctx.report_path, log_path=log_path)
+
+
+def _keep_log(ctx: RunContext) -> Path | None:
+    """Publish the run's log (what the frameworks printed, warned and logged, kept off the terminal) in the output
+    folder; its path, or None where they said nothing. An empty log replaces an earlier run's, which would mislead."""
+    text = log_bytes(ctx.worker.log) if ctx.worker.log is not None else b""
+    final = run_log_path(ctx.out_dir, ctx.report_path)
+    if not text and not final.exists():
+        return None
+    with contextlib.suppress(OSError):  # the log is a convenience: a full disk here must not turn the run's outcome
+        staged = ctx.staging.path / final.name
+        staged.write_bytes(text)
+        ctx.staging.publish([staged])
+        return final if text else None
+    return None
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -164,7 +184,7 @@ def _replace_earlier_report(ctx: RunContext, exc: Exception, earlier: tuple[int,
             staging = Staging(ctx.out_dir)
         if earlier is not None and _identity(ctx.report_path) != earlier:
             return
-        report_stop(ctx.report, ctx.stages, ctx.report_path, exc)
+        report_stop(ctx.report, ctx.stages, ctx.report_path, exc, ctx.request.unbuilt)
     except ConvertError:
         return
     finally:

@@ -1,9 +1,12 @@
-"""The console summary, then the verdict. On a terminal: tables, one row per artifact × runtime × device (shapes folded
-in). Anywhere else (CI logs, pipes, tee): plain lines, one per check, stage, benchmark and candidate, never wrapped or
-cut, so that grep finds each whole."""
+"""The console summary, then the verdict. By default compact: one line per artifact (its verdict, worst error, p50), a
+device or a reason skipped everywhere said once, --optimize auto's choice in one line. With ``verbose`` (``-v``), the
+detail: on a terminal tables, one row per artifact × runtime × device (shapes folded in); anywhere else (CI logs, pipes,
+tee) plain lines, one per check, stage, benchmark and candidate. Off a terminal no line is ever wrapped or cut, so that
+grep finds each whole."""
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import groupby
 from typing import TYPE_CHECKING
 
@@ -12,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from convert.registry import REGISTRY
 from convert.reports import facts
 from convert.reports.model import ArtifactRecord, Report, Verdict
 from convert.text import first_line
@@ -33,8 +37,19 @@ def stdout_console() -> Console:
     return console
 
 
-def print_summary(report: Report, console: Console, report_path: str | None = None, verdict: bool = True) -> None:
-    if console.is_terminal:
+def print_summary(
+    report: Report,
+    console: Console,
+    report_path: str | None = None,
+    verdict: bool = True,
+    verbose: bool = False,
+    log_path: str | None = None,
+) -> None:
+    """The run's results: compact, or every check, stage, benchmark and candidate with ``verbose``; ``log_path`` is
+    where the run kept what the frameworks printed, warned and logged."""
+    if not verbose:
+        _print_compact(report, console)
+    elif console.is_terminal:
         _print_validation_table(report, console)
         _print_benchmarks(report, console)
         _print_auto(report, console)
@@ -68,24 +83,38 @@ def print_summary(report: Report, console: Console, report_path: str | None = No
         if package.path:
             state = "" if package.passed else " [red]failed: kept for inspection, not at a final path[/]"
             _say(console, f"  package {package.packager}: {escape(package.path)} ({escape(package.describe())}){state}", soft_wrap=True)
+        elif (stage := report.stage("package", package.packager)) is not None and stage.status == "skipped":
+            _say(console, f"  package {package.packager}: [yellow]skipped[/]" + escape(_reason(stage.reason)), soft_wrap=True)
     _print_task_lines(report, console)
     cache = report.cache
     if cache.reused or cache.rebuilt:
+        # compact: each reason once, after the stage jobs it rebuilt
+        rebuilt = (
+            [(r.stage, r.reason) for r in cache.rebuilt]
+            if verbose
+            else [(", ".join(stages), reason) for reason, stages in _grouped((r.reason, r.stage) for r in cache.rebuilt)]
+        )
         _say(
             console,
             f"  cache: {len(cache.reused)} stage jobs reused from {escape(cache.folder or '-')}"
-            + "".join(f"; rebuilt {escape(r.stage)}: {escape(r.reason)}" for r in cache.rebuilt),
+            + "".join(f"; rebuilt {escape(stages)}: {escape(reason)}" for stages, reason in rebuilt),
         )
     for note in report.notes:
         _say(console, f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if report.environment.outside_tested:
         untested = ", ".join(f"{name} {found}" for name, found in report.environment.outside_tested.items())
         _say(console, f"[yellow]note:[/] installed outside the tested versions: {escape(untested)}", soft_wrap=True)
+    if log_path:
+        _say(console, f"  log: {escape(log_path)} (what the frameworks printed, warned and logged)", soft_wrap=True)
     if verdict:
+        outcome = facts.run_outcome(report)
         _say(
             console,
-            f"Verdict: {_word(facts.run_outcome(report))} (exit code {report.exit_code})"
+            f"Verdict: {_word(outcome)}"
+            + (f" — {escape(outcome.not_built)}" if outcome.not_built else "")
+            + f" (exit code {report.exit_code})"
             + (f"; report: {escape(report_path)}" if report_path else ""),
+            soft_wrap=True,
         )
 
 
@@ -330,7 +359,19 @@ def _figure(value: float | None, spec: str) -> str:
 
 
 def _auto_title(report: Report) -> str:
-    return "--optimize auto: " + (f"chose {report.auto.chosen}" if report.auto.chosen else "no candidate passed")
+    return "--optimize auto: " + _auto_choice(report)
+
+
+def _auto_choice(report: Report) -> str:
+    """What --optimize auto did, in words: the exported artifact itself (the candidate "none") is "the plain" one."""
+    chosen = report.auto.chosen
+    if chosen is None:
+        return "no candidate passed"
+    if chosen != "none":
+        return f"chose {chosen}"
+    plain = next(c for c in report.auto.candidates if c.name == "none")
+    kind = REGISTRY.format(plain.format).title.split(" ", 1)[1]  # "an ONNX model": "ONNX model"
+    return f"kept the plain {kind} (no optimization was faster within the budget)"
 
 
 def _print_auto(report: Report, console: Console) -> None:
@@ -367,6 +408,84 @@ def _print_auto_lines(report: Report, console: Console) -> None:
         )
 
 
+def _print_compact(report: Report, console: Console) -> None:
+    """One line per checked artifact (verdict, worst error, lowest cosine, p50 where benchmarked); the artifacts that
+    have no checks grouped by why; each device skipped, with its reason, once; then --optimize auto's choice."""
+    _say(console, "Validation against the source model")
+    if (p50 := facts.source_p50(report)) is not None:
+        _say(console, f"source p50_ms={p50:.3f}")
+    checked = [a for a in report.artifacts if a.checks]
+    width = max((len(a.key) for a in report.artifacts), default=0)
+    for artifact in checked:
+        _say(console, f"{artifact.key:<{width}} {_artifact_line(report, artifact)}", soft_wrap=True)
+    unchecked = [(facts.unchecked(report, a), a.key) for a in report.artifacts if not a.checks]
+    for (status, reason), keys in _grouped(((u.status, first_line(u.reason, None)), key) for u, key in unchecked):
+        style = STYLE["skipped" if status == "skipped" else "failed"]
+        _say(console, f"{escape(', '.join(keys))} [{style}]{status}[/]" + escape(_reason(reason)), soft_wrap=True)
+    for device, reason, keys in _skipped_devices(report, checked):
+        where = "every artifact" if len(keys) == len(checked) else ", ".join(keys)
+        _say(console, f"{device}: [yellow]skipped[/] on {escape(where)} ({escape(_one_line(reason))})", soft_wrap=True)
+    if report.auto is not None:
+        chosen = next((c for c in report.auto.candidates if c.status == "chosen" and c.name != "none"), None)
+        why = f": {_one_line(chosen.reason)}" if chosen is not None and chosen.reason else ""
+        _say(console, f"auto: {escape(_auto_choice(report) + why)}", soft_wrap=True)
+
+
+def _artifact_line(report: Report, artifact: ArtifactRecord) -> str:
+    """An artifact's verdict over its checks that ran, its worst error and lowest cosine, and its p50 where measured."""
+    ran = [c for c in artifact.checks if c.status != "skipped"]
+    failed = facts.failed_checks(artifact)
+    status = "failed" if failed or (ran and not artifact.passed) else "passed" if ran else "skipped"
+    error, cosine = facts.check_errors(ran)
+    agreements = [c.generation.token_agreement for c in ran if c.generation is not None]
+    line = (
+        f"[{STYLE[status]}]{status}[/] max_abs_err={'-' if error is None else f'{error:.1e}'} "
+        f"min_cosine={'-' if cosine is None else f'{cosine:.6f}'}" + (f" token_agreement={min(agreements):.1%}" if agreements else "")
+    )
+    measured = [b for b in artifact.benchmarks if b.status == "ok" and b.latency_ms_p50]
+    for b in measured:
+        at = f"[{b.runtime} {b.device}]" if len(measured) > 1 else ""
+        line += f" p50_ms{escape(at)}={b.latency_ms_p50:.3f}" + (
+            f" vs_source={times}" if (times := facts.times(facts.speedup(report, b))) else ""
+        )
+    for b in artifact.benchmarks:
+        if b.status != "ok":
+            line += f" benchmark_{b.status}: {escape(first_line(b.reason))}"
+    if failed:
+        line += escape(f" reason: {facts.place(failed[0])}: {first_line(failed[0].reason, None)}")
+    return line
+
+
+def _skipped_devices(report: Report, checked: list[ArtifactRecord]) -> list[tuple[str, str, list[str]]]:
+    """(device, reason, artifact keys) for each device a check was skipped on: a device absent from this machine that
+    every artifact skipped is one entry with its most given reason; otherwise one entry per reason."""
+    skipped: dict[str, list[tuple[str, str]]] = {}
+    for artifact in checked:
+        for check in artifact.checks:
+            if check.status == "skipped" and not _ran_on(artifact, check.device):
+                skipped.setdefault(check.device, []).append((check.reason, artifact.key))
+    entries = []
+    for device, found in skipped.items():
+        keys = list(dict.fromkeys(key for _, key in found))
+        if device not in report.environment.devices and len(keys) == len(checked):
+            entries.append((device, Counter(reason for reason, _ in found).most_common(1)[0][0], keys))
+            continue
+        entries += [(device, reason, list(dict.fromkeys(keys))) for reason, keys in _grouped(found)]
+    return entries
+
+
+def _ran_on(artifact: ArtifactRecord, device: str) -> bool:
+    return any(c.device == device and c.status != "skipped" for c in artifact.checks)
+
+
+def _grouped(pairs) -> list[tuple[object, list[str]]]:
+    """(key, names) pairs gathered by key, in the order each key first came: a reason said once, after all it explains."""
+    groups: dict[object, list[str]] = {}
+    for key, name in pairs:
+        groups.setdefault(key, []).append(name)
+    return list(groups.items())
+
+
 def _say(console: Console, markup: str, soft_wrap: bool = False) -> None:
     """One line of markup: styled on a terminal; anywhere else its plain text, which rich never wraps or cuts."""
     if console.is_terminal:
@@ -390,11 +509,20 @@ def cell(text: str, limit: int) -> str:
 
 
 def print_failures(report: Report, console: Console, report_path: str) -> None:
-    """Every artifact that failed validation, then every export and pass that failed, crashed or timed out: one
-    paragraph each, with what to do next (the CLI prints them on stderr)."""
+    """Every artifact that failed validation, every one asked for that cannot be built here (unless accepted), then every
+    export and pass that failed, crashed or timed out: one paragraph each, with what to do next (the CLI prints them on
+    stderr)."""
     for artifact in report.artifacts:
         if artifact.checks and not artifact.passed and not facts.not_chosen(report, artifact):
             console.print(f"[bold red]error:[/] {escape(failed_validation(artifact, report_path))}", soft_wrap=True)
+    for missing in report.unbuilt:
+        if missing.status == "skipped" and not missing.accepted:
+            console.print(
+                f"[bold red]error:[/] {escape(missing.artifact)} was asked for and cannot be built here: "
+                f"{escape(_one_line(missing.reason).rstrip('.'))}. Build it where it can be, leave it out of the request, "
+                "or pass --unbuilt warn to accept the gap (the verdict is then PASSED WITH GAPS, exit code 0).",
+                soft_wrap=True,
+            )
     for stage in report.stages:
         if not (stage.makes_artifact and stage.status == "failed"):
             continue

@@ -15,7 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from convert.reports.model import ArtifactRecord, BaselineDelta, Benchmark, BudgetResult, Check, Report, Stage, Verdict
+from convert.reports.model import (
+    ArtifactRecord,
+    AutoCandidate,
+    BaselineDelta,
+    Benchmark,
+    BudgetResult,
+    Check,
+    Report,
+    Stage,
+    Unbuilt,
+    Verdict,
+)
+from convert.text import first_line
+from convert.timing import UNSTABLE_WIDTH
 
 NOT_CHOSEN = " (auto candidate, not chosen)"
 STATUSES = ("passed", "failed", "skipped")
@@ -35,14 +48,23 @@ def label(report: Report, artifact: ArtifactRecord) -> str:
 class Outcome:
     """The verdict a rendering leads with: the gate's decision on a gated report, else whether the run passed."""
 
-    word: Literal["PROMOTE", "REJECT", "PASSED", "FAILED"]
-    good: bool
+    word: Literal["PROMOTE", "REJECT", "PASSED", "PASSED WITH GAPS", "FAILED"]
+    good: bool  # PASSED WITH GAPS is not: a requested artifact that is missing never reads as green
     interrupted: bool = False  # a run (not a gate) that was interrupted
+    unbuilt: tuple[Unbuilt, ...] = ()  # a run's: what it was asked for and did not build
 
     @property
     def status(self) -> str:
-        """The word in lower case, as a machine reads it: promote, reject, passed or failed."""
-        return self.word.lower()
+        """The word as a machine reads it: promote, reject, passed, passed_with_gaps or failed."""
+        return self.word.lower().replace(" ", "_")
+
+    @property
+    def not_built(self) -> str:
+        """What the verdict line adds: "requested but not built: trt:fp16 (TensorRT is not installed: …)", every
+        unbuilt artifact with the first line of its reason; "" where everything asked for was built."""
+        if not self.unbuilt:
+            return ""
+        return "requested but not built: " + "; ".join(f"{u.artifact} ({first_line(u.reason)})" for u in self.unbuilt)
 
     @property
     def title(self) -> str:
@@ -56,8 +78,17 @@ def gate_outcome(verdict: Verdict) -> Outcome:
 
 
 def run_outcome(report: Report) -> Outcome:
-    """The run's own verdict, whatever a gate made of it: PASSED or FAILED (and whether it was interrupted)."""
-    return Outcome("PASSED" if report.passed else "FAILED", report.passed, report.interrupted)
+    """The run's own verdict, whatever a gate made of it: PASSED, PASSED WITH GAPS (it passed without an artifact it was
+    asked for, which --unbuilt warn accepted) or FAILED; whether it was interrupted, and what it did not build."""
+    word = ("PASSED WITH GAPS" if report.unbuilt else "PASSED") if report.passed else "FAILED"
+    return Outcome(word, word == "PASSED", report.interrupted, tuple(report.unbuilt))
+
+
+def unbuilt(report: Report, artifact: ArtifactRecord) -> Unbuilt | None:
+    """The report's record of an artifact it was asked for and did not build; None for one built, given or a candidate."""
+    if artifact.candidate or artifact.given:
+        return None
+    return next((record for record in report.unbuilt if record.artifact == artifact.key), None)
 
 
 def outcome(report: Report) -> Outcome:
@@ -98,13 +129,18 @@ def failed_checks(artifact: ArtifactRecord) -> list[Check]:
 def check_errors(checks: list[Check]) -> tuple[float | None, float | None]:
     """The largest absolute error and the lowest cosine of some checks, over their outputs and, for a generation check,
     its logits over the decoding; None where none was measured."""
-    errors = [o.max_abs_error for c in checks for o in c.outputs if o.max_abs_error is not None]
+    worst = worst_error(checks)
     cosines = [o.cosine_similarity for c in checks for o in c.outputs if o.cosine_similarity is not None]
-    for check in checks:
-        if check.generation is not None:
-            errors.append(check.generation.max_abs_logits)
-            cosines.append(check.generation.min_cosine)
-    return max(errors, default=None), min(cosines, default=None)
+    cosines += [c.generation.min_cosine for c in checks if c.generation is not None]
+    return worst[0] if worst else None, min(cosines, default=None)
+
+
+def worst_error(checks: list[Check]) -> tuple[float, str] | None:
+    """The largest absolute error of some checks and the output it is on (a generation check's is on its "logits",
+    over the decoding); None where none was measured."""
+    errors = [(o.max_abs_error, o.name) for c in checks for o in c.outputs if o.max_abs_error is not None]
+    errors += [(c.generation.max_abs_logits, "logits") for c in checks if c.generation is not None]
+    return max(errors, key=lambda error: error[0], default=None)
 
 
 @dataclass(frozen=True)
@@ -135,9 +171,15 @@ def benchmark_rows(report: Report) -> list[tuple[str, Benchmark]]:
     return [("source", b) for b in report.source_benchmark] + [(a.key, b) for a in report.artifacts for b in a.benchmarks]
 
 
+def reference_benchmark(report: Report) -> Benchmark | None:
+    """The source's benchmark that speed-ups are measured against: its first that measured a p50."""
+    return next((b for b in report.source_benchmark if b.status == "ok" and b.latency_ms_p50), None)
+
+
 def source_p50(report: Report) -> float | None:
-    """The p50 latency speed-ups are measured against: the source's first benchmark that measured one."""
-    return next((b.latency_ms_p50 for b in report.source_benchmark if b.status == "ok" and b.latency_ms_p50), None)
+    """The p50 latency speed-ups are measured against (see ``reference_benchmark``)."""
+    reference = reference_benchmark(report)
+    return reference.latency_ms_p50 if reference else None
 
 
 def speedup(report: Report, benchmark: Benchmark) -> float | None:
@@ -149,3 +191,25 @@ def speedup(report: Report, benchmark: Benchmark) -> float | None:
 def times(ratio: float | None) -> str | None:
     """A speed-up as shown, e.g. "2.50x"; None where there is none."""
     return f"{ratio:.2f}x" if ratio else None
+
+
+def headline_benchmark(report: Report, artifact: ArtifactRecord) -> Benchmark | None:
+    """The benchmark that stands for an artifact where artifacts are compared in one row each: its first that measured a
+    p50 on the device of the source's reference figure (so that its speed-up compares like with like), else its first
+    that measured one; None where none did."""
+    reference = reference_benchmark(report)
+    measured = [b for b in artifact.benchmarks if b.status == "ok" and b.latency_ms_p50]
+    on_reference_device = [b for b in measured if reference is not None and b.device == reference.device]
+    return next(iter(on_reference_device or measured), None)
+
+
+def instability(timed: Benchmark | AutoCandidate) -> str:
+    """Why a p50 cannot be ranked against a figure close to it, e.g. "unstable: 95% interval 0.055–0.082 ms spans 34%
+    of the p50 (over 20% cannot be ranked)"; "" where it is stable or was not measured."""
+    if not timed.unstable or not timed.latency_ms_interval or not timed.latency_ms_p50:
+        return ""
+    low, high = timed.latency_ms_interval
+    return (
+        f"unstable: 95% interval {low:.3g}–{high:.3g} ms spans {(high - low) / timed.latency_ms_p50:.0%} of the p50 "
+        f"(over {UNSTABLE_WIDTH:.0%} cannot be ranked)"
+    )

@@ -2,22 +2,27 @@
 
 Everything is inline (CSS, SVG charts drawn here, no scripts, no fonts or images fetched), so the page can be
 attached to a CI run or a review and opened offline. Every piece of text taken from the report goes through
-``html.escape``: model paths, commands and error messages may hold ``<`` and ``&``.
+``html.escape``: model paths, commands and error messages may hold ``<`` and ``&``. The page leads with one row per
+artifact, to compare them at a glance, and names files relative to its own folder, so that it moves with them.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import shlex
 from html import escape
 from pathlib import Path
 
 from convert.reports import facts
 from convert.reports.model import (
     ArtifactRecord,
+    AutoCandidate,
     AutoSelection,
     BaselineComparison,
     Benchmark,
     Check,
+    Divergence,
     Environment,
     Report,
     Stage,
@@ -31,6 +36,7 @@ BAR_COLOR = "#0969da"  # the main bars of the histogram and latency charts
 PERCENTILE_COLORS = {"p50": BAR_COLOR, "p90": "#54aeff", "p99": "#b6e3ff"}
 SOURCE_PERCENTILE_COLORS = {"p50": "#59636e", "p90": "#8c959f", "p99": "#d1d9e0"}
 STAGE_COLORS = {"ok": "#2da44e", "failed": "#e5534b", "skipped": "#afb8c1"}
+UNSTABLE_COLOR = "#bc4c00"  # orange: a warning, apart from the skipped badges' brown
 AXIS_COLOR = "#8c959f"
 GRID_COLOR = "#eaeef2"
 
@@ -77,6 +83,7 @@ tr.reference > td {{ background: #f6f8fa; font-style: italic; }}
 .badge.passed, .badge.ok, .badge.chosen, .badge.improved {{ background: {PASS_COLOR}; }}
 .badge.failed, .badge.regressed {{ background: {FAIL_COLOR}; }}
 .badge.skipped, .badge.lost, .badge.not_compared {{ background: #9a6700; }}
+.badge.unstable {{ background: {UNSTABLE_COLOR}; margin-left: 6px; cursor: help; }}
 .muted {{ color: #59636e; }}
 .artifact-section {{ border: 1px solid #d1d9e0; border-radius: 8px; padding: 4px 18px 12px; margin: 18px 0; }}
 .artifact-section h2 {{ border: 0; margin-top: 14px; }}
@@ -93,13 +100,16 @@ svg.chart text.axis {{ fill: #59636e; }}
 """
 
 
-def render_html(report: Report) -> str:
-    """The whole page as one string."""
+def render_html(report: Report, folder: Path | None = None) -> str:
+    """The whole page as one string. ``folder``: the absolute folder the page is written to; the absolute paths of the
+    report, commands included, are shown relative to it (see ``_seen_from``)."""
+    if folder is not None:
+        report = _seen_from(report, folder)
     outcome = facts.outcome(report)
     word, good = outcome.title, outcome.good
     sections = [
+        _artifacts_section(report, relative_paths=folder is not None),
         _summary_section(report),
-        _artifacts_section(report),
         _packages_section(report),
         _task_section(report),
         _gate_section(report.gate) if report.gate else "",
@@ -131,7 +141,78 @@ def render_html(report: Report) -> str:
 
 
 def write_html(report: Report, path: Path) -> None:
-    atomic_write_text(path, render_html(report))
+    # resolved as the report's own paths are (the run's out folder is), so that a symlinked /tmp still matches
+    atomic_write_text(path, render_html(report, path.parent.resolve()))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Paths as seen from the page's folder: a page written next to report.json shows cnn.onnx, not /tmp/.../out/cnn.onnx.
+
+
+def _seen_from(report: Report, folder: Path) -> Report:
+    """A copy of the report whose absolute paths (source, artifacts, data, packages, gate files) are relative to
+    ``folder``, and whose commands (the run's, the reproducers) name their paths so and run from ``folder``."""
+
+    def path(value: str | None) -> str | None:
+        return _relative_path(value, folder) if value else value
+
+    def command(value: str) -> str:
+        return _relative_command(value, folder) if value else value
+
+    artifacts = [
+        artifact.model_copy(
+            update={
+                "path": path(artifact.path),
+                "derived_from": path(artifact.derived_from),
+                "files": [path(file) for file in artifact.files],
+                "reproduce": command(artifact.reproduce),
+                "details": [
+                    d.model_copy(update={"reproduce": command(d.reproduce)}) if isinstance(d, Divergence) else d for d in artifact.details
+                ],
+            }
+        )
+        for artifact in report.artifacts
+    ]
+    gate = report.gate
+    if gate is not None:
+        baseline = gate.baseline.model_copy(update={"path": path(gate.baseline.path)}) if gate.baseline else None
+        gate = gate.model_copy(update={"policy": path(gate.policy), "report": path(gate.report), "baseline": baseline})
+    return report.model_copy(
+        update={
+            "command": command(report.command),
+            "source": report.source.model_copy(update={"path": path(report.source.path)}),
+            "artifacts": artifacts,
+            "data": [d.model_copy(update={"path": path(d.path)}) for d in report.data],
+            "packages": [p.model_copy(update={"path": path(p.path)}) for p in report.packages],
+            "gate": gate,
+        }
+    )
+
+
+def _relative_path(path: str, folder: Path) -> str:
+    """An absolute path on ``folder``'s filesystem root relative to it (with ``..`` where it lies outside); a relative
+    path (relative to where the run started, which the page cannot know) and one on another drive as given."""
+    if not os.path.isabs(path) or Path(path).anchor != folder.anchor:
+        return path
+    return os.path.relpath(path, folder)
+
+
+def _relative_command(command: str, folder: Path) -> str:
+    """A shell command with its absolute paths (arguments, and ``--option=PATH`` values) relative to ``folder``, so that
+    it runs from there; as given where it holds none, or does not split as a shell line."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    shown = [_relative_word(word, folder) for word in words]
+    return shlex.join(shown) if shown != words else command
+
+
+def _relative_word(word: str, folder: Path) -> str:
+    name, equals, value = word.partition("=")
+    if equals and name.startswith("-"):
+        return f"{name}={_relative_path(value, folder)}"
+    return _relative_path(word, folder)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -165,8 +246,23 @@ def _short_sha(sha256: str | None) -> str:
     return f'<code title="{_e(sha256)}">{_e(sha256[:12])}</code>' if sha256 else "–"
 
 
-def _badge(status: str) -> str:
-    return f'<span class="badge {_e(status)}">{_e(status.replace("_", " "))}</span>'
+def _badge(status: str, tooltip: str = "") -> str:
+    title = f' title="{_e(tooltip)}"' if tooltip else ""
+    return f'<span class="badge {_e(status.replace(" ", "_"))}"{title}>{_e(status.replace("_", " "))}</span>'
+
+
+def _unstable_badge(timed: Benchmark | AutoCandidate) -> str:
+    """A warning beside a p50 too noisy to rank, its reason in the tooltip; "" beside a stable one."""
+    why = facts.instability(timed)
+    return f'<span class="badge unstable" title="{_e(why)}" aria-label="{_e(why)}">⚠ unstable</span>' if why else ""
+
+
+def _p50_cell(timed: Benchmark | AutoCandidate | None, tooltip: str = "") -> str:
+    """A p50 in ms with its unstable warning; "–" where it was not measured."""
+    title = f' title="{_e(tooltip)}"' if tooltip else ""
+    if timed is None:
+        return f'<td class="num"{title}>–</td>'
+    return f'<td class="num"{title}>{_e(_num(timed.latency_ms_p50))}{_unstable_badge(timed)}</td>'
 
 
 def _table(headers: list[str], rows: list[tuple[str, str]], compact: bool = False) -> str:
@@ -244,6 +340,12 @@ def _verdict_banner(report: Report, word: str, good: bool) -> str:
         parts.append(f'<ul class="reasons">{items}</ul>')
     if gate and gate.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>note: {_e(n)}</li>" for n in gate.notes) + "</ul>")
+    if report.unbuilt and not gate:  # a gate names them among its reasons
+        items = "".join(
+            f'<li><span class="code">not built</span><span class="artifact">{_e(u.artifact)}</span>{_e(u.reason)}</li>'
+            for u in report.unbuilt
+        )
+        parts.append(f'<ul class="reasons">{items}</ul>')
     if report.error:
         parts.append(f'<ul class="reasons"><li><span class="code">error</span>{_e(report.error)}</li></ul>')
     exit_code = gate.exit_code if gate else report.exit_code
@@ -302,32 +404,77 @@ def _packages_section(report: Report) -> str:
     return "<section><h2>Packages</h2>" + _table(headers, rows) + "</section>"
 
 
-def _artifacts_section(report: Report) -> str:
+def _artifacts_section(report: Report, relative_paths: bool) -> str:
+    """One row per artifact, so that they compare at a glance; the source's benchmark first where it was measured, as
+    the reference of the speed-ups."""
     if not report.artifacts:
         return '<section><h2>Artifacts</h2><p class="muted">No artifact was produced.</p></section>'
-    rows = []
-    for index, artifact in enumerate(report.artifacts):
-        key = facts.label(report, artifact)
-        rows.append(
-            (
-                "" if artifact.passed else "failed",
-                f'<td><a href="#artifact-{index}">{_e(key)}</a></td>'
-                + _td(artifact.format)
-                + _td(artifact.precision)
-                + _td(_size(artifact.size_bytes), numeric=True)
-                + f"<td>{_short_sha(artifact.sha256)}</td>"
-                + f"<td>{_badge('passed' if artifact.passed else 'failed')}</td>"
-                + _td(_status_counts(artifact.checks))
-                + f"<td><code>{_e(artifact.path or '–')}</code></td>",
-            )
-        )
-    headers = ["artifact", "format", "precision", "size", "sha256", "status", "checks", "path"]
-    return "<section><h2>Artifacts</h2>" + _table(headers, rows) + "</section>"
+    rows = [_source_row(report)] if facts.reference_benchmark(report) else []
+    rows += [_artifact_row(report, index, artifact) for index, artifact in enumerate(report.artifacts)]
+    headers = [
+        "format / pass",
+        "verdict",
+        "checks",
+        "max |err|",
+        "worst output",
+        "min cosine",
+        "p50 ms",
+        "vs source",
+        "size",
+        "precision",
+        "file",
+    ]
+    note = '<p class="muted">Paths are relative to the folder of this page; the commands run from it.</p>' if relative_paths else ""
+    return '<section id="artifacts"><h2>Artifacts</h2>' + _table(headers, rows) + note + "</section>"
+
+
+def _source_row(report: Report) -> tuple[str, str]:
+    reference = facts.reference_benchmark(report)
+    return (
+        "reference",
+        _td(f"source model ({report.source.framework or 'source'})")
+        + f"<td>{_badge('reference', 'the speed-ups are measured against this p50')}</td>"
+        + _td("–") * 4
+        + _p50_cell(reference)
+        + _td("1.00x", numeric=True)
+        + _td("–") * 2
+        + f"<td><code>{_e(report.source.path or '–')}</code></td>",
+    )
+
+
+def _artifact_row(report: Report, index: int, artifact: ArtifactRecord) -> tuple[str, str]:
+    made = f' <span class="muted">({_e(artifact.format)})</span>' if artifact.key != artifact.format else ""
+    if artifact.checks:
+        status = "passed" if artifact.passed else "failed"
+        why = "; ".join(f"failed: {facts.place(c)}" for c in facts.failed_checks(artifact))
+    else:
+        unchecked = facts.unchecked(report, artifact)
+        status, why = unchecked.status, unchecked.reason
+    worst = facts.worst_error(artifact.checks)
+    _, cosine = facts.check_errors(artifact.checks)
+    benchmark = facts.headline_benchmark(report, artifact)
+    where = f"{benchmark.runtime} on {benchmark.device} at {benchmark.shape}" if benchmark else "not measured"
+    return (
+        {"passed": "", "skipped": "skipped"}.get(status, "failed"),
+        f'<td><a href="#artifact-{index}">{_e(facts.label(report, artifact))}</a>{made}</td>'
+        + f"<td>{_badge(status, why)}</td>"
+        + _td(_status_counts(artifact.checks))
+        + _td(_num(worst[0] if worst else None), numeric=True)
+        + (f"<td><code>{_e(worst[1])}</code></td>" if worst else _td("–"))
+        + _td(_num(cosine, ".6f"), numeric=True)
+        + _p50_cell(benchmark, where)
+        + _td(facts.times(facts.speedup(report, benchmark)) if benchmark else "–", numeric=True)
+        + _td(_size(artifact.size_bytes) if artifact.path else "–", numeric=True)
+        + _td(artifact.precision)
+        + f"<td><code>{_e(artifact.path or '–')}</code></td>",
+    )
 
 
 def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> str:
     status = "passed" if artifact.passed else "failed"
     details = [("format", _e(artifact.format)), ("precision", _e(artifact.precision))]
+    if artifact.path:
+        details += [("file", f"<code>{_e(artifact.path)}</code>"), ("sha256", _short_sha(artifact.sha256))]
     if artifact.given:
         details.append(("given", f"<code>{_e(artifact.path)}</code>, validated as it is"))
     if artifact.exporter or artifact.strategy:
@@ -640,7 +787,7 @@ def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: li
                 + _td(benchmark.threads or "default", numeric=True)
                 + _td(benchmark.shape)
                 + _td(benchmark.runs, numeric=True)
-                + _td(_num(benchmark.latency_ms_p50), numeric=True)
+                + _p50_cell(benchmark)
                 + _td(benchmark.spread() or "–")
                 + "".join(_td(_num(v), numeric=True) for v in (benchmark.latency_ms_p90, benchmark.latency_ms_p99))
                 + _td(speedup, numeric=True)
@@ -775,7 +922,7 @@ def _auto_section(auto: AutoSelection) -> str:
             + _td(c.precision)
             + f"<td>{_badge(c.status)}</td>"
             + _td(c.device or "–")
-            + _td(_num(c.latency_ms_p50), numeric=True)
+            + _p50_cell(c)
             + _td(_rate(c.throughput_per_s), numeric=True)
             + _td(facts.times(c.speedup_vs_source) or "–", numeric=True)
             + _td(c.reason),

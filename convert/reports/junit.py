@@ -8,6 +8,8 @@ reason that those do not already show.
 
 A candidate of ``--optimize auto`` that was not chosen is listed, its testcase names end in "(auto candidate, not
 chosen)", and its failures are written as ``<skipped>``: they do not fail the run, so the failure count agrees with it.
+For the same reason an artifact asked for that cannot be built here is a ``<failure>`` (``NotBuilt``), or ``<skipped>``
+where --unbuilt warn accepted it.
 
 The output validates against the Jenkins xunit-plugin junit-10.xsd (vendored as tests/data/junit-10.xsd), which gives
 ``<testsuites>`` no ``skipped`` attribute: the skipped counts are on each ``<testsuite>``.
@@ -71,7 +73,8 @@ def _validation_suite(report: Report) -> ET.Element:
                 _task_case(f"convert.{key}.task", check, m, not_chosen) for check in artifact.task_checks() for m in check.task.metrics
             ]
         else:
-            cases.append(_unvalidated_case(f"convert.{key}", artifact, facts.unchecked(report, artifact), not_chosen))
+            unchecked, missing = facts.unchecked(report, artifact), facts.unbuilt(report, artifact)
+            cases.append(_unvalidated_case(f"convert.{key}", artifact, unchecked, not_chosen, missing is not None and not missing.accepted))
     for package in report.packages:
         shown.add(("package", package.packager, ""))
         cases += [_package_case(package, check) for check in package.checks] or [
@@ -125,11 +128,17 @@ def _check_case(classname: str, check: Check, not_chosen: bool, notes: str = "")
     return case
 
 
-def _unvalidated_case(classname: str, artifact: ArtifactRecord, unchecked: facts.Unchecked, not_chosen: bool) -> ET.Element:
-    """The one testcase of an artifact without checks: why it was not built, or why it was not validated."""
+def _unvalidated_case(
+    classname: str, artifact: ArtifactRecord, unchecked: facts.Unchecked, not_chosen: bool, fails_run: bool
+) -> ET.Element:
+    """The one testcase of an artifact without checks: why it was not built, or why it was not validated. One asked for
+    that cannot be built here is a failure where it ``fails_run`` (not accepted by --unbuilt warn), else skipped."""
     suffix, stage = facts.NOT_CHOSEN * not_chosen, unchecked.stage
     if unchecked.status == "skipped":
-        return _outcome(_testcase(classname, stage.name + suffix, stage.seconds), "skipped", unchecked.reason or "skipped")
+        case = _testcase(classname, stage.name + suffix, stage.seconds)
+        if fails_run:
+            return _outcome(case, "failure", f"requested but not built: {unchecked.reason}", "NotBuilt", unchecked.reason)
+        return _outcome(case, "skipped", unchecked.reason or "skipped")
     if unchecked.status == "not built":
         attempts = "\n".join(
             f"- {a.strategy}: {a.status} in {a.seconds:.3f}s" + (f": {a.error}" if a.error else "") for a in artifact.attempts

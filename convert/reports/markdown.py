@@ -95,7 +95,9 @@ def _bullets(report: Report) -> str:
         failures += [f"{_cell(artifact.key)}: {_cell(line, BULLET_LIMIT)}" for line in artifact.diagnosis()]
     if report.interrupted:
         failures.append(_cell(report.error or "the run was interrupted", BULLET_LIMIT))
-    return _bullet_list("Failures", failures)
+    # a failed build is a failure above; one that cannot be built here is listed here, fails the run or not
+    unbuilt = [f"{_cell(u.artifact)}: {_cell(u.reason, BULLET_LIMIT)}" for u in report.unbuilt if u.status == "skipped"]
+    return "\n\n".join(filter(None, (_bullet_list("Failures", failures), _bullet_list("Requested but not built", unbuilt))))
 
 
 def _bullet_list(title: str, items: list[str]) -> str:

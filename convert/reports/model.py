@@ -27,7 +27,7 @@ from convert.reports.details import (  # noqa: F401 (the details of an artifact,
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 D = TypeVar("D", bound=ArtifactDetail)
 
 
@@ -36,6 +36,8 @@ StageKind = Literal[
 ]
 # the stages that make an artifact or a package: a failure of one is a failed run (exit code 2)
 MAKING_KINDS: tuple[StageKind, ...] = ("export", "optimize", "package")
+# the stages that make what --to and --optimize ask for: one that did not is in the report's ``unbuilt``
+REQUESTED_KINDS: tuple[StageKind, ...] = ("export", "optimize")
 
 
 class DeclaredShapeMismatch(BaseModel):
@@ -306,6 +308,38 @@ class Stage(BaseModel):
         return self.kind in MAKING_KINDS
 
 
+class Unbuilt(BaseModel):
+    """An artifact the run was asked for (a --to format, an --optimize pass) and did not build. --optimize auto's
+    candidates are never listed: it tries every pass, and those this machine cannot build are no request unmet."""
+
+    artifact: str = Field(description="its key: a target format (onnx) or an optimization (trt:fp16)")
+    stage: str = Field(description="the stage that did not build it, e.g. 'optimize:trt:fp16'")
+    status: Literal["skipped", "failed"] = Field(
+        description="skipped: it cannot be built on this machine (a package or a device it needs is absent, or the "
+        "artifact it starts from was not made); failed: it was tried and failed"
+    )
+    reason: str
+    accepted: bool = Field(
+        False, description="--unbuilt warn accepted this skipped one: it does not fail the run (a failed one never is accepted)"
+    )
+
+
+def unbuilt_of(stages: list[Stage], accept_skipped: bool) -> list[Unbuilt]:
+    """What the run was asked to build and did not: each export and --optimize stage that was skipped or failed (not
+    the re-run of a pass with a detail, whose first artifact stands, nor --optimize auto's candidates)."""
+    return [
+        Unbuilt(
+            artifact=stage.subject,
+            stage=stage.name,
+            status=stage.status,
+            reason=stage.reason or stage.error,
+            accepted=accept_skipped and stage.status == "skipped",
+        )
+        for stage in stages
+        if stage.kind in REQUESTED_KINDS and not stage.detail and stage.status != "ok"
+    ]
+
+
 class PackageCheck(BaseModel):
     """One structural check of a package, made by reading it back as its consumer would."""
 
@@ -530,6 +564,11 @@ class Report(BaseModel):
     data: list[DataRecord] = Field([], description="the user's datasets the run validated and calibrated on")
     cache: CacheRecord = CacheRecord()
     stages: list[Stage] = []
+    unbuilt: list[Unbuilt] = Field(
+        [],
+        description="what --to and --optimize asked for and the run did not build, with why: each fails the run "
+        "(exit code 1, 2 where it failed) unless accepted (--unbuilt warn, a skipped one), and the verdict names each",
+    )
     artifacts: list[ArtifactRecord] = []
     source_benchmark: list[Benchmark] = Field([], description="the source framework's own run, measured like the artifacts")
     auto: AutoSelection | None = None

@@ -6,8 +6,9 @@ a field removed, renamed or changing meaning is a major version. Under 1.x minor
 timed every benchmark interleaved in rounds and judged gate budgets and regressions on the 95% interval; 1.5 made a
 fixed dim or a wrong declared shape fail a check that passed before; 1.2 computed rel_rms_error for every float
 output where it had been only for fp16 / int8 ones), so a 1.x number does not say what a report's fields mean. Only
-the reports whose meaning an upgrade can state exactly are read: 1.8 and 1.9 (the benchmarks as they are timed today);
-any older one, and any other major, is refused with what to do instead.
+the reports whose meaning an upgrade can state exactly are read: 1.8 and 1.9 (the benchmarks as they are timed today),
+and an older minor of 2.x (the fields it lacks added); any older one, and any other major, is refused with what to do
+instead.
 """
 
 from __future__ import annotations
@@ -15,16 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import ValidationError
+
 from convert import __version__
 from convert.errors import ConvertError
 from convert.readers import shown
-from convert.reports.model import SCHEMA_VERSION
+from convert.reports.model import SCHEMA_VERSION, Stage, unbuilt_of
 from convert.timing import is_unstable
-
 
 # What each schema version changed, newest first: the documentation's changelog is generated from it, and a test keeps
 # it complete (every version from 1.0 to SCHEMA_VERSION, with no gap).
 SCHEMA_CHANGES: dict[str, str] = {
+    "2.1": "Adds `unbuilt`: what `--to` and `--optimize` asked for and the run did not build, with why. Each fails the "
+    "run unless `--unbuilt warn` accepts a skipped one (`accepted`; the verdict is then PASSED WITH GAPS), and the "
+    "`unbuilt` option. A 2.0 report's are read from its stages, each skipped one accepted (a 2.0 run passed with it).",
     "2.0": "An artifact's details are one list, `details`, each with its `kind` (a 1.9 artifact had a field for each kind, "
     "which the upgrade moves there); each stage is named by typed `kind`, `subject` and `detail` (read from a 1.9 "
     "stage's name by the upgrade); adds `packages` and the gate's `required_packages`. The first version under the rule "
@@ -78,6 +83,17 @@ def upgrade_1_9_to_2_0(data: dict) -> dict:
     return {**data, "stages": [_stage_identity(stage) for stage in data.get("stages", [])], "schema_version": "2.0"}
 
 
+def upgrade_2_0_to_2_1(data: dict) -> dict:
+    """2.1 added ``unbuilt``, read from a 2.0 report's export and optimize stages that did not make their artifact.
+    A 2.0 run passed with a requested pass skipped, so each skipped one is accepted: it reads as the gap it was."""
+    try:
+        stages = [Stage.model_validate(stage) for stage in data.get("stages", [])]
+    except (ValidationError, TypeError):
+        return {**data, "schema_version": "2.1"}  # malformed stages: left to the schema to name
+    unbuilt = [record.model_dump() for record in unbuilt_of(stages, accept_skipped=True)]
+    return {**data, "unbuilt": unbuilt, "schema_version": "2.1"}
+
+
 # the fields a 1.9 artifact had for what 2.0 lists in its details, each the kind of detail it is (in 1.9's field order)
 DETAIL_FIELDS_1_9 = ("divergence", "sensitivity", "accuracy_control", "delegation")
 
@@ -103,7 +119,7 @@ def _stage_identity(stage: Any) -> Any:
 
 
 # the version a report has → the function that brings it one step up (each sets the next schema_version)
-UPGRADES: dict[str, Callable[[dict], dict]] = {"1.8": upgrade_1_8_to_1_9, "1.9": upgrade_1_9_to_2_0}
+UPGRADES: dict[str, Callable[[dict], dict]] = {"1.8": upgrade_1_8_to_1_9, "1.9": upgrade_1_9_to_2_0, "2.0": upgrade_2_0_to_2_1}
 
 
 def upgrade(data: Any, what: str) -> Any:
@@ -124,8 +140,11 @@ def upgrade(data: Any, what: str) -> Any:
 
 
 def readable_versions() -> str:
-    """'2.x, and 1.8 and 1.9 (upgraded)': what this tool reads, for messages and the docs."""
-    return f"{SCHEMA_VERSION.split('.')[0]}.x, and {' and '.join(UPGRADES)} (upgraded)"
+    """'2.x, and 1.8 and 1.9 (upgraded)': what this tool reads, for messages and the docs (an older minor of this major is
+    upgraded too, and is part of MAJOR.x)."""
+    major = SCHEMA_VERSION.split(".")[0]
+    older = [version for version in UPGRADES if version.split(".")[0] != major]
+    return f"{major}.x, and {' and '.join(older)} (upgraded)"
 
 
 def _refusal(what: str, version: Any, major: int | None) -> str:

@@ -6,7 +6,7 @@ import abc
 import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ class SourceInfo:
     description: str = ""
     task: str | None = None  # a Hugging Face task, for a transformers model
     task_reason: str = ""  # how the task was chosen
+    notes: list[str] = field(default_factory=list)  # what loading did that the user should know (the report's notes)
 
 
 class SourceModel(abc.ABC):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -17,6 +18,7 @@ import numpy as np
 
 from convert.errors import ConvertError
 from convert.specs import InputSpec
+from convert.text import closest
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 FACTORY_HINT = (
@@ -29,6 +31,7 @@ class SourceRequest:
     model: Any  # a path, "package.module:callable", "path/to/file.py:callable", or a framework object
     framework: str | None = None
     weights: Path | None = None
+    weights_key: str | None = None  # the entry of a training checkpoint (--weights) that holds the model's state dict
     params: Any = None  # a JAX model's params: a file path, or a pytree from Python
     inputs: tuple[InputSpec, ...] = ()
     example_inputs: dict[str, np.ndarray] | tuple | None = None
@@ -41,14 +44,62 @@ class SourceRequest:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def hub_id_error(text: str) -> ConvertError | None:
-    """A clear error for a name that looks like a Hugging Face Hub id (``org/name``), which is never downloaded."""
-    if not HUB_ID.match(text) or Path(text).exists():
-        return None
-    local = text.split("/")[-1]
+# weights files a factory takes, besides the model files every source and format names
+WEIGHTS_SUFFIXES = (".safetensors", ".ckpt", ".msgpack", ".npz")
+
+
+def missing_model_error(text: str) -> ConvertError:
+    """The error for a model name that is neither a file or folder here nor a factory reference: a missing path, or a
+    Hugging Face Hub id (``org/name``), which is never downloaded. A name is a path where it says so: a model file's
+    suffix, a leading ./ ../ / or ~, or a parent folder that exists (``examples/nosuch.pt2`` is no Hub id)."""
+    path = Path(text).expanduser()
+    says_path = (
+        text.startswith(("./", "../", "/", "~", ".\\", "..\\"))
+        or path.suffix.lower() in _model_suffixes()
+        or (path.parent != Path(".") and path.parent.is_dir())
+    )
+    if HUB_ID.match(text) and not says_path:
+        local = text.split("/")[-1]
+        return ConvertError(
+            f"{text} is not a file or folder here; it looks like a Hugging Face Hub id, and this tool never downloads models",
+            f"Download the folder first (huggingface-cli download {text} --local-dir {local}), then run: convert {local}/ ...",
+        )
+    if not says_path:
+        return ConvertError(f"the model {text} does not exist", FACTORY_HINT)
+    where = "" if path.is_absolute() else f" (a relative path is read from the working folder, {Path.cwd()})"
+    near = _near_name(path)
     return ConvertError(
-        f"{text} is not a file or folder here; it looks like a Hugging Face Hub id, and this tool never downloads models",
-        f"Download the folder first (huggingface-cli download {text} --local-dir {local}), then run: convert {local}/ ...",
+        f"the model {text} does not exist{where}",
+        f"Give a model file that exists: did you mean {near}?" if near else "Give a model file that exists: check the path.",
+    )
+
+
+def _near_name(path: Path) -> Path | None:
+    """The file or folder beside a missing path whose name is closest to its name (a typo's likely target), if any."""
+    try:
+        names = [entry.name for entry in path.parent.iterdir()]
+    except OSError:  # no parent folder, or one this user cannot list
+        return None
+    near = difflib.get_close_matches(path.name, names, n=1)
+    return path.parent / near[0] if near else None
+
+
+def _model_suffixes() -> set[str]:
+    from convert.registry import REGISTRY
+
+    sources = {suffix for entry in REGISTRY.entries("source") for suffix in entry.suffixes}
+    formats = {suffix for entry in REGISTRY.entries("format") for suffix in entry.given_suffixes}
+    return sources | formats | set(WEIGHTS_SUFFIXES)
+
+
+def weights_need_factory(path: Path, what: str) -> ConvertError:
+    """The error for a weights-only file given as the model: its first words say that weights need the model's code."""
+    return ConvertError(
+        f"{path} holds {what}, and weights alone need a model factory: a Python function that builds the model with no "
+        "arguments, given as the model, with this file as --weights",
+        "Write one, e.g. a file mymodel.py with the four lines `from mynet import MyNet` / `def build():` / "
+        "`    model = MyNet(num_classes=10)  # the class and arguments the weights were saved from` / `    return model`, "
+        f'then run: convert mymodel.py:build --weights {path} --input "x:float32[B,3,224,224]" --to onnx',
     )
 
 
@@ -95,28 +146,38 @@ def import_reference(reference: str) -> Any:
     if _names_a_file(target):
         module, where = _import_file(Path(target), reference), target
     else:
-        if str(Path.cwd()) not in sys.path and "" not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
+        importable_working_folder()
         try:
             module = importlib.import_module(target)
         except ImportError as exc:
             raise ConvertError(f"cannot import the module '{target}' of {reference}: {exc}", FACTORY_HINT) from exc
         where = f"the module '{target}'"
     found: Any = module
-    for part in attribute.split("."):
+    parts = attribute.split(".")
+    for depth, part in enumerate(parts):
         if not hasattr(found, part):
             defined = sorted(
                 name
                 for name, value in vars(module).items()
                 if callable(value) and not name.startswith("_") and getattr(value, "__module__", None) == module.__name__
             )
+            near = closest(part, [name for name in dir(found) if not name.startswith("_")])
+            suggestion = f"Did you mean {target}:{'.'.join([*parts[:depth], near])}? " if near else ""
             raise ConvertError(
-                f"{where} has no attribute '{attribute}'" + (f" (it defines {', '.join(defined)})" if defined else ""), FACTORY_HINT
+                f"{where} has no attribute '{attribute}'" + (f" (it defines {', '.join(defined)})" if defined else ""),
+                suggestion + FACTORY_HINT,
             )
         found = getattr(found, part)
     if not callable(found):
         raise ConvertError(f"{reference} is not callable", "Point at a function or class that builds the model with no arguments.")
     return found
+
+
+def importable_working_folder() -> None:
+    """Put the working folder on sys.path, as ``python -m convert`` does and the console script does not: a user's
+    factory module, or the classes a trusted pickle names, are imported from the folder the user runs in."""
+    if str(Path.cwd()) not in sys.path and "" not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
 
 
 def _import_file(path: Path, reference: str) -> ModuleType:

@@ -10,7 +10,14 @@ from convert.readers import loads_json
 from convert.registry import REGISTRY
 from convert.safety import check_contained, detect_format
 from convert.sources.base import SourceModel
-from convert.sources.request import FACTORY_HINT, SourceRequest, call_factory, hub_id_error, import_reference, is_factory_reference
+from convert.sources.request import (
+    SourceRequest,
+    call_factory,
+    import_reference,
+    is_factory_reference,
+    missing_model_error,
+    weights_need_factory,
+)
 
 _TORCH_FORMATS = ("pt2", "torchscript", "torch-save", "torch-legacy-pickle")
 PARAMS_FRAMEWORK = "jax"  # --params belongs to JAX models only
@@ -49,7 +56,7 @@ def resolve_source(request: SourceRequest) -> SourceModel:
                 request.model = call_factory(text, target)
             request.kind, request.factory = "factory", text
         else:
-            raise hub_id_error(text) or ConvertError(f"the model {text} does not exist", FACTORY_HINT)
+            raise missing_model_error(text)
     if request.task is not None and framework in (None, "torch"):
         framework = TASK_FRAMEWORK
     framework = framework or detect_framework(request.model)
@@ -62,6 +69,12 @@ def resolve_source(request: SourceRequest) -> SourceModel:
         raise ConvertError(
             f"--params goes with JAX models, and this model is a {framework} one",
             "Give a PyTorch or Keras model's weights with --weights instead.",
+        )
+    if request.weights_key is not None and (framework != "torch" or request.weights is None):
+        raise ConvertError(
+            "--weights-key picks the entry of a PyTorch training checkpoint given as --weights with a factory, "
+            + ("and no --weights is given" if request.weights is None else f"and this model is a {framework} one"),
+            "Drop --weights-key, or give the checkpoint as --weights with the factory that builds its model.",
         )
     return _entry(framework).load()(request)
 
@@ -89,8 +102,11 @@ def detect_framework(model) -> str:
                 "Give the model file itself, a SavedModel folder, or a Hugging Face model folder (what save_pretrained writes).",
             )
         if model.is_file():
-            if detect_format(model) in _TORCH_FORMATS:
+            kind = detect_format(model)
+            if kind in _TORCH_FORMATS:
                 return "torch"
+            if kind == "safetensors":  # said before asking for --framework, which would not help
+                raise weights_need_factory(model, "safetensors weights")
             for entry in REGISTRY.entries("source"):
                 if model.suffix.lower() in entry.suffixes:
                     return entry.name

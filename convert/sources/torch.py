@@ -23,7 +23,7 @@ from convert.backends.torch import TRUST_HINT, CallConvention, load_program, pt2
 from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_file
 from convert.sources.base import SourceInfo, example_arrays
-from convert.sources.request import SourceRequest
+from convert.sources.request import SourceRequest, importable_working_folder, weights_need_factory
 from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
 from convert.sources.torch_model import TorchSource
 from convert.specs import InputSpec
@@ -44,7 +44,7 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
                 "--weights goes with a module:callable factory (or an nn.Module object)",
                 "Drop --weights: this model file already holds its weights.",
             )
-        _load_weights(model, request.weights)
+        info.notes += _load_weights(model, request.weights, request.weights_key)
     if isinstance(model, torch.export.ExportedProgram):
         exported = model
         model = exported.module()
@@ -64,6 +64,8 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
     named = exported is None and not accepts_any and not isinstance(model, torch.jit.ScriptModule)
     if request.inputs:
         specs = order_by_parameters(request.inputs, parameters, accepts_any, what, keyword=named)
+        if exported is not None:
+            _check_against_program(specs, _specs_from_exported(exported)[0])
     elif arrays is not None:
         specs = order_by_parameters(specs_from_arrays(arrays), parameters, accepts_any, what, keyword=named)
     elif exported is not None:
@@ -80,6 +82,34 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
     source = TorchSource(model, info, specs, export_sizes, dim_ranges, convention)
     source.example_feed = arrays
     return source
+
+
+def _check_against_program(specs: tuple[InputSpec, ...], program_specs: tuple[InputSpec, ...]) -> None:
+    """A .pt2 runs only what it was exported for: each --input must have its program input's rank, dtype and fixed sizes
+    (a symbol stands for any size), or the reference run fails deep inside torch with an IndexError."""
+    own = {spec.name: spec for spec in program_specs}
+    for spec in specs:
+        program = own[spec.name]
+        signature = f"the program's {spec.name} is {program.dtype}[{','.join(str(d) for d in program.dims)}]"
+        problem = ""
+        if len(spec.dims) != len(program.dims):
+            problem = f"--input {spec.name} has {len(spec.dims)} dims but {signature}"
+        elif spec.dtype != program.dtype:
+            problem = f"--input {spec.name} is {spec.dtype} but {signature}"
+        else:
+            fixed = [
+                (axis, given, expected)
+                for axis, (given, expected) in enumerate(zip(spec.dims, program.dims))
+                if isinstance(given, int) and isinstance(expected, int) and given != expected
+            ]
+            if fixed:
+                axis, given, expected = fixed[0]
+                problem = f"--input {spec.name} has size {given} at dim {axis} but {signature}"
+        if problem:
+            raise ConvertError(
+                problem,
+                f"Give --input {program} (a symbol for each dynamic dim), or leave --input out: a .pt2 brings its own input specs.",
+            )
 
 
 def _module_convention(module, specs: tuple[InputSpec, ...], parameters: list[str], what: str) -> CallConvention:
@@ -138,6 +168,7 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
                     f"(torch's weights-only unpickler refused it: {detail.strip()})",
                     TRUST_HINT,
                 ) from exc
+            importable_working_folder()  # the pickle names its classes by module: the user's code beside them
             try:
                 loaded = torch.load(str(path), map_location="cpu", weights_only=False)
             except Exception as inner:
@@ -150,20 +181,14 @@ def _load_file(path: Path, trust_code: bool) -> tuple[Any, str]:
                 f"cannot read {path} with torch.load: {exc}", "The file may be truncated or corrupt: save it again."
             ) from exc
         if isinstance(loaded, Mapping):
-            raise ConvertError(
-                f"{path} holds only weights (a state dict), not a model",
-                "Give the model's code as a factory with the weights: convert package.module:build_model --weights " + str(path),
-            )
+            raise weights_need_factory(path, "only weights (a state dict), not a model")
         if not isinstance(loaded, torch.nn.Module):
             raise ConvertError(
                 f"{path} holds a {type(loaded).__name__}, not an nn.Module", "Save the model itself, or a state dict for a factory."
             )
         return loaded, "pickled-module"
     if kind == "safetensors":
-        raise ConvertError(
-            f"{path} is a safetensors file: weights without the model's code",
-            f"Give the model's code as a factory with the weights: convert package.module:build_model --weights {path}",
-        )
+        raise weights_need_factory(path, "safetensors weights")
     if kind == "empty":
         raise ConvertError(f"{path} is empty", "Check that the file was written completely.")
     if kind == "directory":
@@ -180,7 +205,8 @@ def _one_paragraph(exc: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 6] + " [...]"
 
 
-def _load_weights(module, path: Path) -> None:
+def _load_weights(module, path: Path, weights_key: str | None) -> list[str]:
+    """Load a state dict, or a training checkpoint's, into the factory's module; what was done to find it, as notes."""
     torch = require_torch()
     if not path.is_file():
         raise ConvertError(f"the weights file {path} does not exist", "Check the path given to --weights.")
@@ -206,18 +232,75 @@ def _load_weights(module, path: Path) -> None:
         raise
     except Exception as exc:
         raise ConvertError(f"cannot read the weights file {path}: {exc}", "The file may be truncated or corrupt.") from exc
-    if isinstance(state, Mapping) and "state_dict" in state and isinstance(state["state_dict"], Mapping):
-        state = state["state_dict"]
     if not isinstance(state, Mapping):
         raise ConvertError(f"{path} does not hold a state dict", "Save the weights with torch.save(model.state_dict(), path).")
+    state, where, notes = _model_state(state, set(module.state_dict()), path, weights_key)
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = str(exc).splitlines()
         raise ConvertError(
-            f"the weights in {path} do not fit the model: {' '.join(line.strip() for line in first[:3])}",
+            f"the weights in {where} do not fit the model: {' '.join(line.strip() for line in first[:3])}",
             "Check that the factory builds the same architecture the weights were saved from.",
         ) from exc
+    return notes
+
+
+def _model_state(state: Mapping, expected: set[str], path: Path, weights_key: str | None) -> tuple[Mapping, str, list[str]]:
+    """The model's state dict in what a weights file holds, where in it, and what was done to find it: the file's top level, or the
+    entry of a training checkpoint ({'epoch': 3, 'model_state_dict': {...}, 'optimizer_state_dict': {...}}) that
+    ``weights_key`` names, else the one whose keys fit the model's; with the prefix every key carries (DDP's
+    'module.', torch.compile's '_orig_mod.') stripped where that makes them the model's."""
+    notes, where = [], str(path)
+    entries = {key: value for key, value in state.items() if _is_state_dict(value)}
+    listed = ", ".join(f"'{key}'" for key in entries) or "none"
+    if weights_key is not None:
+        if weights_key not in entries:
+            raise ConvertError(
+                f"--weights-key {weights_key}: {path} has no state dict under that key (the entries that are state dicts: {listed})",
+                "Give --weights-key one of those entries." if entries else "Drop --weights-key: the file holds no nested state dict.",
+            )
+        state, where = entries[weights_key], f"the '{weights_key}' entry of {path}"
+        notes.append(f"the weights are {where} (--weights-key)")
+    elif entries:  # a checkpoint: its state dicts are entries of the top level
+        fitting = [key for key, value in entries.items() if _fitting_prefix(value, expected) is not None]
+        chosen = fitting or list(entries)
+        if len(chosen) > 1:
+            which = "fit the model's keys" if fitting else "are state dicts, and none fits the model's keys"
+            raise ConvertError(
+                f"{path} is a training checkpoint with several entries that {which}: {', '.join(map(repr, chosen))}",
+                f"Pick the one to export with --weights-key, e.g. --weights-key {chosen[0]}.",
+            )
+        state, where = entries[chosen[0]], f"the '{chosen[0]}' entry of the training checkpoint {path}"
+        notes.append(f"the weights are {where} (choose another with --weights-key)")
+    prefix = _fitting_prefix(state, expected)
+    if prefix:
+        state = {key[len(prefix) :]: value for key, value in state.items()}
+        notes.append(
+            f"the prefix '{prefix}' that every key of the weights in {where} carries was stripped (as DDP or torch.compile save it)"
+        )
+    return state, where, notes
+
+
+def _is_state_dict(value: Any) -> bool:
+    torch = require_torch()
+    return isinstance(value, Mapping) and bool(value) and all(isinstance(item, torch.Tensor) for item in value.values())
+
+
+def _fitting_prefix(state: Mapping, expected: set[str]) -> str | None:
+    """The prefix to strip from every key to make them the model's: empty where they are already, the leading dotted
+    parts every key carries (``module.``, ``_orig_mod.``, both) where removing them does it; None where neither fits."""
+    keys = [str(key) for key in state]
+    if set(keys) == expected:
+        return ""
+    parts = keys[0].split(".") if keys else []
+    for count in range(1, len(parts)):
+        prefix = ".".join(parts[:count]) + "."
+        if not all(key.startswith(prefix) for key in keys):
+            return None
+        if {key[len(prefix) :] for key in keys} == expected:
+            return prefix
+    return None
 
 
 def _parameters(module, exported) -> tuple[list[str], bool]:

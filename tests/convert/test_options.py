@@ -26,6 +26,7 @@ NON_DEFAULT = {
     "task": "fill-mask",
     "dtype": "bfloat16",
     "weights": "w.safetensors",
+    "weights_key": "model_state_dict",
     "params": "p.msgpack",
     "inputs": ("x:float32[B,8]", "m:int64[B]{0..1}"),
     "example_inputs": "x.npz",
@@ -51,6 +52,7 @@ NON_DEFAULT = {
     "samples": 5,
     "seed": 7,
     "allow_fixed_shapes": True,
+    "unbuilt": "warn",
     "trust_code": True,
     "force": True,
     "stage_timeout": 60.0,
@@ -72,8 +74,9 @@ def test_every_option_is_reproduced_or_excluded_with_its_reason():
 
 def test_the_cli_takes_exactly_the_declared_options():
     flags = {flag for parameter in export_command.params if parameter.name != "model" for flag in parameter.opts}
-    assert flags - {"--quiet", "-q"} == {option.flag for option in options.OPTIONS}
-    assert [p.name for p in export_command.params if p.name not in ("model", "quiet")] == [o.parameter for o in options.OPTIONS]
+    # what is printed is no run option: --quiet and --verbose change no run, report or cache key
+    assert flags - {"--quiet", "-q", "--verbose", "-v"} == {option.flag for option in options.OPTIONS}
+    assert [p.name for p in export_command.params if p.name not in ("model", "quiet", "verbose")] == [o.parameter for o in options.OPTIONS]
 
 
 def test_the_api_takes_every_declared_option_but_the_report_path():

@@ -63,7 +63,7 @@ def _auto_report() -> rm.Report:
 def _console(report: rm.Report, terminal: bool = False) -> str:
     stream = io.StringIO()
     console = Console(file=stream, width=100_000, force_terminal=terminal, color_system=None, highlight=False)
-    print_summary(report, console, "out/report.json")
+    print_summary(report, console, "out/report.json", verbose=True)
     print_failures(report, console, "out/report.json")
     if report.gate is not None:
         print_verdict(report.gate, console)
@@ -277,3 +277,24 @@ def test_markdown_and_junit_place_a_gate_measurement_alike():
     gate = ET.fromstring(render_junit(report)).find("testsuite[@name='gate']")
     assert gate.find("testcase[@classname='gate.budget']").get("name") == f"onnx cosine>=0.999 ({where})"
     assert "output 'it's', ort on cpu" in render_markdown(report)
+
+
+def test_the_figures_an_artifact_is_compared_by():
+    """Its worst error and the output it is on, over checks and a generation check's logits; the benchmark that stands
+    for it (on the device of the source's reference p50); why an unstable p50 cannot be ranked."""
+    generation = rm.GenerationMetrics(steps=4, prompts=1, token_agreement=1.0, max_abs_logits=0.5, min_cosine=0.9, judged_by="tolerance")
+    checks = [
+        _check(outputs=[_output("y", max_abs_error=0.1, cosine_similarity=0.99), _output("z", max_abs_error=0.3, cosine_similarity=0.999)]),
+        _check(outputs=[_output("y", max_abs_error=0.2, cosine_similarity=0.98)]),
+    ]
+    assert facts.worst_error(checks) == (0.3, "z") and facts.check_errors(checks) == (0.3, 0.98)
+    assert facts.worst_error([*checks, _check(kind="generation", generation=generation)]) == (0.5, "logits")
+    assert facts.worst_error([_check(status="skipped")]) is None
+
+    on_cuda = _benchmark(1.0).model_copy(update={"device": "cuda"})
+    on_cpu = _benchmark(4.0).model_copy(update={"unstable": True, "latency_ms_interval": [3.0, 4.5]})
+    artifact = rm.ArtifactRecord(format="onnx", passed=True, benchmarks=[_benchmark(None, "failed"), on_cuda, on_cpu])
+    assert facts.headline_benchmark(_report(artifact, source_benchmark=[_benchmark(8.0, runtime="torch (source)")]), artifact) is on_cpu
+    assert facts.headline_benchmark(_report(artifact), artifact) is on_cuda, "without a source figure, its first measured"
+    assert facts.instability(on_cpu) == "unstable: 95% interval 3–4.5 ms spans 38% of the p50 (over 20% cannot be ranked)"
+    assert facts.instability(on_cuda) == ""

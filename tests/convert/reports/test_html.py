@@ -6,6 +6,8 @@ with a small PNG decoder below (zlib, struct and numpy; no imaging library is a 
 
 from __future__ import annotations
 
+import html
+import os
 import re
 import shutil
 import struct
@@ -217,6 +219,132 @@ def test_page_has_every_section(report):
     assert all(f"<td>{name}</td><td>{version}</td>" in environment for name, version in report.environment.packages.items())
 
 
+def _artifacts_table(page: str) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """The headers of the page's artifacts table and its rows as (css class, the text of each cell)."""
+    section = page[page.index('<section id="artifacts">') :]
+    section = section[: section.index("</section>")]
+    headers = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", section)]
+    rows = [
+        (css, [html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", cells)])
+        for css, cells in re.findall(r'<tr class="([^"]*)">(.*?)</tr>', section)
+    ]
+    return headers, rows
+
+
+def _on_cpu(benchmarks: list[Benchmark]) -> Benchmark:
+    return next(b for b in benchmarks if b.status == "ok" and b.device == "cpu")
+
+
+def _p50_text(benchmark: Benchmark) -> str:
+    return f"{benchmark.latency_ms_p50:.3g}" + ("⚠ unstable" if benchmark.unstable else "")
+
+
+def _kilobytes(size_bytes: int) -> str:
+    assert 1e3 <= size_bytes < 1e6, "the fixture's artifacts are some kB"
+    return f"{size_bytes / 1e3:.3g} kB"
+
+
+def test_artifacts_table_compares_every_artifact_at_a_glance(report, exported_report):
+    """The lstm run's onnx, torchscript and fp16 artifacts, one row each, figures recomputed here from the report."""
+    headers, rows = _artifacts_table(render_html(report, exported_report.parent))
+    assert headers == [
+        "format / pass",
+        "verdict",
+        "checks",
+        "max |err|",
+        "worst output",
+        "min cosine",
+        "p50 ms",
+        "vs source",
+        "size",
+        "precision",
+        "file",
+    ]
+    source = _on_cpu(report.source_benchmark)
+    source_file = os.path.relpath(report.source.path, exported_report.parent)
+    assert rows[0] == (
+        "reference",
+        ["source model (torch)", "reference", "–", "–", "–", "–", _p50_text(source), "1.00x", "–", "–", source_file],
+    ), "the source's p50 leads, as the speed-ups' reference"
+    assert [cells[0] for _, cells in rows[1:]] == ["onnx", "torchscript", "fp16 (onnx)"]
+    for artifact, (css, cells) in zip(report.artifacts, rows[1:]):
+        outputs = [o for c in artifact.checks for o in c.outputs]
+        worst = max(outputs, key=lambda o: o.max_abs_error)
+        timed = _on_cpu(artifact.benchmarks)
+        ran = [c.status for c in artifact.checks]
+        expected = [
+            "passed",
+            f"{ran.count('passed')} passed, {ran.count('skipped')} skipped",
+            f"{worst.max_abs_error:.3g}",
+            worst.name,
+            f"{min(o.cosine_similarity for o in outputs):.6f}",
+            _p50_text(timed),
+            f"{source.latency_ms_p50 / timed.latency_ms_p50:.2f}x",
+            _kilobytes(artifact.size_bytes),
+            "fp16" if artifact.optimization == "fp16" else "fp32",
+            Path(artifact.path).name,
+        ]
+        assert (css, cells[1:]) == ("", expected), artifact.key
+
+
+def test_paths_are_shown_relative_to_the_page_folder(report, exported_report, tmp_path):
+    out = exported_report.parent
+    beside = render_html(report, out)
+    assert str(out) not in beside and not re.search(r"(?<![\w.])/tmp/", beside), "no absolute path beside the artifacts"
+    assert "Paths are relative to the folder of this page" in beside
+    for artifact in report.artifacts:
+        assert f"<code>{Path(artifact.path).name}</code>" in beside
+
+    elsewhere = tmp_path / "pages" / "report.html"
+    write_html(report, elsewhere)
+    _, rows = _artifacts_table(elsewhere.read_text(encoding="utf-8"))
+    for artifact, (_, cells) in zip(report.artifacts, rows[1:]):
+        assert cells[-1].startswith("../"), "a path outside the page's folder climbs out of it"
+        assert (elsewhere.parent / cells[-1]).resolve() == Path(artifact.path).resolve()
+
+    as_given = render_html(report)
+    assert all(f"<code>{html.escape(a.path)}</code>" in as_given for a in report.artifacts), "without a folder, paths as recorded"
+
+
+def test_commands_name_their_paths_from_the_page_folder(report):
+    command = "convert /models/m.pt2 --to onnx --calibration-data=/models/calib.npz --input 'x:float32[B, 8]' --out /models/out"
+    page = render_html(report.model_copy(update={"command": command}), Path("/models/out"))
+    shown = "convert ../m.pt2 --to onnx --calibration-data=../calib.npz --input 'x:float32[B, 8]' --out ."
+    assert f"<pre>{html.escape(shown)}</pre>" in page
+    relative = "convert m.pt2 --to onnx --out out"
+    assert f"<pre>{relative}</pre>" in render_html(report.model_copy(update={"command": relative}), Path("/models/out"))
+
+
+def test_an_unstable_p50_carries_a_warning_with_its_spread(report):
+    """The fp16 artifact's p50 made unstable by hand (a real run's noise cannot be ordered): its figure is flagged in the
+    artifacts table and in its benchmark table, with the spread in the tooltip; a stable figure is not."""
+    fp16 = next(a for a in report.artifacts if a.optimization == "fp16")
+    timed = fp16.benchmarks[0]
+    p50 = timed.latency_ms_p50
+    noisy = timed.model_copy(update={"unstable": True, "latency_ms_interval": [p50 * 0.8, p50 * 1.18]})
+
+    def steady(benchmarks: list[Benchmark]) -> list[Benchmark]:
+        return [b.model_copy(update={"unstable": False}) for b in benchmarks]
+
+    unstable = report.model_copy(
+        update={
+            "artifacts": [a.model_copy(update={"benchmarks": [noisy] if a is fp16 else steady(a.benchmarks)}) for a in report.artifacts],
+            "source_benchmark": steady(report.source_benchmark),
+        }
+    )
+    page = render_html(unstable)
+    low, high = p50 * 0.8, p50 * 1.18
+    badge = (
+        f'<span class="badge unstable" title="unstable: 95% interval {low:.3g}–{high:.3g} ms spans 38% of the p50 '
+        f'(over 20% cannot be ranked)"'
+    )
+    _, rows = _artifacts_table(page)
+    flagged = {cells[0] for _, cells in rows if "⚠ unstable" in cells[6]}
+    assert flagged == {"fp16 (onnx)"}
+    assert page.count(badge) == 2, "in the artifacts table and in the fp16 benchmark table"
+    assert re.search(r"\.badge\.unstable \{ background: #[0-9a-f]{6};", page), "a coloured badge, not italics alone"
+
+
 def test_failed_and_interrupted_runs_render(report):
     page = render_html(_failed_run(report))
     assert '<header id="verdict" class="verdict bad">' in page and ">FAILED<" in page
@@ -236,7 +364,7 @@ def test_empty_report_renders():
 def test_write_html_writes_the_page_atomically(report, tmp_path):
     target = tmp_path / "reports" / "report.html"
     write_html(report, target)
-    assert target.read_text(encoding="utf-8") == render_html(report)
+    assert target.read_text(encoding="utf-8") == render_html(report, target.parent.resolve())
     assert [p.name for p in target.parent.iterdir()] == ["report.html"], "no temporary file is left behind"
 
 

@@ -94,10 +94,26 @@ def test_a_failed_auto_candidate_does_not_fail_the_run():
     assert report.passed and report.exit_code == 0
 
 
-def test_a_skipped_optimize_stage_does_not_fail_the_run():
+def test_a_requested_pass_that_could_not_be_built_fails_the_run_unless_accepted():
+    """An --optimize pass skipped here (TensorRT without a GPU) is a missing artifact: exit 1 and listed, as the gate
+    fails closed on it; --unbuilt warn accepts it (exit 0, still listed); a failed one is never accepted (exit 2)."""
     report = _report(_artifact(True, "passed"))
     finish(report, _stages(("export:onnx", "ok"), ("optimize:trt", "skipped")))
-    assert report.passed and report.exit_code == 0
+    assert not report.passed and report.exit_code == 1
+    assert [(u.artifact, u.stage, u.status, u.accepted) for u in report.unbuilt] == [("trt", "optimize:trt", "skipped", False)]
+    finish(report, _stages(("export:onnx", "ok"), ("optimize:trt", "skipped")), unbuilt="warn")
+    assert report.passed and report.exit_code == 0 and report.unbuilt[0].accepted
+    finish(report, _stages(("export:onnx", "ok"), ("optimize:fp16", "failed"), ("optimize:trt", "skipped")), unbuilt="warn")
+    assert not report.passed and report.exit_code == 2
+    assert [(u.artifact, u.accepted) for u in report.unbuilt] == [("fp16", False), ("trt", True)]
+
+
+def test_auto_candidates_and_a_passes_rerun_are_no_unbuilt_request():
+    report = _report(_artifact(True, "passed"))
+    stages = _stages(("export:onnx", "ok"), ("auto:trt", "skipped"), ("optimize:int8", "ok"), ("optimize:int8", "failed"))
+    stages.records[-1].detail = "keeping 2 in FP32"
+    finish(report, stages)
+    assert report.unbuilt == [] and report.exit_code == 2  # the re-run's failure fails the run as before, unlisted
 
 
 def test_an_interrupted_run_exits_130_and_has_not_passed():
@@ -150,7 +166,8 @@ def test_an_unknown_optimization_is_an_error_naming_it_and_the_choices():
     with pytest.raises(ConvertError) as info:
         check_optimizations(["fp16", "int4"], ["onnx"])
     assert info.value.problem == "unknown optimization 'int4'"
-    assert info.value.next_step.startswith("Choose from: auto, ") and "int8-dynamic" in info.value.next_step
+    # the closest pass comes first: int4 is no pass, int8 the likeliest meant
+    assert info.value.next_step.startswith("Did you mean int8? Choose from: auto, ") and "int8-dynamic" in info.value.next_step
 
 
 def test_an_optimization_whose_artifact_is_not_exported_is_an_error_saying_what_to_add():

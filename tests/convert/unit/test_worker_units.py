@@ -274,7 +274,7 @@ def test_closing_the_child_ends_its_process(fakes):
 def started_ahead(fakes):
     """The process of a worker started ahead for a fakes' factory; stopped after the test if no ChildWorker took it."""
     start_ahead(f"{fakes}:pid_recording_factory_fake", None)
-    process, connection, _ = worker_module._ahead
+    process, connection = worker_module._ahead[:2]
     yield process
     if worker_module._ahead is not None:
         worker_module._ahead = None
