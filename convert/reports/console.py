@@ -111,7 +111,7 @@ def print_summary(
         _say(
             console,
             f"Verdict: {_word(outcome)}"
-            + (f" — {escape(outcome.not_built)}" if outcome.not_built else "")
+            + (f" — {escape(outcome.not_built_names)}" if outcome.unbuilt else "")  # each reason is in the lines above
             + f" (exit code {report.exit_code})"
             + (f"; report: {escape(report_path)}" if report_path else ""),
             soft_wrap=True,

@@ -67,6 +67,11 @@ class Outcome:
         return "requested but not built: " + "; ".join(f"{u.artifact} ({first_line(u.reason)})" for u in self.unbuilt)
 
     @property
+    def not_built_names(self) -> str:
+        """The same without the reasons, for a rendering that has just shown each one: "requested but not built: trt"."""
+        return "requested but not built: " + ", ".join(u.artifact for u in self.unbuilt) if self.unbuilt else ""
+
+    @property
     def title(self) -> str:
         """The word a banner shows: INTERRUPTED for an interrupted run, the word otherwise."""
         return "INTERRUPTED" if self.interrupted else self.word
