@@ -113,6 +113,21 @@ def test_console_blocks_hold_only_set_up_lines():
                 assert line.startswith(("pip install ", "make ")), f"{page}: {line!r} in a console block is run by no test"
 
 
+def test_no_two_lines_of_a_page_write_the_same_output_folder():
+    """Lines run in order in one folder: a second run into the same --out (out/ when none is given) stops with "the
+    output already exists". The guides run by their own tests (with outputs of their own) are held to it here."""
+    for page in PAGES:
+        folders = [
+            line.split(" --out ")[1].split()[0] if " --out " in line else "out"
+            for line in command_lines(page)
+            if line.startswith("model-convert ")
+            and line.split()[1] not in ("gate", "batch", "report", "doctor")
+            and not line.startswith("model-convert --")
+        ]
+        repeated = {folder for folder in folders if folders.count(folder) > 1}
+        assert not repeated, f"{page}: more than one line writes {repeated}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_HERE)
 def test_the_commands_of_a_page_run_as_shown(page, tmp_path):

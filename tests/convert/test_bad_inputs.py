@@ -701,7 +701,8 @@ def test_bad_input(bad: Bad, outcomes):
         assert fragment in paragraph, paragraph
     assert outcomes[bad.name].untouched, "the user's files were changed"
     if out.exists():  # a failed export or a wrong artifact: the report, and wrong artifacts only under failed/
-        leftovers = {p.name for p in out.iterdir()} - {"report.json", FAILED_FOLDER}
+        # the report, and the run's log beside it: what the exporters said while they failed
+        leftovers = {p.name for p in out.iterdir()} - {"report.json", "report.log", FAILED_FOLDER}
         assert not leftovers, f"left at a final path: {leftovers}"
         assert not any(p.name.startswith((STAGING_PREFIX, LOCK_NAME)) for p in out.rglob(".*"))
         report = load_report(out / "report.json")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from convert.reports.model import SCHEMA_VERSION
 from convert.specs import parse_input_specs
 from fixtures.torch_models import FIXTURES
 from tests.conftest import LazyRuns, load_report, run_cli, sizes_checked
@@ -54,7 +55,7 @@ def test_stages_are_recorded_with_status_and_time(pt2_runs):
     assert names[:2] == ["load", "reference"]
     assert {f"export:{t}" for t in TARGETS} | {f"validate:{t}" for t in TARGETS} <= set(names)
     assert all(s["status"] == "ok" and s["seconds"] >= 0 for s in report["stages"])
-    assert report["schema_version"] == "2.0"
+    assert report["schema_version"] == SCHEMA_VERSION
     assert {"torch", "onnx", "onnxruntime"} <= set(report["environment"]["packages"])
     assert "cpu" in report["environment"]["devices"]
 
