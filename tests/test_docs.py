@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tools.newcomer import activated_environment
 
 DOCS = REPO / "docs"
 PAGES = sorted(path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md"))
@@ -57,8 +58,7 @@ def expected_exit_code(line: str) -> int:
 
 def user_environment() -> dict[str, str]:
     """A shell with the project's environment activated: its bin folder first on PATH, nothing on PYTHONPATH."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    return {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", "COLUMNS": "200"}
+    return activated_environment(Path(sys.executable))
 
 
 def repository_root(tmp_path: Path) -> Path:

@@ -102,7 +102,7 @@ def build_user_folder(folder: Path, python: Path) -> None:
     (folder / "jax_model.py").write_text(USER_JAX_CODE)
     (folder / "save_params.py").write_text(USER_JAX_SAVE)
     (folder / "promotion.yaml").write_text(readme_blocks("yaml", "## Gate a model in CI")[0])
-    user = {**_clean_environment(python)}
+    user = {**activated_environment(python)}
     fixtures = {**user, "PYTHONPATH": str(REPO)}
     scratch = folder / ".fixtures"
     steps = [
@@ -158,7 +158,7 @@ def clone_of_repository(folder: Path) -> Path:
     return folder
 
 
-def _clean_environment(python: Path) -> dict[str, str]:
+def activated_environment(python: Path) -> dict[str, str]:
     """A user's shell with the environment activated: its bin folder first on PATH, no PYTHONPATH."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
@@ -171,7 +171,7 @@ def run_line(line: str, folder: Path, python: Path, out: Path) -> subprocess.Com
     return subprocess.run(
         ["bash", "-c", f"{line} --out {out}"],
         cwd=folder,
-        env=_clean_environment(python),
+        env=activated_environment(python),
         capture_output=True,
         text=True,
         timeout=1200,
@@ -191,7 +191,7 @@ def main(argv: list[str]) -> int:
         clone = clone_of_repository(Path(tempfile.mkdtemp(prefix="model-convert-clone-")))
         for line in install_lines():  # as shown, from the clone's root, with the fresh environment's pip
             print(f"$ {line}", flush=True)
-            done = subprocess.run(["bash", "-c", line], cwd=clone, env=_clean_environment(python), capture_output=True, text=True)
+            done = subprocess.run(["bash", "-c", line], cwd=clone, env=activated_environment(python), capture_output=True, text=True)
             if done.returncode:
                 raise SystemExit(f"the README's install line failed: {line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         shutil.rmtree(clone)
