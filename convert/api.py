@@ -28,6 +28,7 @@ def convert(
     out: str | Path | None = API_DEFAULTS["out"],
     framework: str | None = API_DEFAULTS["framework"],
     task: str | None = API_DEFAULTS["task"],
+    component: Sequence[str] = API_DEFAULTS["component"],
     dtype: str = API_DEFAULTS["dtype"],
     weights: str | Path | None = API_DEFAULTS["weights"],
     weights_key: str | None = API_DEFAULTS["weights_key"],
@@ -65,7 +66,8 @@ def convert(
     """Export ``model`` to every format in ``to`` (default: onnx) and validate each artifact against it.
 
     ``model`` is a framework object (e.g. a ``torch.nn.Module``), a model file path, a Hugging Face model folder (what
-    ``save_pretrained`` writes; ``task`` picks the head, e.g. ``"text-generation-with-past"``), or a
+    ``save_pretrained`` writes; ``task`` picks the head, e.g. ``"text-generation-with-past"``; an encoder-decoder, CLIP
+    or SigLIP folder, or a diffusion pipeline's, is converted as its components, ``component`` naming some only), or a
     ``"package.module:callable"`` or ``"path/to/file.py:callable"`` factory; a JAX model is a function ``f(params, *inputs)`` with ``params``
     (a pytree, or a .msgpack / .npz / .safetensors path), a flax NNX or linen module, or an Equinox module.
     ``example_inputs`` is a tuple of tensors/arrays in call order, a dict of arrays by input name, or an
@@ -121,18 +123,24 @@ def load(
     example_inputs: Any = API_DEFAULTS["example_inputs"],
     framework: str | None = API_DEFAULTS["framework"],
     task: str | None = API_DEFAULTS["task"],
+    component: str | Sequence[str] = API_DEFAULTS["component"],
     dtype: str = API_DEFAULTS["dtype"],
     weights: str | Path | None = API_DEFAULTS["weights"],
     weights_key: str | None = API_DEFAULTS["weights_key"],
     params: Any = API_DEFAULTS["params"],
     trust_code: bool = API_DEFAULTS["trust_code"],
 ) -> SourceModel:
-    """Load a model the way the pipeline does and return its SourceModel (reference inference and specs)."""
+    """Load a model the way the pipeline does and return its SourceModel (reference inference and specs); ``component``
+    names one network of a model made of several (an encoder-decoder's ``decoder_with_past``, say)."""
+    names = (component,) if isinstance(component, str) else tuple(component)
+    if len(names) > 1:
+        raise ConvertError(f"load() loads one component, and component= names {len(names)}", "Name one, e.g. component='encoder'.")
     return resolve_source(
         SourceRequest(
             model=model,
             framework=framework,
             task=task,
+            component=names[0] if names else None,
             dtype=dtype,
             weights=Path(weights) if weights else None,
             weights_key=weights_key,

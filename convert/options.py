@@ -184,6 +184,19 @@ OPTIONS: tuple[RunOption, ...] = (
         stages=("load",),
     ),
     RunOption(
+        "component",
+        "--component",
+        "Convert only these components of a model made of several (default: every one), e.g. encoder,decoder.",
+        group="Input and source",
+        details="An encoder-decoder folder's are encoder, decoder and decoder_with_past; a CLIP or SigLIP folder's text_model, "
+        "vision_model and joint; a diffusion pipeline folder's text_encoder, unet and vae_decoder. The assembled check "
+        "runs where every component was converted.",
+        kind="comma-list",
+        metavar="NAME[,NAME...]",
+        policy="model.component",
+        stages=("load",),
+    ),
+    RunOption(
         "dtype",
         "--dtype",
         "What a Hugging Face folder's floating weights compute in (source: the checkpoint's own dtype).",

@@ -48,6 +48,11 @@ class ModelSpec(_Strict):
     task: str | None = Field(
         policy_default("model.task"), description="a Hugging Face model's task (Optimum's names), e.g. text-generation-with-past"
     )
+    component: list[str] = Field(
+        policy_default("model.component"),
+        description="only these components of a model made of several (default: every one); require.components still "
+        "names those that must pass",
+    )
     dtype: Literal["float32", "float16", "bfloat16", "source"] = Field(
         policy_default("model.dtype"),
         description="what a Hugging Face folder's floating weights compute in (source: the checkpoint's own dtype)",
@@ -84,6 +89,11 @@ class Requirements(_Strict):
     )
     packages: list[str] = Field(
         policy_default("require.packages"), description="--package packagers whose packages must be built from the artifacts and pass"
+    )
+    components: list[str] = Field(
+        [],
+        description="of a model made of several (an encoder-decoder, a dual encoder, a diffusion pipeline): the components "
+        "that must be converted and pass this policy each, and together (default: every one of the model's)",
     )
     devices: list[Device] = Field(["cpu"], min_length=1, description="devices every required artifact must pass on")
     may_skip_devices: list[Device] = Field([], description="required devices that may be absent from the machine")

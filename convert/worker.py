@@ -138,6 +138,13 @@ class Session:
         prompts, context = self.source.generation_inputs(seed)
         return decode(self.source.run, self.source.generation, prompts, steps, context=context)
 
+    def assembled(self, target: str, folder, artifacts: dict, precision: str, seed: int, trust_code: bool) -> rm.AssembledCheck:
+        """A composite's artifacts (component -> path) run together against the library's assembled model from
+        ``folder``: ``target`` is the composite's check (convert/assembled/), called with no source loaded."""
+        from convert.registry import load_target
+
+        return load_target(target)(folder, artifacts, precision=precision, seed=seed, trust_code=trust_code)
+
     def set_outputs(self, names: tuple[str, ...]) -> None:
         self.source.with_outputs(names)
 

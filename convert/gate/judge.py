@@ -29,6 +29,8 @@ def judge(
 ) -> rm.Verdict:
     """The verdict of ``policy`` on ``report``: every reason to reject, the budgets, the baseline deltas. ``baseline_path``
     is only named in the verdict (the baseline report is given, already loaded)."""
+    if report.composite:
+        return _judge_composite(report, policy, policy_name)
     _check_output_names(policy, report)
     notes: list[str] = []
     records = {r.key: r for r in report.artifacts if not r.candidate or r.path}
@@ -69,6 +71,64 @@ def judge(
         required_devices=list(policy.require.devices),
         budgets=budgets,
         baseline=comparison,
+    )
+
+
+def _judge_composite(report: rm.Report, policy: Policy, policy_name: str) -> rm.Verdict:
+    """A model of several networks: each required component converted and promoted by the policy on its own report
+    (its verdict is in that report), and its components' artifacts run together: an assembled check passed, none failed.
+    Fails closed: a required component the run did not convert, or an assembled check that could not run, rejects."""
+    from convert.composites import COMPONENTS
+
+    reasons: list[rm.GateReason] = []
+    if report.interrupted or report.error:
+        reasons.append(rm.GateReason(code="run_failed", message=report.error or "the run was interrupted"))
+    every = [c.name for c in COMPONENTS[report.composite]]
+    records = {c.name: c for c in report.components}
+    for name in policy.require.components or every:
+        record = records.get(name)
+        if name not in every:
+            reasons.append(
+                rm.GateReason(
+                    code="missing_component", artifact=name, message=f"a {report.composite} has no component {name} ({', '.join(every)})"
+                )
+            )
+        elif record is None or record.report is None:
+            why = record.error if record is not None else "the run did not convert it (model.component leaves it out)"
+            reasons.append(rm.GateReason(code="missing_component", artifact=name, message=f"component {name} is missing: {why}"))
+        elif record.gate != "promote":
+            reasons.append(
+                rm.GateReason(
+                    code="rejected_component",
+                    artifact=name,
+                    message=f"component {name} was rejected by this policy on its own report ({record.report}), which lists why",
+                )
+            )
+    if all(name in records and records[name].report for name in every):
+        failed = [check for check in report.assembled if check.status == "failed"]
+        for check in failed:
+            reasons.append(
+                rm.GateReason(
+                    code="failed_assembled",
+                    artifact=check.artifact,
+                    message=f"the {check.artifact} artifacts run together failed the {check.name} check: {check.reason}",
+                )
+            )
+        if not failed and not any(check.status == "passed" for check in report.assembled):
+            why = "; ".join(check.reason for check in report.assembled) or "none ran"
+            reasons.append(
+                rm.GateReason(code="failed_assembled", message=f"no assembled check ran, so the components were never run together: {why}")
+            )
+    promoted = not reasons
+    return rm.Verdict(
+        decision="promote" if promoted else "reject",
+        promoted=promoted,
+        exit_code=EXIT_PROMOTE if promoted else EXIT_REJECT,
+        policy=policy_name,
+        reasons=reasons,
+        required_targets=list(policy.require.targets),
+        required_optimizations=list(policy.require.optimizations),
+        required_devices=list(policy.require.devices),
     )
 
 

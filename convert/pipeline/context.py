@@ -32,6 +32,7 @@ class ConvertRequest:
     out: Path = DEFAULTS["out"]
     framework: str | None = DEFAULTS["framework"]
     task: str | None = DEFAULTS["task"]  # a Hugging Face task
+    component: tuple[str, ...] = DEFAULTS["component"]  # the components of a model made of several to convert (): all
     dtype: str = DEFAULTS["dtype"]  # what a Hugging Face folder's floating weights compute in ("source": the checkpoint's)
     weights: Path | None = DEFAULTS["weights"]
     weights_key: str | None = DEFAULTS["weights_key"]  # a training checkpoint's entry holding the state dict
@@ -86,6 +87,7 @@ class RunHooks:
     # called once the report is written, still under the output lock (the gate's renderings and MLflow run); what it
     # changes in the report is written again
     publish: Callable[[rm.Report, Path], None] | None = None
+    stem: str | None = None  # the artifacts' file name stem a composite gives its component (encoder_model)
 
 
 @dataclass

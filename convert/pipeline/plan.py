@@ -84,7 +84,7 @@ def plan(request: ConvertRequest, hooks: RunHooks | None = None) -> Plan:
     if isinstance(example, (str, os.PathLike)):
         example = load_example_inputs(Path(example))
 
-    name = stem(request.model)
+    name = hooks.stem or stem(request.model)
     report_path = Path(request.report_json) if request.report_json else out_dir / "report.json"
     finals = {t: out_dir / f"{name}{REGISTRY.format(t).suffix}" for t in targets}
     finals.update({o: out_dir / f"{name}{REGISTRY.get('optimizer', o).suffix}" for o in optimizations})

@@ -12,11 +12,13 @@ from pathlib import Path
 from convert import __version__, options
 from convert.benchmark import plan_benchmark
 from convert.cache import RunCache
+from convert.composites import composite_of
 from convert.devices import cuda_gpus, present_devices
 from convert.errors import ConvertError
 from convert.hardware import cpu_info
 from convert.pipeline.auto import choose
 from convert.pipeline.benchmark import benchmark
+from convert.pipeline.composite import run_composite
 from convert.pipeline.context import (
     ConversionResult,
     ConvertRequest,
@@ -44,8 +46,23 @@ from convert.worker import start as start_worker
 
 
 def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHooks | None = None) -> ConversionResult:
-    """Run the stages the request asks for; ``hooks`` are the caller's (the gate's) additions to the run."""
+    """Run the stages the request asks for; ``hooks`` are the caller's (the gate's) additions to the run. A model made
+    of several networks (convert/composites.py) is converted component by component, each by a run of its own."""
     hooks = hooks or RunHooks()
+    composite = composite_of(request.model, request.task, request.framework)
+    if composite is not None:
+        return run_composite(request, composite, progress, hooks, _run_one)
+    if request.component:
+        raise ConvertError(
+            f"--component {','.join(request.component)} names networks of a model made of several (an encoder-decoder, a "
+            "CLIP or SigLIP model, a diffusion pipeline folder), and this model is one network",
+            "Drop --component.",
+        )
+    return _run_one(request, progress, hooks)
+
+
+def _run_one(request: ConvertRequest, progress: Progress | None, hooks: RunHooks) -> ConversionResult:
+    """One network's run, stage by stage; a component's where ``request.component`` names one."""
     the_plan = plan(request, hooks)
     stages = Stages(progress or Progress())
     report = rm.Report(
@@ -60,6 +77,7 @@ def run(request: ConvertRequest, progress: Progress | None = None, hooks: RunHoo
         model=request.model,
         framework=request.framework,
         task=request.task,
+        component=request.component[0] if request.component else None,
         dtype=request.dtype,
         weights=Path(request.weights) if request.weights else None,
         weights_key=request.weights_key,

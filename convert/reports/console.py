@@ -47,7 +47,9 @@ def print_summary(
 ) -> None:
     """The run's results: compact, or every check, stage, benchmark and candidate with ``verbose``; ``log_path`` is
     where the run kept what the frameworks printed, warned and logged."""
-    if not verbose:
+    if report.composite:
+        _print_composite(report, console)
+    elif not verbose:
         _print_compact(report, console)
     elif console.is_terminal:
         _print_validation_table(report, console)
@@ -408,6 +410,31 @@ def _print_auto_lines(report: Report, console: Console) -> None:
         )
 
 
+def _print_composite(report: Report, console: Console) -> None:
+    """A model of several networks: one line per component (its verdict, each artifact's, its own report), then each
+    assembled check (the components' artifacts run together against the library's assembled model)."""
+    _say(console, f"Components of the {escape(report.composite)}, each validated against the source model")
+    width = max((len(c.name) for c in report.components), default=0)
+    for component in report.components:
+        status = "passed" if component.passed else "failed"
+        artifacts = " ".join(f"{a.key}:{'passed' if a.passed else 'failed'}" for a in component.artifacts)
+        line = f"{component.name:<{width}} [{STYLE[status]}]{status}[/] {escape(artifacts)}"
+        line += f" — report: {escape(component.report)}" if component.report else escape(_reason(component.error))
+        _say(console, line, soft_wrap=True)
+    for check in report.assembled:
+        metrics = " ".join(f"{name}={value:.4g}" for name, value in check.metrics.items())
+        line = f"assembled {escape(check.name)} {escape(f'[{check.artifact}]')} [{STYLE[check.status]}]{check.status}[/] {escape(metrics)}"
+        if check.budget:
+            line += escape(f" (budget: {check.budget})")
+        if check.status != "passed":
+            line += escape(_reason(check.reason))
+        if check.diverged_at:
+            line += escape(f"; diverged at {check.diverged_at}")
+        if check.blamed:
+            line += escape(f"; alone, {', '.join(check.blamed)} fail{'s' * (len(check.blamed) == 1)} it")
+        _say(console, line, soft_wrap=True)
+
+
 def _print_compact(report: Report, console: Console) -> None:
     """One line per checked artifact (verdict, worst error, lowest cosine, p50 where benchmarked); the artifacts that
     have no checks grouped by why; each device skipped, with its reason, once; then --optimize auto's choice."""
@@ -512,6 +539,18 @@ def print_failures(report: Report, console: Console, report_path: str) -> None:
     """Every artifact that failed validation, every one asked for that cannot be built here (unless accepted), then every
     export and pass that failed, crashed or timed out: one paragraph each, with what to do next (the CLI prints them on
     stderr)."""
+    for component in report.components:
+        if not component.passed:
+            where = f"its report says why: {component.report}" if component.report else _one_line(component.error)
+            console.print(f"[bold red]error:[/] component {escape(component.name)} failed; {escape(where)}", soft_wrap=True)
+    for check in report.assembled:
+        if check.status == "failed":
+            console.print(
+                f"[bold red]error:[/] the components' {escape(check.artifact)} artifacts run together fail the {escape(check.name)} "
+                f"check: {escape(_one_line(check.reason))}"
+                + (f"; alone, {escape(', '.join(check.blamed))} fail it" if check.blamed else ""),
+                soft_wrap=True,
+            )
     for artifact in report.artifacts:
         if artifact.checks and not artifact.passed and not facts.not_chosen(report, artifact):
             console.print(f"[bold red]error:[/] {escape(failed_validation(artifact, report_path))}", soft_wrap=True)

@@ -27,12 +27,23 @@ from convert.reports.details import (  # noqa: F401 (the details of an artifact,
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "2.1"
+SCHEMA_VERSION = "2.2"
 D = TypeVar("D", bound=ArtifactDetail)
 
 
 StageKind = Literal[
-    "load", "reference", "export", "optimize", "auto", "validate", "localize", "accuracy-control", "sensitivity", "benchmark", "package"
+    "load",
+    "reference",
+    "export",
+    "optimize",
+    "auto",
+    "validate",
+    "localize",
+    "accuracy-control",
+    "sensitivity",
+    "benchmark",
+    "package",
+    "assembled",
 ]
 # the stages that make an artifact or a package: a failure of one is a failed run (exit code 2)
 MAKING_KINDS: tuple[StageKind, ...] = ("export", "optimize", "package")
@@ -455,6 +466,9 @@ class GateReason(BaseModel):
         "diverged",
         "missing_package",
         "failed_package",
+        "missing_component",
+        "rejected_component",
+        "failed_assembled",
     ]
     artifact: str = Field(
         "", description="the artifact key: a target format (onnx) or an optimization (int8, openvino:fp16); a package's packager"
@@ -539,6 +553,57 @@ class Verdict(BaseModel):
         return f"REJECT: {len(self.reasons)} reason{'s' * (len(self.reasons) != 1)}"
 
 
+class ComponentArtifact(BaseModel):
+    """One artifact of a component, as its own report records it."""
+
+    key: str = Field(description="its key in the component's report: a format, a pass")
+    format: str
+    path: str | None = Field(None, description="relative to this report's folder")
+    precision: str = "fp32"
+    passed: bool
+
+
+class ComponentRecord(BaseModel):
+    """One network of a model made of several, converted by a run of its own: what it is, and how its run ended."""
+
+    name: str = Field(description="encoder, decoder, decoder_with_past; text_model, vision_model, joint; text_encoder, unet, vae_decoder")
+    description: str = ""
+    report: str | None = Field(
+        None, description="the component's own report (every check, stage and benchmark), relative to this report's folder"
+    )
+    passed: bool = False
+    exit_code: int | None = None
+    error: str = Field("", description="why its run stopped, where it did")
+    inputs: list[str] = []
+    outputs: list[str] = []
+    artifacts: list[ComponentArtifact] = []
+    gate: Literal["promote", "reject"] | None = Field(None, description="the gate's verdict on the component's own report")
+
+
+class AssembledCheck(BaseModel):
+    """The components' artifacts run together, as the model is deployed, against the library's own assembled model (its
+    generate, its pipeline, its joint similarity) on the same seeded inputs."""
+
+    name: str = Field(
+        description="generation (an encoder-decoder's greedy tokens), pipeline (a diffusion pipeline's image), similarity (a dual encoder's logits)"
+    )
+    artifact: str = Field(description="the artifact key each component contributed, e.g. 'onnx' or 'fp16'")
+    artifacts: dict[str, str] = Field({}, description="component -> the artifact's path, relative to this report's folder")
+    precision: str = "fp32"
+    runtime: str = "onnxruntime"
+    device: str = "cpu"
+    status: Literal["passed", "failed", "skipped"]
+    reason: str = Field("", description="why it failed or was skipped")
+    metrics: dict[str, float] = Field({}, description="e.g. token_match, psnr_db, cosine, max_abs_error")
+    budget: str = Field("", description="what it was judged on, e.g. 'psnr_db>=30, cosine>=0.999' or 'tokens equal'")
+    diverged_at: str = Field("", description="the first step (a token, a denoising step) where the artifacts and the source part")
+    blamed: list[str] = Field(
+        [], description="components whose artifact alone, the others the source's own, fails the check: where to look first"
+    )
+    detail: str = ""
+    seconds: float = 0.0
+
+
 class Report(BaseModel):
     schema_version: str = SCHEMA_VERSION
     tool_version: str
@@ -575,6 +640,11 @@ class Report(BaseModel):
     packages: list[PackageRecord] = Field([], description="what --package built from the validated artifacts")
     error_histogram_edges: list[float] = Field(ERROR_HISTOGRAM_EDGES, description="lower edges of every output's error_histogram bins")
     gate: Verdict | None = Field(None, description="the promotion gate's verdict, when the report was made by 'convert gate'")
+    composite: str = Field(
+        "", description="encoder-decoder, dual-encoder or diffusion-pipeline: a model of several networks, each a component"
+    )
+    components: list[ComponentRecord] = Field([], description="a composite's components, each converted by a run with its own report")
+    assembled: list[AssembledCheck] = Field([], description="a composite's components run together against the source's assembled model")
 
     def stage(self, kind: StageKind, subject: str = "") -> Stage | None:
         """The stage of this kind and subject (its first, without a detail: an INT8 pass's re-run keeping nodes in FP32

@@ -27,6 +27,9 @@ from convert.timing import is_unstable
 # What each schema version changed, newest first: the documentation's changelog is generated from it, and a test keeps
 # it complete (every version from 1.0 to SCHEMA_VERSION, with no gap).
 SCHEMA_CHANGES: dict[str, str] = {
+    "2.2": "Adds `composite`, `components` and `assembled`: a model of several networks (an encoder-decoder, a dual encoder, "
+    "a diffusion pipeline) converted in one run, each component with its own report, and the components' artifacts run "
+    "together against the library's assembled model.",
     "2.1": "Adds `unbuilt`: what `--to` and `--optimize` asked for and the run did not build, with why. Each fails the "
     "run unless `--unbuilt warn` accepts a skipped one (`accepted`; the verdict is then PASSED WITH GAPS), and the "
     "`unbuilt` option. A 2.0 report's are read from its stages, each skipped one accepted (a 2.0 run passed with it).",
@@ -94,6 +97,11 @@ def upgrade_2_0_to_2_1(data: dict) -> dict:
     return {**data, "unbuilt": unbuilt, "schema_version": "2.1"}
 
 
+def upgrade_2_1_to_2_2(data: dict) -> dict:
+    """2.2 added a composite's ``components`` and ``assembled`` checks: a 2.1 report is of one network, with neither."""
+    return {**data, "composite": "", "components": [], "assembled": [], "schema_version": "2.2"}
+
+
 # the fields a 1.9 artifact had for what 2.0 lists in its details, each the kind of detail it is (in 1.9's field order)
 DETAIL_FIELDS_1_9 = ("divergence", "sensitivity", "accuracy_control", "delegation")
 
@@ -119,7 +127,12 @@ def _stage_identity(stage: Any) -> Any:
 
 
 # the version a report has → the function that brings it one step up (each sets the next schema_version)
-UPGRADES: dict[str, Callable[[dict], dict]] = {"1.8": upgrade_1_8_to_1_9, "1.9": upgrade_1_9_to_2_0, "2.0": upgrade_2_0_to_2_1}
+UPGRADES: dict[str, Callable[[dict], dict]] = {
+    "1.8": upgrade_1_8_to_1_9,
+    "1.9": upgrade_1_9_to_2_0,
+    "2.0": upgrade_2_0_to_2_1,
+    "2.1": upgrade_2_1_to_2_2,
+}
 
 
 def upgrade(data: Any, what: str) -> Any:

@@ -37,6 +37,7 @@ class SourceRequest:
     example_inputs: dict[str, np.ndarray] | tuple | None = None
     trust_code: bool = False
     task: str | None = None  # a Hugging Face task (Optimum's names); implies the transformers source
+    component: str | None = None  # one network of a model made of several (convert/composites.py names them)
     dtype: str = "float32"  # what a Hugging Face folder's floating weights compute in ("source": the checkpoint's)
     dim_ranges: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # the bounds of --shape-range
     kind: str = "object"  # set by resolve(): "path", "factory" or "object"

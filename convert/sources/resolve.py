@@ -57,6 +57,9 @@ def resolve_source(request: SourceRequest) -> SourceModel:
             request.kind, request.factory = "factory", text
         else:
             raise missing_model_error(text)
+    if request.component is not None:
+        return _component(request, framework)
+    _refuse_composite(request, framework)
     if request.task is not None and framework in (None, "torch"):
         framework = TASK_FRAMEWORK
     framework = framework or detect_framework(request.model)
@@ -77,6 +80,33 @@ def resolve_source(request: SourceRequest) -> SourceModel:
             "Drop --weights-key, or give the checkpoint as --weights with the factory that builds its model.",
         )
     return _entry(framework).load()(request)
+
+
+def _component(request: SourceRequest, framework: str | None) -> SourceModel:
+    """One network of a model made of several, loaded by its composite's own loader."""
+    from convert.composites import composite_of
+    from convert.registry import load_target
+
+    composite = composite_of(request.model, request.task, framework)
+    if composite is None:
+        raise ConvertError(
+            f"--component {request.component} names one network of a model made of several, and {request.model} is a model of one",
+            "Drop --component.",
+        )
+    composite.chosen((request.component,))
+    return load_target(composite.load)(request)
+
+
+def _refuse_composite(request: SourceRequest, framework: str | None) -> None:
+    """A model of several networks loads one component at a time: as a whole it is no one source."""
+    from convert.composites import composite_of
+
+    composite = composite_of(request.model, request.task, framework)
+    if composite is not None:
+        raise ConvertError(
+            f"{request.model} is a {composite.kind} ({composite.why}), a model of several networks that loads one at a time",
+            f"Name one with component= ({', '.join(composite.names())}); convert() converts them all.",
+        )
 
 
 def _entry(framework: str):

@@ -24,6 +24,7 @@ NON_DEFAULT = {
     "out": "elsewhere",
     "framework": "torch",
     "task": "fill-mask",
+    "component": ("encoder",),
     "dtype": "bfloat16",
     "weights": "w.safetensors",
     "weights_key": "model_state_dict",
@@ -93,7 +94,7 @@ def test_every_policy_key_is_a_policy_field_and_every_run_setting_of_a_policy_is
     } | {"out"}
     assert declared <= fields
     # what a policy holds for the gate alone, not for the run, or passes to the run itself (the model and given artifacts)
-    gate_only = {"model.path", "require.artifacts", "require.devices", "require.may_skip_devices"}
+    gate_only = {"model.path", "require.artifacts", "require.components", "require.devices", "require.may_skip_devices"}
     assert fields - declared == gate_only
 
 

@@ -1,0 +1,144 @@
+"""Models made of several networks that run together, told from their folder before any framework is imported.
+
+An encoder-decoder (T5, BART, Marian, Whisper, a VisionEncoderDecoder), a dual encoder (CLIP, SigLIP) and a diffusion
+pipeline (a ``model_index.json`` folder) are each converted as their components, one run per component, into one
+report with one verdict; then the components' artifacts are run together against the library's own assembled model
+(``assembled``, a ``module:function`` run in the worker). Each component's artifacts are named as Optimum names them,
+so the output folder is one Optimum loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from convert.errors import ConvertError
+from convert.text import did_you_mean
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str  # what --component names, and the component's folder under --out
+    stem: str  # its artifacts' file name stem: model.onnx of a diffusion pipeline's unet/, encoder_model.onnx beside it
+    description: str
+
+
+@dataclass(frozen=True)
+class Composite:
+    kind: str  # encoder-decoder, dual-encoder, diffusion-pipeline
+    components: tuple[Component, ...]
+    # module:function that loads one component as a source (called in the worker with the SourceRequest)
+    load: str
+    # module:function, called in the worker with the components' artifacts (convert/assembled/)
+    assembled: str
+    # whether the components' artifacts lie in one folder (Optimum's seq2seq layout) instead of one folder each
+    flat: bool
+    why: str  # what in the folder says it is this composite
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.components)
+
+    def component(self, name: str) -> Component:
+        return next(c for c in self.components if c.name == name)
+
+    def chosen(self, names: tuple[str, ...]) -> tuple[Component, ...]:
+        """The components ``--component`` names (all where it names none), in the composite's order."""
+        unknown = [n for n in names if n not in self.names()]
+        if unknown:
+            raise ConvertError(
+                f"--component names '{unknown[0]}', which this {self.kind} ({self.why}) does not have"
+                + did_you_mean(unknown[0], self.names()),
+                f"Its components are: {', '.join(self.names())}.",
+            )
+        return tuple(c for c in self.components if not names or c.name in names)
+
+
+ENCODER_DECODER = (
+    Component("encoder", "encoder_model", "the encoder: its inputs to last_hidden_state"),
+    Component(
+        "decoder",
+        "decoder_model",
+        "the decoder's first step: the start tokens and the encoder's states to logits and both caches (present.N.decoder.*, "
+        "present.N.encoder.*)",
+    ),
+    Component(
+        "decoder_with_past",
+        "decoder_with_past_model",
+        "the decoder's later steps: one token and both caches (past_key_values.N.decoder.*, past_key_values.N.encoder.*) "
+        "to logits and the grown self-attention cache",
+    ),
+)
+DUAL_ENCODER = (
+    Component("text_model", "text_model", "the text tower: token ids to normalised text_embeds"),
+    Component("vision_model", "vision_model", "the vision tower: pixel values to normalised image_embeds"),
+    Component("joint", "model", "the joint model: text and images to logits_per_image and logits_per_text"),
+)
+DIFFUSION_PIPELINE = (
+    Component("text_encoder", "model", "the text encoder: token ids to the prompt's hidden states"),
+    Component("unet", "model", "the denoiser: a noisy latent, its timestep and the prompt's states to the predicted noise"),
+    Component("vae_decoder", "model", "the autoencoder's decoder: a latent to the image"),
+)
+COMPONENTS = {"encoder-decoder": ENCODER_DECODER, "dual-encoder": DUAL_ENCODER, "diffusion-pipeline": DIFFUSION_PIPELINE}
+# The seq2seq tasks (Optimum's names) whose model is an encoder-decoder: given with --task, still the whole model
+SEQ2SEQ_TASKS = ("text2text-generation-with-past", "automatic-speech-recognition-with-past", "image-to-text-with-past")
+# config model types of an encoder and a decoder joined by transformers' generic classes
+JOINED_TYPES = ("vision-encoder-decoder", "speech-encoder-decoder", "encoder-decoder")
+DUAL_ENCODER_ARCHITECTURES = ("CLIPModel", "SiglipModel", "Siglip2Model")
+DUAL_ENCODER_TASKS = ("zero-shot-image-classification",)
+
+
+def composite_of(model: Any, task: str | None, framework: str | None) -> Composite | None:
+    """The composite the model folder holds, or None: a model file, an object, a folder of one network, or a task that
+    names one network (``--task feature-extraction`` of an encoder-decoder is its encoder alone)."""
+    if not isinstance(model, (str, os.PathLike)) or framework not in (None, "transformers", "diffusers"):
+        return None
+    folder = Path(model)
+    if not folder.is_dir():
+        return None
+    index = _json(folder / "model_index.json")
+    if index is not None and task is None and framework in (None, "diffusers"):
+        if all(isinstance(index.get(part), list) for part in ("text_encoder", "unet", "vae")):
+            return Composite(
+                "diffusion-pipeline",
+                DIFFUSION_PIPELINE,
+                "convert.sources.diffusion_pipeline:load_pipeline_component",
+                "convert.assembled.diffusion:check_pipeline",
+                flat=False,
+                why=f"model_index.json names {index.get('_class_name', 'a pipeline')} with a text encoder, a UNet and a VAE",
+            )
+        return None
+    config = _json(folder / "config.json")
+    if config is None or framework == "diffusers" or (folder / "adapter_config.json").is_file():
+        return None
+    architecture = (config.get("architectures") or [""])[0]
+    model_type = config.get("model_type", "")
+    if (config.get("is_encoder_decoder") or model_type in JOINED_TYPES) and (task is None or task in SEQ2SEQ_TASKS):
+        return Composite(
+            "encoder-decoder",
+            ENCODER_DECODER,
+            "convert.sources.seq2seq:load_seq2seq_component",
+            "convert.assembled.seq2seq:check_generation",
+            flat=True,
+            why=f"config.json says {architecture or model_type} is an encoder-decoder",
+        )
+    if architecture in DUAL_ENCODER_ARCHITECTURES and (task is None or task in DUAL_ENCODER_TASKS):
+        return Composite(
+            "dual-encoder",
+            DUAL_ENCODER,
+            "convert.sources.dual_encoder:load_dual_encoder_component",
+            "convert.assembled.dual_encoder:check_similarity",
+            flat=False,
+            why=f"config.json names {architecture}, a text and a vision tower",
+        )
+    return None
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
