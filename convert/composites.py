@@ -49,9 +49,8 @@ class Composite:
         unknown = [n for n in names if n not in self.names()]
         if unknown:
             raise ConvertError(
-                f"--component names '{unknown[0]}', which this {self.kind} ({self.why}) does not have"
-                + did_you_mean(unknown[0], self.names()),
-                f"Its components are: {', '.join(self.names())}.",
+                f"--component names '{unknown[0]}', which this {self.kind} ({self.why}) does not have",
+                did_you_mean(unknown[0], self.names()) + f"Its components are: {', '.join(self.names())}.",
             )
         return tuple(c for c in self.components if not names or c.name in names)
 

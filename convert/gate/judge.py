@@ -56,6 +56,11 @@ def judge(
     if baseline is not None:
         comparison = compare_with_baseline(report, baseline, baseline_path, policy.required_keys(), allowance or Allowance())
         reasons += [_regression_reason(delta) for delta in comparison.deltas if delta.status == "regressed"]
+    return _verdict(reasons, policy, policy_name, notes=notes, budgets=budgets, baseline=comparison)
+
+
+def _verdict(reasons: list[rm.GateReason], policy: Policy, policy_name: str, **found) -> rm.Verdict:
+    """Promote where no reason to reject was found; the policy's requirements named beside the verdict."""
     promoted = not reasons
     return rm.Verdict(
         decision="promote" if promoted else "reject",
@@ -63,14 +68,12 @@ def judge(
         exit_code=EXIT_PROMOTE if promoted else EXIT_REJECT,
         policy=policy_name,
         reasons=reasons,
-        notes=notes,
         required_targets=list(policy.require.targets),
         required_optimizations=list(policy.require.optimizations),
         required_artifacts=list(policy.require.artifacts),
         required_packages=list(policy.require.packages),
         required_devices=list(policy.require.devices),
-        budgets=budgets,
-        baseline=comparison,
+        **found,
     )
 
 
@@ -119,17 +122,7 @@ def _judge_composite(report: rm.Report, policy: Policy, policy_name: str) -> rm.
             reasons.append(
                 rm.GateReason(code="failed_assembled", message=f"no assembled check ran, so the components were never run together: {why}")
             )
-    promoted = not reasons
-    return rm.Verdict(
-        decision="promote" if promoted else "reject",
-        promoted=promoted,
-        exit_code=EXIT_PROMOTE if promoted else EXIT_REJECT,
-        policy=policy_name,
-        reasons=reasons,
-        required_targets=list(policy.require.targets),
-        required_optimizations=list(policy.require.optimizations),
-        required_devices=list(policy.require.devices),
-    )
+    return _verdict(reasons, policy, policy_name)
 
 
 def _devices(policy: Policy, present: set[str], notes: list[str]) -> tuple[list[str], list[rm.GateReason]]:

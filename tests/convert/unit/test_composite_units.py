@@ -1,0 +1,139 @@
+"""Unit tests of a model made of several networks: which folders are composites (convert/composites.py, read before
+any framework is imported), --component's refusals, the one verdict over the components (pipeline/composite.py), and
+the gate's judgement of a composite report (gate/judge.py), each reason alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from convert.composites import COMPONENTS, composite_of
+from convert.errors import ConvertError
+from convert.gate.judge import judge
+from convert.pipeline.composite import _finish
+from convert.policy import Policy
+from convert.reports import model as rm
+
+pytestmark = pytest.mark.fast
+
+
+def _folder(tmp_path, name: str, **files: dict):
+    folder = tmp_path / name
+    folder.mkdir()
+    for file, content in files.items():
+        (folder / f"{file}.json").write_text(json.dumps(content))
+    return folder
+
+
+def test_an_encoder_decoder_config_is_a_composite_unless_the_task_names_one_network(tmp_path):
+    t5 = _folder(tmp_path, "t5", config={"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "is_encoder_decoder": True})
+    assert composite_of(t5, None, None).kind == "encoder-decoder"
+    assert composite_of(t5, "text2text-generation-with-past", None).names() == ("encoder", "decoder", "decoder_with_past")
+    assert composite_of(t5, "feature-extraction", None) is None  # the encoder alone, as before
+    joined = _folder(tmp_path, "ved", config={"architectures": ["VisionEncoderDecoderModel"], "model_type": "vision-encoder-decoder"})
+    assert composite_of(joined, None, None).kind == "encoder-decoder"
+
+
+def test_clip_and_siglip_are_dual_encoders_and_a_bert_is_one_network(tmp_path):
+    for architecture in ("CLIPModel", "SiglipModel"):
+        folder = _folder(tmp_path, architecture, config={"architectures": [architecture], "model_type": architecture.lower()})
+        assert composite_of(folder, None, None).names() == ("text_model", "vision_model", "joint")
+        assert composite_of(folder, "feature-extraction", None) is None
+    bert = _folder(tmp_path, "bert", config={"architectures": ["BertForMaskedLM"], "model_type": "bert"})
+    assert composite_of(bert, None, None) is None
+    assert composite_of(tmp_path / "model.pt", None, None) is None
+    assert composite_of(object(), None, None) is None
+
+
+def test_a_pipeline_folder_is_a_composite_and_a_diffusers_model_folder_is_not(tmp_path):
+    index = {
+        "_class_name": "StableDiffusionPipeline",
+        "text_encoder": ["transformers", "CLIPTextModel"],
+        "unet": ["diffusers", "UNet2DConditionModel"],
+        "vae": ["diffusers", "AutoencoderKL"],
+    }
+    pipeline = _folder(tmp_path, "sd", model_index=index)
+    assert composite_of(pipeline, None, None).names() == ("text_encoder", "unet", "vae_decoder")
+    unet = _folder(tmp_path, "unet", config={"_class_name": "UNet2DConditionModel"})
+    assert composite_of(unet, None, None) is None
+    without_vae = _folder(tmp_path, "partial", model_index={k: v for k, v in index.items() if k != "vae"})
+    assert composite_of(without_vae, None, None) is None
+
+
+def test_a_component_the_model_lacks_is_refused_with_its_components_and_the_nearest_name(tmp_path):
+    t5 = _folder(tmp_path, "t5", config={"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "is_encoder_decoder": True})
+    composite = composite_of(t5, None, None)
+    with pytest.raises(ConvertError) as info:
+        composite.chosen(("decodr",))
+    assert "Did you mean decoder? Its components are: encoder, decoder, decoder_with_past." in info.value.paragraph()
+    assert [c.name for c in composite.chosen(("decoder_with_past", "encoder"))] == ["encoder", "decoder_with_past"]
+
+
+def _component(name: str, passed: bool = True, exit_code: int = 0, gate: str | None = "promote", report: str | None = "x.json"):
+    return rm.ComponentRecord(name=name, passed=passed, exit_code=exit_code, gate=gate, report=report)
+
+
+def _composite_report(components, assembled) -> rm.Report:
+    return rm.Report(
+        tool_version="0",
+        created_at="2026-11-26T00:00:00+00:00",
+        environment=rm.Environment(python="3.11", platform="linux", devices=["cpu"]),
+        composite="encoder-decoder",
+        components=components,
+        assembled=assembled,
+    )
+
+
+EVERY = ("encoder", "decoder", "decoder_with_past")
+PASSED_CHECK = rm.AssembledCheck(name="generation", artifact="onnx", status="passed")
+
+
+def test_one_verdict_passes_only_where_every_component_passed_and_no_assembled_check_failed():
+    report = _composite_report([_component(n) for n in EVERY], [PASSED_CHECK])
+    _finish(report)
+    assert (report.passed, report.exit_code) == (True, 0)
+    failed_check = rm.AssembledCheck(name="generation", artifact="onnx", status="failed", reason="token 2 differs")
+    report = _composite_report([_component(n) for n in EVERY], [failed_check])
+    _finish(report)
+    assert (report.passed, report.exit_code) == (False, 1)
+    stopped = [_component("encoder"), _component("decoder", passed=False, exit_code=2, report=None)]
+    report = _composite_report(stopped, [])
+    _finish(report)
+    assert (report.passed, report.exit_code) == (False, 2)
+
+
+def _policy(**require) -> Policy:
+    return Policy.model_validate({"model": {"path": "folder"}, "require": {"targets": ["onnx"], **require}})
+
+
+def test_the_gate_promotes_a_composite_whose_every_component_it_promoted_and_whose_assembly_passed():
+    verdict = judge(_composite_report([_component(n) for n in EVERY], [PASSED_CHECK]), _policy())
+    assert verdict.promoted and verdict.exit_code == 0
+
+
+def test_the_gate_fails_closed_on_a_component_the_run_left_out():
+    report = _composite_report([_component("encoder")], [rm.AssembledCheck(name="generation", artifact="*", status="skipped")])
+    verdict = judge(report, _policy())
+    assert not verdict.promoted
+    assert {(r.code, r.artifact) for r in verdict.reasons} == {("missing_component", "decoder"), ("missing_component", "decoder_with_past")}
+    # require.components names those that must pass: the encoder alone may then be promoted
+    assert judge(report, _policy(components=["encoder"])).promoted
+
+
+def test_the_gate_rejects_a_component_it_rejected_on_its_own_report_and_a_failed_or_missing_assembly():
+    components = [_component("encoder"), _component("decoder", gate="reject"), _component("decoder_with_past")]
+    verdict = judge(_composite_report(components, [PASSED_CHECK]), _policy())
+    assert [(r.code, r.artifact) for r in verdict.reasons] == [("rejected_component", "decoder")]
+    failed = rm.AssembledCheck(name="generation", artifact="onnx", status="failed", reason="token 2 differs")
+    verdict = judge(_composite_report([_component(n) for n in EVERY], [failed]), _policy())
+    assert [r.code for r in verdict.reasons] == ["failed_assembled"] and "token 2 differs" in verdict.reasons[0].message
+    skipped = rm.AssembledCheck(name="generation", artifact="*", status="skipped", reason="no ONNX artifacts")
+    verdict = judge(_composite_report([_component(n) for n in EVERY], [skipped]), _policy())
+    assert [r.code for r in verdict.reasons] == ["failed_assembled"] and "never run together" in verdict.reasons[0].message
+
+
+def test_a_required_component_the_model_does_not_have_rejects():
+    verdict = judge(_composite_report([_component(n) for n in EVERY], [PASSED_CHECK]), _policy(components=["unet"]))
+    assert [(r.code, r.artifact) for r in verdict.reasons] == [("missing_component", "unet")]
+    assert set(COMPONENTS) == {"encoder-decoder", "dual-encoder", "diffusion-pipeline"}
