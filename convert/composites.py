@@ -86,7 +86,6 @@ SEQ2SEQ_TASKS = ("text2text-generation-with-past", "automatic-speech-recognition
 # config model types of an encoder and a decoder joined by transformers' generic classes
 JOINED_TYPES = ("vision-encoder-decoder", "speech-encoder-decoder", "encoder-decoder")
 DUAL_ENCODER_ARCHITECTURES = ("CLIPModel", "SiglipModel", "Siglip2Model")
-DUAL_ENCODER_TASKS = ("zero-shot-image-classification",)
 
 
 def composite_of(model: Any, task: str | None, framework: str | None) -> Composite | None:
@@ -123,7 +122,8 @@ def composite_of(model: Any, task: str | None, framework: str | None) -> Composi
             flat=True,
             why=f"config.json says {architecture or model_type} is an encoder-decoder",
         )
-    if architecture in DUAL_ENCODER_ARCHITECTURES and (task is None or task in DUAL_ENCODER_TASKS):
+    # a task given names one network: zero-shot-image-classification the joint model alone, as a run of one network
+    if architecture in DUAL_ENCODER_ARCHITECTURES and task is None:
         return Composite(
             "dual-encoder",
             DUAL_ENCODER,

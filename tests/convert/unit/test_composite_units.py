@@ -39,7 +39,7 @@ def test_clip_and_siglip_are_dual_encoders_and_a_bert_is_one_network(tmp_path):
     for architecture in ("CLIPModel", "SiglipModel"):
         folder = _folder(tmp_path, architecture, config={"architectures": [architecture], "model_type": architecture.lower()})
         assert composite_of(folder, None, None).names() == ("text_model", "vision_model", "joint")
-        assert composite_of(folder, "feature-extraction", None) is None
+        assert composite_of(folder, "zero-shot-image-classification", None) is None  # the joint model alone
     bert = _folder(tmp_path, "bert", config={"architectures": ["BertForMaskedLM"], "model_type": "bert"})
     assert composite_of(bert, None, None) is None
     assert composite_of(tmp_path / "model.pt", None, None) is None
