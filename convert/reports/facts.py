@@ -218,3 +218,44 @@ def instability(timed: Benchmark | AutoCandidate) -> str:
         f"unstable: 95% interval {low:.3g}–{high:.3g} ms spans {(high - low) / timed.latency_ms_p50:.0%} of the p50 "
         f"(over {UNSTABLE_WIDTH:.0%} cannot be ranked)"
     )
+
+
+COMPONENT_HEADER = ["component", "status", "artifacts", "exit code", "report or why it stopped"]
+ASSEMBLED_HEADER = ["check", "artifacts", "status", "metrics", "budget", "diverged at", "alone, these fail it", "reason"]
+
+
+def component_rows(report: Report) -> list[tuple[str, list[str]]]:
+    """(status, cells) of each component of a composite, in the order they ran."""
+    return [
+        (
+            "passed" if c.passed else "failed",
+            [
+                c.name,
+                "passed" if c.passed else "failed",
+                ", ".join(f"{a.key} {'passed' if a.passed else 'failed'}" for a in c.artifacts),
+                "" if c.exit_code is None else str(c.exit_code),
+                c.report or c.error,
+            ],
+        )
+        for c in report.components
+    ]
+
+
+def assembled_rows(report: Report) -> list[tuple[str, list[str]]]:
+    """(status, cells) of each assembled check of a composite: the components' artifacts run together."""
+    return [
+        (
+            check.status,
+            [
+                check.name,
+                check.artifact,
+                check.status,
+                ", ".join(f"{name}={value:.4g}" for name, value in check.metrics.items()),
+                check.budget,
+                check.diverged_at,
+                ", ".join(check.blamed),
+                check.reason,
+            ],
+        )
+        for check in report.assembled
+    ]

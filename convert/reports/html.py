@@ -108,6 +108,7 @@ def render_html(report: Report, folder: Path | None = None) -> str:
     outcome = facts.outcome(report)
     word, good = outcome.title, outcome.good
     sections = [
+        _composite_section(report),
         _artifacts_section(report, relative_paths=folder is not None),
         _summary_section(report),
         _packages_section(report),
@@ -359,6 +360,20 @@ def _verdict_banner(report: Report, word: str, good: bool) -> str:
 def _facts(pairs: list[tuple[str, str]]) -> str:
     """A definition list from (plain label, value HTML) pairs."""
     return '<dl class="facts">' + "".join(f"<dt>{_e(label)}</dt><dd>{value}</dd>" for label, value in pairs) + "</dl>"
+
+
+def _composite_section(report: Report) -> str:
+    """A composite's components (each with its own report), then the checks of them run together."""
+    if not report.composite:
+        return ""
+    parts = []
+    for title, header, rows in (
+        (f"Components of the {report.composite}", facts.COMPONENT_HEADER, facts.component_rows(report)),
+        ("Run together", facts.ASSEMBLED_HEADER, facts.assembled_rows(report)),
+    ):
+        body = [(_row_class(status), "".join(_td(cell) for cell in cells)) for status, cells in rows]
+        parts.append(f"<section><h2>{_e(title)}</h2>" + _table(header, body) + "</section>")
+    return "\n".join(parts)
 
 
 def _summary_section(report: Report) -> str:

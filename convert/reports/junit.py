@@ -43,7 +43,7 @@ NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def render_junit(report: Report) -> str:
-    suites = [_validation_suite(report)]
+    suites = [_composite_suite(report) if report.composite else _validation_suite(report)]
     if report.gate is not None:
         suites.append(_gate_suite(report.gate, report.created_at))
     root = ET.Element("testsuites", name="convert")
@@ -57,6 +57,23 @@ def render_junit(report: Report) -> str:
 
 def write_junit(report: Report, path: str | Path) -> None:
     atomic_write_text(Path(path), render_junit(report))
+
+
+def _composite_suite(report: Report) -> ET.Element:
+    """A composite: a testcase per component (its own report holds its checks) and per assembled check."""
+    cases = []
+    for component in report.components:
+        case = _testcase(f"component.{component.name}", "converted and validated")
+        if not component.passed:
+            _outcome(case, "failure", component.error or f"failed: see {component.report}", "component")
+        cases.append(case)
+    for check in report.assembled:
+        case = _testcase(f"assembled.{check.name}", check.artifact, check.seconds)
+        if check.status != "passed":
+            why = check.reason + (f"; alone, {', '.join(check.blamed)} fail it" if check.blamed else "")
+            _outcome(case, "failure" if check.status == "failed" else "skipped", why, "assembled")
+        cases.append(case)
+    return _suite("validation", cases, {"composite": report.composite}, report.created_at)
 
 
 def _validation_suite(report: Report) -> ET.Element:

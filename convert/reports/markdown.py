@@ -37,6 +37,7 @@ def render_markdown(report: Report) -> str:
     sections = [
         _heading(report),
         _bullets(report),
+        _composite(report),
         _checks(report),
         _details(report),
         _packages(report),
@@ -138,6 +139,20 @@ def _checks(report: Report) -> str:
     header = ["artifact", "runtime", "device", "shape", "status", "worst output", "max abs error", "cosine", "reason"]
     counts = ", ".join(f"{n} {s}" for s, n in facts.status_counts([status for status, _ in rows]).items())
     return f"### Validation ({counts})\n\n" + _capped_table(header, rows, "rows")
+
+
+def _composite(report: Report) -> str:
+    """A composite's components, then its assembled checks."""
+    if not report.composite:
+        return ""
+    components = [(status, [_cell(cell) for cell in cells]) for status, cells in facts.component_rows(report)]
+    assembled = [(status, [_cell(cell) for cell in cells]) for status, cells in facts.assembled_rows(report)]
+    return (
+        f"### Components of the {report.composite}\n\n"
+        + _capped_table(facts.COMPONENT_HEADER, components, "components")
+        + "\n\n### Run together\n\n"
+        + _capped_table(facts.ASSEMBLED_HEADER, assembled, "checks")
+    )
 
 
 def _unvalidated_row(label: str, unchecked: facts.Unchecked) -> tuple[str, list[str]]:

@@ -137,3 +137,22 @@ def test_a_required_component_the_model_does_not_have_rejects():
     verdict = judge(_composite_report([_component(n) for n in EVERY], [PASSED_CHECK]), _policy(components=["unet"]))
     assert [(r.code, r.artifact) for r in verdict.reasons] == [("missing_component", "unet")]
     assert set(COMPONENTS) == {"encoder-decoder", "dual-encoder", "diffusion-pipeline"}
+
+
+def test_every_rendering_shows_the_components_and_the_check_that_ran_them_together():
+    from convert.reports.html import render_html
+    from convert.reports.junit import render_junit
+    from convert.reports.markdown import render_markdown
+
+    failed = rm.AssembledCheck(
+        name="pipeline", artifact="onnx", status="failed", reason="psnr 12 dB below 40", diverged_at="step 1", blamed=["unet"]
+    )
+    report = _composite_report([_component("encoder"), _component("decoder", passed=False, exit_code=1)], [failed])
+    _finish(report)
+    markdown = render_markdown(report)
+    assert "### Components of the encoder-decoder" in markdown and "| decoder | failed |" in markdown
+    assert "| pipeline | onnx | failed |" in markdown and "step 1" in markdown and "| unet |" in markdown
+    junit = render_junit(report)
+    assert 'classname="component.decoder"' in junit and 'failures="2"' in junit and "alone, unet fail it" in junit
+    html = render_html(report)
+    assert "Components of the encoder-decoder" in html and "Run together" in html and "psnr 12 dB below 40" in html
