@@ -71,8 +71,8 @@ ENCODER_DECODER = (
     ),
 )
 DUAL_ENCODER = (
-    Component("text_model", "text_model", "the text tower: token ids to normalised text_embeds"),
-    Component("vision_model", "vision_model", "the vision tower: pixel values to normalised image_embeds"),
+    Component("text_model", "text_model", "the text tower: token ids to its projected (unnormalised) text_embeds"),
+    Component("vision_model", "vision_model", "the vision tower: pixel values to its projected (unnormalised) image_embeds"),
     Component("joint", "model", "the joint model: text and images to logits_per_image and logits_per_text"),
 )
 DIFFUSION_PIPELINE = (

@@ -28,6 +28,8 @@ FORBIDDEN = {
     "optimizers": ("convert.exporters", "convert.runtimes"),
     "runtimes": ("convert.exporters", "convert.optimizers"),
     "backends": ("convert.sources", "convert.exporters", "convert.optimizers", "convert.runtimes", "convert.reports"),
+    # the checks of a composite's artifacts run together load the library's model through the resolver, and run ONNX files
+    "assembled": ("convert.exporters", "convert.optimizers"),
 }
 # The exporters' protocol (strategies tried in order, each a recorded attempt), which every optimizer is built on:
 # an Optimizer is an Exporter of an artifact, its OptimizeJob an ExportJob.
@@ -39,6 +41,12 @@ SOURCE_TYPES = ("convert.sources.base", "convert.sources.request", "convert.sour
 SOURCES_SHARED = ("convert.sources.torch_model",)
 # The code that truly loads a source: the resolver, and the worker's Session (through the resolver).
 SOURCE_LOADERS = ("convert.sources.resolve", "convert.worker")
+# A composite's component loaders (convert/composites.py) load each network with the framework source it is made of.
+COMPONENT_LOADERS = {
+    "convert.sources.seq2seq": ("convert.sources.transformers",),
+    "convert.sources.dual_encoder": ("convert.sources.transformers",),
+    "convert.sources.diffusion_pipeline": ("convert.sources.diffusers", "convert.sources.transformers"),
+}
 # convert.sources.torch, .keras, .jax: every source module but the package, the resolver and the shared types
 FRAMEWORK_SOURCES = tuple(
     f"convert.sources.{path.stem}"
@@ -121,7 +129,8 @@ def test_only_the_source_loaders_import_a_framework_source(path):
     name = module_name(path)
     if within(name, SOURCE_LOADERS):
         return
-    wrong = sorted(n for n in imports(path) if within(n, FRAMEWORK_SOURCES) and not within(n, (name,)))
+    allowed = (name, *COMPONENT_LOADERS.get(name, ()))
+    wrong = sorted(n for n in imports(path) if within(n, FRAMEWORK_SOURCES) and not within(n, allowed))
     assert not wrong, f"{path.relative_to(REPO)} imports {wrong}: a framework's shared helpers belong in convert/backends/"
 
 
