@@ -43,6 +43,10 @@ BESIDE_FILES = (
 )
 
 
+# precisions from the strictest budget to the loosest
+LOOSENESS = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}
+
+
 def run_composite(
     request: ConvertRequest, composite: Composite, progress: Progress | None, hooks: RunHooks, run_component
 ) -> ConversionResult:
@@ -169,10 +173,7 @@ def _assembled(
 ) -> list[rm.AssembledCheck]:
     """One assembled check per artifact key every component has as an ONNX file (the exported ``onnx``, an ``fp16`` or
     ``int8`` pass's), run in a worker process."""
-    by_component = {
-        name: {a.key: a for a in result.report.artifacts if a.format == "onnx" and a.path and not a.candidate}
-        for name, result in results.items()
-    }
+    by_component = {name: _onnx_artifacts(result.report) for name, result in results.items()}
     keys = [k for k in next(iter(by_component.values())) if all(k in artifacts for artifacts in by_component.values())]
     if not keys:
         return [
@@ -190,7 +191,8 @@ def _assembled(
             records = {name: artifacts[key] for name, artifacts in by_component.items()}
             paths = {name: Path(r.path) for name, r in records.items()}
             relative = {name: _relative(path, folder) for name, path in paths.items()}
-            precision = next(iter(records.values())).precision
+            # --optimize auto may choose another precision for each component: the check's budget is the loosest one's
+            precision = max((r.precision for r in records.values()), key=lambda p: LOOSENESS.get(p, len(LOOSENESS)))
             failed = sorted(name for name, r in records.items() if not r.passed)
             with stages.run("assembled", key) as stage:
                 started = time.perf_counter()
@@ -211,6 +213,17 @@ def _assembled(
     finally:
         worker.close()
     return checks
+
+
+def _onnx_artifacts(report: rm.Report) -> dict[str, rm.ArtifactRecord]:
+    """A component's ONNX artifacts by key, and as ``auto`` the one --optimize auto chose (the exported one for 'none')."""
+    found = {a.key: a for a in report.artifacts if a.format == "onnx" and a.path and not a.candidate}
+    chosen = report.auto.chosen if report.auto is not None else None
+    if chosen:
+        pick = found.get("onnx") if chosen == "none" else next((a for a in report.artifacts if a.optimization == chosen), None)
+        if pick is not None and pick.format == "onnx" and pick.path:
+            found["auto"] = pick
+    return found
 
 
 def _run_check(
