@@ -117,8 +117,8 @@ def composite_of(model: Any, task: str | None, framework: str | None) -> Composi
         return Composite(
             "encoder-decoder",
             ENCODER_DECODER,
-            "convert.sources.seq2seq:load_seq2seq_component",
-            "convert.assembled.seq2seq:check_generation",
+            "convert.sources.encoder_decoder:load_encoder_decoder_component",
+            "convert.assembled.encoder_decoder:check_generation",
             flat=True,
             why=f"config.json says {architecture or model_type} is an encoder-decoder",
         )

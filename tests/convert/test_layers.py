@@ -43,7 +43,7 @@ SOURCES_SHARED = ("convert.sources.torch_model",)
 SOURCE_LOADERS = ("convert.sources.resolve", "convert.worker")
 # A composite's component loaders (convert/composites.py) load each network with the framework source it is made of.
 COMPONENT_LOADERS = {
-    "convert.sources.seq2seq": ("convert.sources.transformers",),
+    "convert.sources.encoder_decoder": ("convert.sources.transformers",),
     "convert.sources.dual_encoder": ("convert.sources.transformers",),
     "convert.sources.diffusion_pipeline": ("convert.sources.diffusers", "convert.sources.transformers"),
 }
