@@ -464,9 +464,65 @@ def load_decoder(folder, onnx_path):
     return entry
 
 
+def load_seq2seq(folder, onnx_folder):
+    """Whether Optimum's ORTModel class for an encoder-decoder (Seq2SeqLM, SpeechSeq2Seq or Vision2Seq, as the config
+    says) loads a folder of encoder_model.onnx, decoder_model.onnx and decoder_with_past_model.onnx made elsewhere (with
+    the config beside them), and whether its greedy generate() of 8 new tokens for 2 seeded inputs gives the tokens of
+    the transformers model of the source folder."""
+    import numpy as np
+    import torch
+    import transformers
+    from optimum import onnxruntime as ort_models
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    kind, model_class, reference_class = (
+        ("audio", "ORTModelForSpeechSeq2Seq", transformers.AutoModelForSpeechSeq2Seq)
+        if config.model_type == "whisper"
+        else ("vision", "ORTModelForVision2Seq", transformers.VisionEncoderDecoderModel)
+        if config.model_type == "vision-encoder-decoder"
+        else ("text", "ORTModelForSeq2SeqLM", transformers.AutoModelForSeq2SeqLM)
+    )
+    entry = {"class": model_class, "loads": False, "tokens_equal": None, "error": ""}
+    try:
+        model = getattr(ort_models, model_class).from_pretrained(onnx_folder, use_cache=True, use_io_binding=False)
+    except Exception as exc:
+        entry["error"] = first_line(exc)
+        return entry
+    entry["loads"] = True
+    reference = reference_class.from_pretrained(folder).eval()
+    rng = np.random.default_rng(0)
+    if kind == "audio":
+        inputs = {
+            "input_features": torch.from_numpy(
+                rng.standard_normal((2, config.num_mel_bins, 2 * config.max_source_positions)).astype(np.float32)
+            )
+        }
+    elif kind == "vision":
+        size = config.encoder.image_size
+        inputs = {"pixel_values": torch.from_numpy(rng.standard_normal((2, config.encoder.num_channels, size, size)).astype(np.float32))}
+    else:
+        ids = torch.from_numpy(rng.integers(3, config.vocab_size, (2, 7)))
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    settings = {"max_new_tokens": 8, "min_new_tokens": 8, "do_sample": False, "num_beams": 1}
+    try:
+        with torch.no_grad():
+            theirs = model.generate(**inputs, **settings)
+            expected = reference.generate(**inputs, **settings)
+    except Exception as exc:
+        entry["error"] = "generate: " + first_line(exc)
+        return entry
+    entry["tokens_equal"] = bool(torch.equal(theirs, expected))
+    entry["tokens"] = theirs.tolist()
+    entry["expected"] = expected.tolist()
+    return entry
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--load-decoder", nargs=2, metavar=("FOLDER", "ONNX"), help="only load a decoder made elsewhere (see load_decoder)")
+    parser.add_argument(
+        "--load-seq2seq", nargs=2, metavar=("FOLDER", "ONNX_FOLDER"), help="only load an encoder-decoder made elsewhere (see load_seq2seq)"
+    )
     parser.add_argument("--folders", help="folder with one model subfolder each (holding task.txt)")
     parser.add_argument("--out", required=True, help="results JSON file")
     parser.add_argument("--onnx-dir", default=None, help="where the ONNX exports go (default: <out without .json>_onnx/)")
@@ -475,6 +531,10 @@ def main(argv=None):
     if args.load_decoder:
         with open(args.out, "w") as f:
             json.dump(load_decoder(*args.load_decoder), f, indent=2)
+        return 0
+    if args.load_seq2seq:
+        with open(args.out, "w") as f:
+            json.dump(load_seq2seq(*args.load_seq2seq), f, indent=2)
         return 0
     if not args.folders:
         parser.error("--folders is required")
