@@ -36,8 +36,8 @@ RUNS = {
     "gpt2": ("gpt2", "--to", "onnx", "--optimize", "int8"),  # task inferred: text-generation-with-past
     "llama": ("llama", "--task", "text-generation-with-past", "--to", "onnx,torch_export"),
     "t5": ("t5", "--task", "feature-extraction", "--to", "onnx"),
-    "t5 decoder": ("t5", "--to", "onnx"),  # task inferred: text2text-generation-with-past
-    "whisper decoder": ("whisper", "--task", "automatic-speech-recognition-with-past", "--to", "onnx"),
+    "t5 components": ("t5", "--to", "onnx"),  # an encoder-decoder: its encoder, decoder and decoder_with_past
+    "whisper components": ("whisper", "--task", "automatic-speech-recognition-with-past", "--to", "onnx"),
 }
 
 
@@ -160,28 +160,33 @@ def test_an_encoder_decoders_features_are_its_encoders(runs, folders):
     assert [str(s) for s in audio.signature.inputs] == ["input_features:float32[B,16,64]"]
 
 
-def test_an_encoder_decoders_decoder_takes_the_encoders_outputs_and_its_own_cache(runs):
-    t5_run, t5 = runs["t5 decoder"]
+def test_an_encoder_decoder_converts_as_its_encoder_and_decoders_under_optimums_names_and_generates_as_transformers(runs):
+    t5_run, t5 = runs["t5 components"]
     assert t5_run.returncode == 0, t5_run.output
-    assert (
-        "text2text-generation-with-past: inferred from config.architectures (T5ForConditionalGeneration)" in (t5["source"]["description"])
-    )
-    past = [f"past_key_values.{i}.decoder.{part}:float32[B,4,P,8]" for i in range(2) for part in ("key", "value")]
-    assert t5["source"]["inputs"] == [
+    assert t5["composite"] == "encoder-decoder" and [c["name"] for c in t5["components"]] == ["encoder", "decoder", "decoder_with_past"]
+    decoder, with_past = t5["components"][1], t5["components"][2]
+    own = [f"past_key_values.{i}.decoder.{part}:float32[B,4,P,8]" for i in range(2) for part in ("key", "value")]
+    assert decoder["inputs"] == [
         "input_ids:int64[B,S]{0..999}",
         "encoder_attention_mask:int64[B,E]",
         "encoder_hidden_states:float32[B,E,32]",
-        *past,
     ]
-    assert t5["source"]["outputs"] == ["logits", *(name.split(":")[0].replace("past_key_values", "present") for name in past)]
-    whisper_run, whisper = runs["whisper decoder"]
+    assert decoder["outputs"][0] == "logits" and "present.1.encoder.value" in decoder["outputs"]
+    # Optimum's order: each layer's self-attention key and value, then its cross-attention key and value
+    assert with_past["inputs"][2:6] == [
+        *own[:2],
+        "past_key_values.0.encoder.key:float32[B,4,E,8]",
+        "past_key_values.0.encoder.value:float32[B,4,E,8]",
+    ]
+    assert with_past["outputs"] == ["logits", *(name.split(":")[0].replace("past_key_values", "present") for name in own)]
+    whisper_run, whisper = runs["whisper components"]
     assert whisper_run.returncode == 0, whisper_run.output
-    assert whisper["source"]["inputs"][:2] == ["input_ids:int64[B,S]{0..999}", "encoder_hidden_states:float32[B,32,32]"]
+    assert whisper["components"][1]["inputs"] == ["input_ids:int64[B,S]{0..999}", "encoder_hidden_states:float32[B,32,32]"]
     for report in (t5, whisper):
-        record = _artifact(report, "onnx")
-        assert record["passed"] and any("P=0" in c["shape"] for c in _shape_checks(record) if c["status"] == "passed")
-        generation = _generation(record)
-        assert generation["status"] == "passed" and generation["generation"]["token_agreement"] == 1.0
+        assert all(c["passed"] and [a["key"] for a in c["artifacts"]] == ["onnx"] for c in report["components"])
+        (check,) = report["assembled"]
+        assert check["status"] == "passed" and check["metrics"]["token_match"] == 1.0 and check["name"] == "generation"
+        assert sorted(check["artifacts"].values()) == ["decoder_model.onnx", "decoder_with_past_model.onnx", "encoder_model.onnx"]
 
 
 def test_an_encoder_decoders_task_without_its_cache_is_a_clear_error(folders):
