@@ -46,6 +46,8 @@ COMPONENT_LOADERS = {
     "convert.sources.encoder_decoder": ("convert.sources.transformers",),
     "convert.sources.dual_encoder": ("convert.sources.transformers",),
     "convert.sources.diffusion_pipeline": ("convert.sources.diffusers", "convert.sources.transformers"),
+    # an encoder-decoder's generation check loads the library's model as its component loader does, and reads its specs
+    "convert.assembled.encoder_decoder": ("convert.sources.encoder_decoder",),
 }
 # convert.sources.torch, .keras, .jax: every source module but the package, the resolver and the shared types
 FRAMEWORK_SOURCES = tuple(
