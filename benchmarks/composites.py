@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             ours = _ours(folder, work / "ours" / name)
             optimum = _optimum_export(python, folder, name, task, work)
-            loads = _optimum_loads_ours(python, folder, work / "ours" / name) if family in ENCODER_DECODERS else {}
+            loads = _optimum_loads_ours(python, folder, work / "ours" / name, work) if family in ENCODER_DECODERS else {}
             components = ", ".join(f"{n} {'passed' if ok else 'failed'}" for n, ok in ours.get("components", []))
             optimum_cell = (
                 f"{optimum['process_seconds']:.1f} s ({'exported' if optimum.get('ok') else 'failed: ' + str(optimum.get('error', ''))[:120]})"
