@@ -16,6 +16,7 @@ from convert.backends.torch import require_torch
 from convert.reports import model as rm
 from convert.sources.request import SourceRequest
 from convert.sources.resolve import resolve_source
+from convert.text import first_line
 
 STEPS = 8
 COMPONENTS = ("encoder", "decoder", "decoder_with_past")
@@ -42,19 +43,25 @@ def check_generation(folder: Path, artifacts: dict[str, Path], *, precision: str
     start = model.generation_config.decoder_start_token_id
     start = model.config.decoder_start_token_id if start is None else start
     reference_tokens, reference_logits = _library_greedy(model, feed, kind, torch)
-    sources = {name: resolve_source(SourceRequest(model=folder, component=name, trust_code=trust_code)).run for name in COMPONENTS}
+    missing = [name for name in COMPONENTS if name not in artifacts]
+    if missing:
+        return _check("skipped", precision, reason=f"no artifact of {', '.join(missing)}")
     sessions = {}
     for name in COMPONENTS:
-        session = ort.InferenceSession(str(artifacts[name]), providers=["CPUExecutionProvider"])
-        sessions[name] = _session_step(session)
+        try:
+            sessions[name] = _session_step(ort.InferenceSession(str(artifacts[name]), providers=["CPUExecutionProvider"]))
+        except Exception as exc:  # a file ONNX Runtime cannot load is the artifact's failure, named and blamed
+            check = _check("failed", precision, reason=f"ONNX Runtime cannot load the {name} artifact: {first_line(str(exc))}")
+            check.blamed = [name]
+            return check
     budget = TOKEN_BUDGET[precision]
     said = (
         f"greedy tokens equal to transformers' generate at every one of {STEPS} steps x 2 samples"
         if budget == 1.0
         else (f"at least {budget:.0%} of {STEPS} steps x 2 samples pick transformers' greedy token")
     )
-    result = _decode(sessions, feed, kind, start, reference_tokens, reference_logits)
-    passed = result["token_match"] >= budget and (precision != "fp32" or result["logits_ok"])
+    result = _attempt(sessions, feed, kind, start, reference_tokens, reference_logits)
+    passed = _holds(result, budget, precision)
     check = _check(
         "passed" if passed else "failed",
         precision,
@@ -68,7 +75,11 @@ def check_generation(folder: Path, artifacts: dict[str, Path], *, precision: str
     )
     if not passed:
         check.diverged_at = result["diverged_at"]
-        check.reason = f"the artifacts part from transformers at {result['diverged_at']}: {result['why']}"
+        check.reason = (
+            f"the artifacts part from transformers at {result['diverged_at']}: {result['why']}" if result["diverged_at"] else result["why"]
+        )
+        # the library's own components, to tell an artifact's fault from this check's: loaded only where it failed
+        sources = {name: resolve_source(SourceRequest(model=folder, component=name, trust_code=trust_code)).run for name in COMPONENTS}
         if not _holds(_decode(sources, feed, kind, start, reference_tokens, reference_logits), budget, precision):
             check.reason += "; the library's own components, run the same way, part from its generate too: no artifact is to blame"
             check.seconds = round(time.perf_counter() - started, 3)
@@ -77,7 +88,7 @@ def check_generation(folder: Path, artifacts: dict[str, Path], *, precision: str
             name
             for name in COMPONENTS
             if not _holds(
-                _decode({**sources, name: sessions[name]}, feed, kind, start, reference_tokens, reference_logits), budget, precision
+                _attempt({**sources, name: sessions[name]}, feed, kind, start, reference_tokens, reference_logits), budget, precision
             )
         ]
     check.seconds = round(time.perf_counter() - started, 3)
@@ -86,6 +97,16 @@ def check_generation(folder: Path, artifacts: dict[str, Path], *, precision: str
 
 def _check(status: str, precision: str, **fields) -> rm.AssembledCheck:
     return rm.AssembledCheck(name="generation", artifact="", precision=precision, status=status, **fields)
+
+
+def _attempt(steps: dict[str, Step], *args) -> dict:
+    """A decoding with these components, or where they cannot run together (an output the next one needs is missing, an
+    input of another shape) a result that holds nothing, with why."""
+    try:
+        return _decode(steps, *args)
+    except Exception as exc:
+        why = f"the artifacts cannot run together: {type(exc).__name__}: {first_line(str(exc))}"
+        return {"token_match": 0.0, "max_abs_logit_error": float("inf"), "logits_ok": False, "diverged_at": "", "why": why}
 
 
 def _holds(result: dict, budget: float, precision: str) -> bool:

@@ -79,8 +79,9 @@ def load_encoder_decoder_component(request: SourceRequest) -> TorchSource:
     info.task, info.task_reason = task.name, f"the {request.component} of {type(model).__name__}"
     info.description = f"{type(model).__name__} ({model.config.model_type}), the {request.component} of the encoder-decoder"
     kind = encoder_kind(model)
+    floating = str(next(model.parameters()).dtype).removeprefix("torch.")  # --dtype: what the states and caches hold
     if request.component == "encoder":
-        specs, ranges = encoder_specs(model, kind)
+        specs, ranges = encoder_specs(model, kind, floating)
         return TorchSource(_encoder(model, [s.name for s in specs]), info, specs, {}, ranges, CallConvention())
     layers, heads, head_dim, cross_heads, cross_dim = cache_shape(model)
     text = _text_config(model.config.decoder if hasattr(model.config, "decoder") else model.config)
@@ -91,15 +92,13 @@ def load_encoder_decoder_component(request: SourceRequest) -> TorchSource:
     ranges: dict[str, tuple[int, int | None]] = {}
     if request.component == "decoder":
         width = encoder_width(model)
-        specs.append(InputSpec("encoder_hidden_states", "float32", ("B", frames or ENCODER_LENGTH, width)))
+        specs.append(InputSpec("encoder_hidden_states", floating, ("B", frames or ENCODER_LENGTH, width)))
         module = _first_step(model, [s.name for s in specs], layers)
     else:
         for i in range(layers):
+            specs += [InputSpec(f"past_key_values.{i}.decoder.{part}", floating, ("B", heads, PAST, head_dim)) for part in ("key", "value")]
             specs += [
-                InputSpec(f"past_key_values.{i}.decoder.{part}", "float32", ("B", heads, PAST, head_dim)) for part in ("key", "value")
-            ]
-            specs += [
-                InputSpec(f"past_key_values.{i}.encoder.{part}", "float32", ("B", cross_heads, frames or ENCODER_LENGTH, cross_dim))
+                InputSpec(f"past_key_values.{i}.encoder.{part}", floating, ("B", cross_heads, frames or ENCODER_LENGTH, cross_dim))
                 for part in ("key", "value")
             ]
         module = _later_step(model, [s.name for s in specs], layers, frames)
@@ -124,7 +123,8 @@ def encoder_frames(model, kind: str) -> int | None:
         torch = require_torch()
         specs, _ = encoder_specs(model, kind)
         with torch.no_grad():
-            return int(model.get_encoder()(pixel_values=torch.zeros(specs[0].shape({"B": 1}))).last_hidden_state.shape[1])
+            pixels = torch.zeros(specs[0].shape({"B": 1}), dtype=model.dtype)
+            return int(model.get_encoder()(pixel_values=pixels).last_hidden_state.shape[1])
     return None
 
 
@@ -134,15 +134,15 @@ def encoder_width(model) -> int:
     return getattr(encoder, "hidden_size", None) or getattr(config, "d_model", None) or config.hidden_size
 
 
-def encoder_specs(model, kind: str) -> tuple[tuple[InputSpec, ...], dict]:
+def encoder_specs(model, kind: str, floating: str = "float32") -> tuple[tuple[InputSpec, ...], dict]:
     config = model.config
     if kind == "audio":
-        return (InputSpec("input_features", "float32", ("B", config.num_mel_bins, 2 * config.max_source_positions)),), {}
+        return (InputSpec("input_features", floating, ("B", config.num_mel_bins, 2 * config.max_source_positions)),), {}
     if kind == "vision":
         vision = getattr(config, "encoder", config)
         size = vision.image_size
         height, width = (size, size) if isinstance(size, int) else tuple(size)
-        return (InputSpec("pixel_values", "float32", ("B", getattr(vision, "num_channels", 3), height, width)),), {}
+        return (InputSpec("pixel_values", floating, ("B", getattr(vision, "num_channels", 3), height, width)),), {}
     text = _text_config(getattr(config, "encoder", config))
     positions = getattr(text, "max_position_embeddings", None)
     ranges = {"S": (1, positions // 2)} if positions else {}
@@ -160,7 +160,7 @@ def cache_shape(model) -> tuple[int, int, int, int, int]:
     with torch.no_grad():
         out = model(
             decoder_input_ids=torch.zeros((1, 1), dtype=torch.int64),
-            encoder_outputs=(torch.zeros((1, frames, encoder_width(model))),),
+            encoder_outputs=(torch.zeros((1, frames, encoder_width(model)), dtype=model.dtype),),
             use_cache=True,
         )
     cache = out.past_key_values

@@ -148,4 +148,5 @@ def test_optimums_ortmodel_loads_the_folder_and_generates_transformers_tokens(co
         timeout=600,
     )
     entry = json.loads((tmp_path / "r.json").read_text())
-    assert entry["loads"] and entry["tokens_equal"], (entry, done.stderr[-2000:])
+    # a tiny random model's greedy tokens may repeat one token whatever its cache holds: its logits tell more
+    assert entry["loads"] and entry["tokens_equal"] and entry["max_abs_logit_error"] <= 1e-4, (entry, done.stderr[-2000:])
