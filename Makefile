@@ -68,10 +68,11 @@ lock: install
 	$(PY) -m tools.versions ranges
 
 # Optimum's ONNX exporter, for the Transformers comparison, in an environment of its own: optimum-onnx pins
-# transformers < 4.58, and this tool's environment has transformers 5.
+# transformers < 4.58, and this tool's environment has transformers 5. Its diffusion pipelines need diffusers, before
+# 0.36: later ones require huggingface-hub 1 or later, which transformers 4.57 refuses.
 $(OPTIMUM_STAMP): $(LOCK)
 	test -x $(OPTIMUM_VENV)/bin/python || $(PYTHON) -m venv $(OPTIMUM_VENV)
-	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt "optimum-onnx==0.1.0" "onnxruntime==$$(sed -n 's/^onnxruntime==//p' $(LOCK))"
+	$(OPTIMUM_VENV)/bin/python -m pip install --quiet -c constraints.txt "optimum-onnx==0.1.0" "onnxruntime==$$(sed -n 's/^onnxruntime==//p' $(LOCK))" "diffusers<0.36"
 	touch $@
 
 # The documentation site, from docs/ (mkdocs.yml), into build/site; `$(PY) -m mkdocs serve` shows it while you edit.
