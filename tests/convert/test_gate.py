@@ -236,7 +236,7 @@ def test_a_really_slower_model_is_rejected_against_its_baseline_timed_beside_it(
     [
         (
             "model: {path: m.pt2, weigths: w.safetensors}\nrequire: {targets: [onnx]}\n",
-            "line 1: model.weigths: unknown key (allowed: path, framework, task, dtype, weights",
+            "line 1: model.weigths: unknown key (allowed: path, framework, task, component, dtype, weights",
         ),
         (
             "model: {path: m.pt2}\nrequire:\n  targets: [onnx]\nvalidation:\n  samples: three\n",
