@@ -12,7 +12,7 @@ For each model the table gives: whether each tool exported it (and, for this too
 the whole process, and the largest absolute error of each tool's ONNX file against the transformers model of this
 environment *at the same inputs* (a batch of 2 for encoders; for decoders, 16 steps of teacher-forced greedy decoding
 from the same prompts with each file's cache fed back, with the token agreement). For encoder-decoder models this
-tool's encoder is compared with Optimum's; its decoder with its cache (a second run) is measured on its own.
+tool's encoder is compared with Optimum's; the whole encoder-decoder is benchmarks/composites.py's.
 Results go to benchmarks/results/transformers.md.
 """
 
@@ -43,9 +43,6 @@ TASKS = {
     "t5": ("feature-extraction", "text2text-generation-with-past"),
     "whisper": ("feature-extraction", "automatic-speech-recognition-with-past"),
 }
-# encoder-decoders: this tool's decoder with its cache, a second run (Optimum's decoders take the encoder's
-# cross-attention cache as inputs, so the same decoding cannot drive them)
-DECODERS = {"t5": "text2text-generation-with-past", "whisper": "automatic-speech-recognition-with-past"}
 
 
 def _ours(folder: Path, task: str, out: Path) -> dict:
@@ -219,10 +216,6 @@ def main(argv: list[str] | None = None) -> None:
             if task == "text-generation-with-past":
                 loaded[name] = _in_optimum(python, folder, ours.get("path"), work)
             rows.append((name, task, optimum_task, ours, theirs, errors))
-            if name in DECODERS:
-                decoder = _ours(folder, DECODERS[name], work / "ours" / f"{name}_decoder")
-                decoder_errors = _same_inputs(DECODERS[name], folder, {"ours": decoder.get("path")})
-                rows.append((f"{name} decoder", DECODERS[name], "(above)", decoder, {"ok": None}, {**decoder_errors, "optimum": "-"}))
             print(
                 f"{name}: ours {ours['ok']} {ours['seconds']:.1f}s {errors['ours']}; optimum {theirs.get('ok')} {errors['optimum']}",
                 flush=True,
@@ -263,10 +256,9 @@ def main(argv: list[str] | None = None) -> None:
         lines += ["", f"Optimum was not run: {DEFAULT_OPTIMUM_PYTHON} does not exist (`make bench` makes it)."]
     lines += [
         "",
-        "For T5 and Whisper this tool makes two files in two runs: the encoder (feature-extraction), compared with "
-        "Optimum's encoder_model.onnx, and the decoder with its cache (its row below), which takes the encoder's outputs "
-        "and recomputes the cross-attention at every step. Optimum's decoders take the cross-attention cache as inputs, "
-        "so the same decoding does not drive them; they are not compared.",
+        "For T5 and Whisper this table compares the encoder (feature-extraction) with Optimum's encoder_model.onnx. The "
+        "whole encoder-decoder (its encoder, decoder and decoder_with_past in one command, loaded and run by Optimum's "
+        "ORTModel classes) is in composites.md (python -m benchmarks.composites).",
     ]
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text("\n".join(lines) + "\n")
