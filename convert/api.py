@@ -44,6 +44,8 @@ def convert(
     calibration_data: str | Path | None = API_DEFAULTS["calibration_data"],
     calibration_method: str = API_DEFAULTS["calibration_method"],
     keep_fp32: Sequence[str] = API_DEFAULTS["keep_fp32"],
+    weight_group_size: int = API_DEFAULTS["weight_group_size"],
+    weight_ratio: float = API_DEFAULTS["weight_ratio"],
     accuracy: Sequence[str] = API_DEFAULTS["accuracy"],
     shape_ranges: Sequence[str] = API_DEFAULTS["shape_ranges"],
     benchmark: bool = API_DEFAULTS["benchmark"],
@@ -77,7 +79,9 @@ def convert(
     budgets; ``data`` (with ``data_samples``, ``columns``, ``preprocess``) gives samples of your own that every artifact
     is validated on, and with labels the task metrics (``metric``: a ``module:function`` of your own, with
     ``trust_code``) whose drop ``accuracy`` may budget ("task_top1_drop<=0.5%"); ``calibration_data`` and
-    ``calibration_method`` calibrate the static INT8 passes; ``keep_fp32`` names node or module-path patterns those passes leave in FP32; an artifact that fixes a
+    ``calibration_method`` calibrate the static INT8 passes; ``keep_fp32`` names node or module-path patterns those passes leave in FP32; ``weight_group_size`` and
+    ``weight_ratio`` shape the weight-only passes (``"int4"``, ``"int8-weights"``, ``"openvino:int4"``,
+    ``"openvino:int8-weights"``); an artifact that fixes a
     dim asked dynamic fails unless ``allow_fixed_shapes``; a format or pass asked for that cannot be built here (TensorRT
     without a GPU) fails the run unless ``unbuilt="warn"`` (``report.unbuilt`` lists each); ``benchmark`` measures the source and every artifact that
     passed. Without ``out`` the artifacts go to a

@@ -20,15 +20,67 @@ _CGROUP = Path("/sys/fs/cgroup")
 
 
 def available_bytes() -> int:
-    """Memory available to this process: the system's available memory, within a cgroup's limit when there is one."""
+    """Memory available to this process: the system's available memory, within its cgroup's limit when there is one
+    (cgroup v2's memory.max, or v1's memory.limit_in_bytes less the memory its processes hold, page cache not counted:
+    the kernel reclaims it)."""
     import psutil
 
     available = psutil.virtual_memory().available
-    try:
-        limit, used = (_CGROUP / "memory.max").read_text().strip(), (_CGROUP / "memory.current").read_text().strip()
-    except OSError:
+    limit = memory_limit_bytes()
+    if limit is None:
         return available
-    return min(available, int(limit) - int(used)) if limit.isdigit() and used.isdigit() else available
+    try:
+        used = int((_CGROUP / "memory.current").read_text())
+    except (OSError, ValueError):
+        used = _cgroup_v1_held()
+    return min(available, max(0, limit - used)) if used is not None else available
+
+
+def memory_limit_bytes() -> int | None:
+    """This process's cgroup memory limit; None where there is none (or none below the machine's memory)."""
+    import psutil
+
+    for path in (_CGROUP / "memory.max", _v1_folder() / "memory.limit_in_bytes"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < psutil.virtual_memory().total:
+            return int(text)
+    return None
+
+
+def _v1_folder() -> Path:
+    """This process's cgroup v1 memory folder (/sys/fs/cgroup/memory/PATH, PATH from /proc/self/cgroup)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return _CGROUP / "memory"
+    path = next((line.split(":", 2)[2] for line in lines if line.split(":")[1:2] == ["memory"]), "/")
+    return _CGROUP / "memory" / path.lstrip("/")
+
+
+def _cgroup_v1_held() -> int | None:
+    """The anonymous memory the processes of this cgroup hold (v1's memory.stat total_rss)."""
+    try:
+        stat = dict(line.split() for line in (_v1_folder() / "memory.stat").read_text().splitlines())
+        return int(stat["total_rss"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def peak_rss_bytes(pids: list[int]) -> int | None:
+    """The largest peak resident memory (VmHWM) of these processes since they started or since the last call, which
+    resets each one's peak; None where /proc cannot tell (not Linux)."""
+    peaks = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            peaks.append(int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) * 1024)
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except (OSError, StopIteration, ValueError):
+            continue
+    return max(peaks) if peaks else None
 
 
 def feed_bytes(specs, sizes: dict[str, int]) -> int:

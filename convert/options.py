@@ -387,12 +387,43 @@ OPTIONS: tuple[RunOption, ...] = (
         reproduce="optimization",
     ),
     RunOption(
+        "weight_group_size",
+        "--weight-group-size",
+        "Weights per quantization scale in the weight-only passes (int4, int8-weights, openvino:int4, openvino:int8-weights); -1: one per output channel.",
+        group="Optimization",
+        details="ONNX Runtime's MatMulNBits takes a power of two of 16 or more. Where a layer's input channels do not divide into "
+        "groups of this size, NNCF uses the largest size that does (16 or more), and ONNX Runtime pads the last group; the report's "
+        "weight compression record says which. openvino:int8-weights and int8-weights quantize per output channel whatever it says.",
+        type=int,
+        default=128,
+        show_default=True,
+        metavar="N",
+        policy="validation.weight_group_size",
+        stages=("optimize",),
+        reproduce="optimization",
+    ),
+    RunOption(
+        "weight_ratio",
+        "--weight-ratio",
+        "Share of the layers openvino:int4 compresses to INT4, the most sensitive rest to INT8 (NNCF's mixed precision).",
+        group="Optimization",
+        details="1 puts every layer NNCF compresses in INT4. ONNX Runtime's int4 has no mixed precision: it compresses every MatMul "
+        "with a constant weight, and a ratio below 1 with --optimize int4 alone is refused.",
+        type=float,
+        default=1.0,
+        show_default=True,
+        metavar="R",
+        policy="validation.weight_ratio",
+        stages=("optimize",),
+        reproduce="optimization",
+    ),
+    RunOption(
         "accuracy",
         "--accuracy",
         'Accuracy budget, e.g. "cosine>=0.995" or "logits:top1>=0.98,rel_rms<=0.05", or a task metric\'s drop, e.g. '
         '"task_top1_drop<=0.5%".',
         group="Validation",
-        details="A metric budget holds for FP16/INT8 artifacts; a task metric's drop (task_top1, task_top5, task_token_accuracy, "
+        details="A metric budget holds for FP16/INT8/INT4 artifacts; a task metric's drop (task_top1, task_top5, task_token_accuracy, "
         "task_exact_match, task_metric) holds for every artifact, on the labelled --data. With a drop budget, openvino:int8 runs "
         "NNCF's accuracy control and ONNX Runtime's INT8 keeps its most sensitive nodes in FP32 until the drop holds.",
         kind="multiple",

@@ -111,7 +111,7 @@ class Validation(_Strict):
     )
     tolerances: list[str] = Field(policy_default("validation.tolerances"), description="fp32 tolerance overrides, as --tolerance")
     accuracy: list[str] = Field(
-        policy_default("validation.accuracy"), description="accuracy budgets that judge fp16 / int8 checks, as --accuracy"
+        policy_default("validation.accuracy"), description="accuracy budgets that judge fp16 / int8 / int4 checks, as --accuracy"
     )
     opset: int | None = Field(policy_default("validation.opset"), ge=1, le=100)
     data: str | None = Field(
@@ -133,6 +133,17 @@ class Validation(_Strict):
     keep_fp32: list[str] = Field(
         policy_default("validation.keep_fp32"),
         description="node-name or module-path patterns the INT8 / FP16 passes leave in FP32, as --keep-fp32",
+    )
+    weight_group_size: int = Field(
+        policy_default("validation.weight_group_size"),
+        ge=-1,
+        description="weights per scale in the weight-only passes, as --weight-group-size (-1: one per output channel)",
+    )
+    weight_ratio: float = Field(
+        policy_default("validation.weight_ratio"),
+        gt=0,
+        le=1,
+        description="share of the layers openvino:int4 puts in INT4 (the rest in INT8), as --weight-ratio",
     )
     stage_timeout: float = Field(
         policy_default("validation.stage_timeout"),

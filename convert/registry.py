@@ -187,6 +187,7 @@ class OptimizerSpec(Spec):
     # runner loads only engines this process built); decided before the pass's own packages are imported
     cacheable: bool
     requires: tuple[str, ...]  # packages without which the pass is refused at planning, not skipped
+    weight_options: tuple[str, ...]  # the weight-only options of the request it reads (weight_group_size, weight_ratio)
 
     def formats_named(self) -> tuple[str, ...]:
         return (self.takes, self.format)

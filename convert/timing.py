@@ -55,19 +55,34 @@ def coefficient_of_variation(samples: list[float]) -> float | None:
     return statistics.stdev(samples) / statistics.fmean(samples)
 
 
-def paired_ratio(base: rm.Benchmark, other: rm.Benchmark) -> rm.PairedRatio | None:
+def paired_ratio(base: rm.Benchmark, other: rm.Benchmark, figure: str = "latency") -> rm.PairedRatio | None:
     """``other``'s p50 over ``base``'s with its interval: round by round where both were timed in one session, else
-    from their two intervals (the widest ratio they allow). None where either has no p50."""
-    if not (base.latency_ms_p50 and other.latency_ms_p50):
+    from their two intervals (the widest ratio they allow). None where either has no p50. ``figure`` "decode" compares
+    a decoder's decode time per token (the inverse of its decode_tokens_per_s) instead of the latency."""
+    base_p50, base_interval, base_rounds = _timed(base, figure)
+    other_p50, other_interval, other_rounds = _timed(other, figure)
+    if not (base_p50 and other_p50):
         return None
-    ratio = other.latency_ms_p50 / base.latency_ms_p50
-    ratios = [b / a for a, b in zip(base.round_ms, other.round_ms) if a > 0]
-    if base.session and base.session == other.session and len(base.round_ms) == len(other.round_ms) and len(ratios) >= 2:
+    ratio = other_p50 / base_p50
+    ratios = [b / a for a, b in zip(base_rounds, other_rounds) if a > 0]
+    if base.session and base.session == other.session and len(base_rounds) == len(other_rounds) and len(ratios) >= 2:
         low, high = median_interval(ratios)
         return _ratio(statistics.median(ratios), low, high, len(ratios), paired=True)
-    base_low, base_high = base.latency_ms_interval or (base.latency_ms_p50,) * 2
-    other_low, other_high = other.latency_ms_interval or (other.latency_ms_p50,) * 2
-    return _ratio(ratio, other_low / base_high, other_high / base_low, min(base.rounds, other.rounds), paired=False)
+    base_low, base_high = base_interval or (base_p50,) * 2
+    other_low, other_high = other_interval or (other_p50,) * 2
+    rounds = min(base.rounds, other.rounds) if figure == "latency" else min(len(base_rounds), len(other_rounds))
+    return _ratio(ratio, other_low / base_high, other_high / base_low, rounds, paired=False)
+
+
+def _timed(bench: rm.Benchmark, figure: str) -> tuple[float | None, list[float] | None, list[float]]:
+    """(p50, its interval, the rounds' medians) of a benchmark's latency, or of its decode time per token (ms)."""
+    if figure == "latency":
+        return bench.latency_ms_p50, bench.latency_ms_interval, bench.round_ms
+    if not bench.decode_tokens_per_s:
+        return None, None, []
+    interval = bench.decode_tokens_per_s_interval
+    per_token = [1e3 / interval[1], 1e3 / interval[0]] if interval and min(interval) > 0 else None
+    return 1e3 / bench.decode_tokens_per_s, per_token, bench.decode_round_ms
 
 
 def _ratio(ratio: float, low: float, high: float, rounds: int, paired: bool) -> rm.PairedRatio:

@@ -144,6 +144,8 @@ def checks_on(
             checks.append(check)
     finally:
         runner.deactivate()
+    for check in checks:
+        check.memory_mapped = runner.memory_mapped
     return checks
 
 

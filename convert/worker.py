@@ -233,6 +233,10 @@ class InProcessWorker:
     def close(self) -> None:
         self._session = Session()
 
+    def processes(self) -> list[int]:
+        """The process ids its jobs run in: this one."""
+        return [os.getpid()]
+
 
 @contextlib.contextmanager
 def _library_output_logged(log: IO[bytes]):
@@ -281,6 +285,10 @@ class ChildWorker:
         if setup:
             self._setup.append((job, args))
         return result
+
+    def processes(self) -> list[int]:
+        """The process ids its jobs run in: this one, and the child while one runs."""
+        return [os.getpid(), *([self._process.pid] if self._process is not None else [])]
 
     def close(self, kill: bool = False) -> None:
         process, connection = self._process, self._connection

@@ -167,7 +167,7 @@ def _budget_problems(result: OutputResult) -> list[str]:
     }
     problems = []
     for metric, op, bound in result.bounds:
-        value = values[metric]
+        value = values.get(metric)  # token_agreement judges a decoder's generation check, not one output
         if value is None:
             continue
         if not (value >= bound if op == ">=" else value <= bound) or np.isnan(value):

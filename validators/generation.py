@@ -33,7 +33,7 @@ GENERATION_STEPS = 16
 GENERATION_BATCH = 2
 PROMPT_LENGTH = 5
 # the least share of steps whose greedy choice a reduced-precision artifact must share with the source
-GENERATION_AGREEMENT = {"fp16": 0.9, "int8": 0.75}
+GENERATION_AGREEMENT = {"fp16": 0.9, "int8": 0.75, "int4": 0.75}
 PAST = "P"  # the symbol of the cache's length in a decoder's input specs
 
 Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -115,6 +115,36 @@ def make_prompts(layout: CacheLayout, seed: int = 0, batch: int = GENERATION_BAT
     return np.random.default_rng(seed + 7919).integers(0, layout.vocab_size, size=(batch, length), dtype=np.int64)
 
 
+def empty_past(layout: CacheLayout, batch: int) -> dict[str, np.ndarray]:
+    """The cache of a first step: every past_key_values input empty (past length 0)."""
+    # NumPy has no bfloat16: a bfloat16 cache is fed as float32, as every generated bfloat16 input is
+    dtype = np.float32 if layout.dtype == "bfloat16" else layout.dtype
+    return {name: np.zeros((batch, heads, 0, dim), dtype=dtype) for name, (heads, dim) in layout.past_shapes().items()}
+
+
+def step_feed(
+    layout: CacheLayout, ids: np.ndarray, past: dict[str, np.ndarray], cached: int, context: dict[str, np.ndarray] | None = None
+) -> dict[str, np.ndarray]:
+    """One step's feed: the new tokens ``ids`` [batch, new] after ``cached`` tokens held in ``past``, with the mask
+    over both and their positions where the decoder takes them, and ``context`` as it is."""
+    batch, new = ids.shape
+    feed = {"input_ids": ids, **(context or {}), **past}
+    if layout.attention_mask:
+        feed["attention_mask"] = np.ones((batch, cached + new), dtype=np.int64)
+    if layout.position_ids:
+        feed["position_ids"] = np.broadcast_to(np.arange(cached, cached + new, dtype=np.int64), (batch, new)).copy()
+    return feed
+
+
+def fed_back(outputs: dict[str, np.ndarray], past: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The next step's cache: each ``present`` output of a step under its ``past_key_values`` name (a ValueError
+    names the first output missing, logits included)."""
+    missing = [name for name in ("logits", *(n.replace("past_key_values", "present") for n in past)) if name not in outputs]
+    if missing:
+        raise ValueError(f"the decoder gives no output '{missing[0]}'")
+    return {name: np.asarray(outputs[name.replace("past_key_values", "present")]) for name in past}
+
+
 def decode(
     step: Step,
     layout: CacheLayout,
@@ -127,29 +157,17 @@ def decode(
     forced token instead of its own choice (the choice is still recorded). ``context`` goes into every step as it is
     (an encoder-decoder's encoder outputs)."""
     context = dict(context or {})
-    batch, length = prompts.shape
-    # NumPy has no bfloat16: a bfloat16 cache is fed as float32, as every generated bfloat16 input is
-    dtype = np.float32 if layout.dtype == "bfloat16" else layout.dtype
-    past = {name: np.zeros((batch, heads, 0, dim), dtype=dtype) for name, (heads, dim) in layout.past_shapes().items()}
+    past = empty_past(layout, prompts.shape[0])
     ids, cached = prompts, 0
     tokens, logits = [], []
     for index in range(steps):
-        new = ids.shape[1]
-        feed = {"input_ids": ids, **context, **past}
-        if layout.attention_mask:
-            feed["attention_mask"] = np.ones((batch, cached + new), dtype=np.int64)
-        if layout.position_ids:
-            feed["position_ids"] = np.broadcast_to(np.arange(cached, cached + new, dtype=np.int64), (batch, new)).copy()
-        outputs = step(feed)
-        missing = [name for name in ("logits", *(n.replace("past_key_values", "present") for n in past)) if name not in outputs]
-        if missing:
-            raise ValueError(f"the decoder gives no output '{missing[0]}'")
+        outputs = step(step_feed(layout, ids, past, cached, context))
+        past = fed_back(outputs, past)
         last = np.asarray(outputs["logits"], dtype=np.float64)[:, -1, :]
         logits.append(last)
         chosen = last.argmax(axis=-1)
         tokens.append(chosen)
-        past = {name: np.asarray(outputs[name.replace("past_key_values", "present")]) for name in past}
-        cached += new
+        cached += ids.shape[1]
         following = forced[:, index] if forced is not None else chosen
         ids = following.astype(np.int64)[:, None]
     return GenerationTrace(layout=layout, prompts=prompts, tokens=np.stack(tokens, axis=1), logits=np.stack(logits), context=context)
@@ -192,7 +210,7 @@ def compare_generation(
         judged_by="",
     )
     if tolerance.budget:
-        floor = GENERATION_AGREEMENT.get(precision, 1.0)
+        floor = agreement_floor(tolerance, precision)
         cosine = next((bound for metric, _, bound in tolerance.budget if metric == "cosine"), None)
         metrics.judged_by = f"token_agreement>={floor:g}" + (f",cosine>={cosine:g}" if cosine is not None else "")
         failing = []
@@ -212,6 +230,13 @@ def compare_generation(
         else f"has logits off by up to {float(np.abs(actual.logits[index] - reference.logits[index]).max()):.3g}"
     )
     return metrics, f"generation diverges at step {index} of {steps}: the artifact {what} (teacher-forced greedy decoding, cache fed back)"
+
+
+def agreement_floor(tolerance: Tolerance, precision: str) -> float:
+    """The least token agreement a reduced-precision artifact's generation must reach: the budget's token_agreement
+    where one is given, else the precision's."""
+    given = (bound for metric, _, bound in tolerance.budget if metric == "token_agreement")
+    return next(given, GENERATION_AGREEMENT.get(precision, 1.0))
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:

@@ -4,7 +4,7 @@ Full-precision artifacts are judged element by element: an element passes when
 ``|actual - expected| <= atol + rtol * |expected|``. The fp32 defaults sit close to what ONNX Runtime
 achieves on CPU for float32 graphs.
 
-Reduced-precision artifacts (fp16, int8) are judged by an accuracy budget of metrics that fit them:
+Reduced-precision artifacts (fp16, int8, int4) are judged by an accuracy budget of metrics that fit them:
 cosine similarity and relative RMS error by default. Top-1 agreement (last axis of 2 or more), top-5
 agreement (last axis over 5) and max abs error are reported, and budgeted only where a user asks: only
 they know which outputs are class scores (the argmax of a hidden state means nothing). A user may override
@@ -29,8 +29,11 @@ PRECISION_DEFAULTS = {
 BUDGET_DEFAULTS = {
     "fp16": {"cosine": (">=", 0.999), "rel_rms": ("<=", 0.02)},
     "int8": {"cosine": (">=", 0.98), "rel_rms": ("<=", 0.2)},
+    # weights in 4 bits (activations in float): a coarser grid on every weight, most of which averages out
+    "int4": {"cosine": (">=", 0.97), "rel_rms": ("<=", 0.25)},
 }
-BUDGET_METRICS = {"cosine": ">=", "rel_rms": "<=", "top1": ">=", "top5": ">=", "max_abs": "<="}
+# token_agreement: the share of a decoder's greedy steps that pick the source's token (its generation check)
+BUDGET_METRICS = {"cosine": ">=", "rel_rms": "<=", "top1": ">=", "top5": ">=", "max_abs": "<=", "token_agreement": ">="}
 # a task metric's drop from the source to the artifact on the user's labelled data (a fraction; "0.5%" reads 0.005)
 TASK_BUDGET_METRICS = {f"task_{metric}_drop": "<=" for metric in ("top1", "top5", "token_accuracy", "exact_match", "metric")}
 
@@ -40,7 +43,7 @@ class Tolerance:
     atol: float
     rtol: float
     source: str  # e.g. "default fp32" or "--tolerance logits:atol=1e-3"
-    budget: tuple[tuple[str, str, float], ...] = ()  # (metric, ">=" or "<=", bound): set for fp16 / int8
+    budget: tuple[tuple[str, str, float], ...] = ()  # (metric, ">=" or "<=", bound): set for fp16 / int8 / int4
     budget_source: str = ""
     elementwise: bool = True  # False: a reduced-precision output judged by a task metric's drop instead (no default budget)
 
@@ -124,7 +127,7 @@ def parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
             raise ConvertError(
                 f"cannot read the accuracy budget {text!r}",
                 "Write it as cosine>=0.995,rel_rms<=0.05,top1>=0.98,top5>=0.99,max_abs<=0.1 for every output, or OUTPUT:cosine>=0.99 "
-                "for one (cosine, top1, top5: >=; rel_rms, max_abs: <=); a task metric's drop on labelled --data as "
+                "for one (cosine, top1, top5, token_agreement: >=; rel_rms, max_abs: <=); a task metric's drop on labelled --data as "
                 "task_top1_drop<=0.5% (task_top1, task_top5, task_token_accuracy, task_exact_match, task_metric; for every output).",
             )
         bounds[metric] = (op, bound)

@@ -61,6 +61,7 @@ BUDGETS = {
     "fp16": Budget(psnr_db=35.0, cosine=0.999, step=1e-2),
     "bf16": Budget(psnr_db=28.0, cosine=0.99, step=5e-2),
     "int8": Budget(psnr_db=25.0, cosine=0.98, step=1e-1),
+    "int4": Budget(psnr_db=20.0, cosine=0.97, step=2e-1),
 }
 
 

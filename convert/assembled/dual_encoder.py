@@ -30,7 +30,7 @@ from convert.reports.model import AssembledCheck
 TEXTS, IMAGES = 5, 3  # texts and images scored against each other: differing, so a transposed score fails
 LONGEST_PADDED = 16  # the longest text where the model pads to the longest (CLIP), below its positions
 # precision -> (the bound on each logit's error, in similarity units; the least cosine of an embedding to the library's)
-BUDGETS = {"fp32": (1e-4, None), "fp16": (1e-2, 0.999), "bf16": (5e-2, 0.99), "int8": (5e-2, 0.98)}
+BUDGETS = {"fp32": (1e-4, None), "fp16": (1e-2, 0.999), "bf16": (5e-2, 0.99), "int8": (5e-2, 0.98), "int4": (1e-1, 0.97)}
 SELF_CHECK = 1e-5  # this check's scoring of the library's own features against the library's logits, in similarity units
 
 

@@ -21,7 +21,7 @@ from convert.text import first_line
 STEPS = 8
 COMPONENTS = ("encoder", "decoder", "decoder_with_past")
 # the least share of steps x samples whose greedy token must be the library's, by precision
-TOKEN_BUDGET = {"fp32": 1.0, "fp16": 0.9, "bf16": 0.9, "int8": 0.75}
+TOKEN_BUDGET = {"fp32": 1.0, "fp16": 0.9, "bf16": 0.9, "int8": 0.75, "int4": 0.75}
 LOGITS_TOLERANCE = 1e-3  # an fp32 step's largest absolute logits error, relative to the largest logit (and at least 1)
 
 Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]

@@ -7,7 +7,9 @@ from convert.registry import CORE_EXTRA, REGISTRY, OptimizerSpec
 
 _ONNX_RUNTIME_PASS = dict(takes="onnx", format="onnx", packages=(), extra=CORE_EXTRA, cacheable=True, requires=())
 _OPENVINO_PASS = dict(takes="onnx", format="openvino", extra="openvino", cacheable=True)
-_TENSORRT_PASS = dict(takes="onnx", format="tensorrt", packages=("tensorrt",), extra="tensorrt", cacheable=False, requires=())
+_TENSORRT_PASS = dict(
+    takes="onnx", format="tensorrt", packages=("tensorrt",), extra="tensorrt", cacheable=False, requires=(), weight_options=()
+)
 
 for spec in (
     OptimizerSpec(
@@ -17,6 +19,7 @@ for spec in (
         format="onnx",
         suffix=".slim.onnx",
         precision="fp32",
+        weight_options=(),
         calibrated=False,
         cacheable=True,
         packages=("onnxslim",),
@@ -28,6 +31,7 @@ for spec in (
         target="convert.optimizers.onnx_quant:Fp16",
         suffix=".fp16.onnx",
         precision="fp16",
+        weight_options=(),
         calibrated=False,
         **_ONNX_RUNTIME_PASS,
     ),
@@ -36,6 +40,7 @@ for spec in (
         target="convert.optimizers.onnx_quant:StaticInt8",
         suffix=".int8.onnx",
         precision="int8",
+        weight_options=(),
         calibrated=True,
         **_ONNX_RUNTIME_PASS,
     ),
@@ -44,7 +49,26 @@ for spec in (
         target="convert.optimizers.onnx_quant:DynamicInt8",
         suffix=".int8-dynamic.onnx",
         precision="int8",
+        weight_options=(),
         calibrated=False,
+        **_ONNX_RUNTIME_PASS,
+    ),
+    OptimizerSpec(
+        name="int4",
+        target="convert.optimizers.onnx_quant:Int4Weights",
+        suffix=".int4.onnx",
+        precision="int4",
+        calibrated=False,
+        weight_options=("weight_group_size",),
+        **_ONNX_RUNTIME_PASS,
+    ),
+    OptimizerSpec(
+        name="int8-weights",
+        target="convert.optimizers.onnx_quant:Int8Weights",
+        suffix=".int8-weights.onnx",
+        precision="int8",
+        calibrated=False,
+        weight_options=("weight_group_size",),
         **_ONNX_RUNTIME_PASS,
     ),
     OptimizerSpec(
@@ -52,6 +76,7 @@ for spec in (
         target="convert.optimizers.openvino:OpenVinoIR",
         suffix="_openvino",
         precision="fp32",
+        weight_options=(),
         calibrated=False,
         packages=("openvino",),
         requires=("openvino",),
@@ -62,6 +87,7 @@ for spec in (
         target="convert.optimizers.openvino:OpenVinoFp16",
         suffix="_openvino_fp16",
         precision="fp16",
+        weight_options=(),
         calibrated=False,
         packages=("openvino",),
         requires=("openvino",),
@@ -72,7 +98,30 @@ for spec in (
         target="convert.optimizers.openvino:OpenVinoInt8",
         suffix="_openvino_int8",
         precision="int8",
+        weight_options=(),
         calibrated=True,
+        packages=("openvino", "nncf"),
+        requires=("openvino", "nncf"),
+        **_OPENVINO_PASS,
+    ),
+    OptimizerSpec(
+        name="openvino:int4",
+        target="convert.optimizers.openvino:OpenVinoInt4Weights",
+        suffix="_openvino_int4",
+        precision="int4",
+        calibrated=False,
+        weight_options=("weight_group_size", "weight_ratio"),
+        packages=("openvino", "nncf"),
+        requires=("openvino", "nncf"),
+        **_OPENVINO_PASS,
+    ),
+    OptimizerSpec(
+        name="openvino:int8-weights",
+        target="convert.optimizers.openvino:OpenVinoInt8Weights",
+        suffix="_openvino_int8-weights",
+        precision="int8",
+        weight_options=(),
+        calibrated=False,
         packages=("openvino", "nncf"),
         requires=("openvino", "nncf"),
         **_OPENVINO_PASS,
@@ -108,6 +157,7 @@ for spec in (
         format="executorch",
         suffix=".int8.pte",
         precision="int8",
+        weight_options=(),
         calibrated=True,
         cacheable=True,
         packages=("torch", "executorch", "torchao"),

@@ -48,6 +48,9 @@ class OptimizeJob(ExportJob):
     keep_fp32: tuple[str, ...] = ()  # node-name or module-path patterns a reduced-precision pass leaves in FP32
     calibration_method: str = "minmax"  # how static INT8 sets activation ranges: minmax, entropy or percentile
     task: TaskControl | None = None  # a task-drop budget the INT8 passes control their accuracy by
+    weight_group_size: int = 128  # weights per scale in the weight-only passes; -1: one per output channel
+    weight_ratio: float = 1.0  # share of the layers NNCF's INT4 compression puts in INT4, the rest in INT8
+    calibration_given: bool = False  # the calibration feeds are the user's --calibration-data (the data-aware methods need them)
 
 
 class Optimizer(Exporter):

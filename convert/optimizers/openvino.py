@@ -1,5 +1,6 @@
 """OpenVINO IR (``model.xml`` + ``model.bin`` in a folder) from the ONNX artifact: FP32, FP16-compressed
-weights, or INT8 through NNCF post-training quantization on the calibration feeds."""
+weights, INT8 through NNCF post-training quantization on the calibration feeds, or INT4 / INT8 weights through NNCF's
+weight compression."""
 
 from __future__ import annotations
 
@@ -69,6 +70,120 @@ class OpenVinoInt8(OpenVinoIR):
         return _accuracy_controlled(model, plain, calibration, names, job, settings)
 
 
+# what stands between a low-precision weight constant and the operation that takes it
+DEQUANTIZING_OPS = ("Convert", "Subtract", "Multiply", "Reshape", "Transpose")
+
+
+class _OpenVinoWeights(OpenVinoIR):
+    """NNCF's weight compression: the weights of matrix products (and embeddings) stored in fewer bits, the activations
+    left in float; with --calibration-data, INT4 also runs AWQ and scale estimation on it."""
+
+    mode = "INT8_ASYM"
+
+    def transform(self, model, job: OptimizeJob):
+        import nncf
+        from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
+
+        from convert.reports.details import WeightCompression
+
+        int4 = self.mode.startswith("INT4")
+        settings = {"mode": getattr(nncf.CompressWeightsMode, self.mode), "ignored_scope": _ignored(model, job)}
+        data_aware = []
+        if int4:
+            # a layer whose input channels do not divide into groups takes the largest size of 16 or more that does
+            advanced = AdvancedCompressionParameters(group_size_fallback_mode=GroupSizeFallbackMode.ADJUST)
+            settings.update(group_size=job.weight_group_size, ratio=job.weight_ratio, advanced_parameters=advanced)
+            if job.calibration_given and job.calibration:
+                names = [port.get_any_name() for port in model.inputs]
+                settings.update(
+                    dataset=nncf.Dataset(job.calibration, lambda feed: {n: feed[n] for n in names}),
+                    subset_size=len(job.calibration),
+                    awq=True,
+                    scale_estimation=True,
+                )
+                data_aware = ["AWQ", "scale estimation"]
+        compressed = nncf.compress_weights(model, **settings)
+        layers, groups = _compressed_layers(compressed)
+        asked = job.weight_group_size if int4 else -1
+        notes = (
+            [f"group sizes {', '.join(map(str, sorted(groups - {asked})))} where a layer's channels do not divide by {asked}"]
+            if int4 and asked != -1 and groups - {asked}
+            else []
+        )
+        record = WeightCompression(
+            method=f"NNCF compress_weights({self.mode})",
+            group_size=asked,
+            ratio=job.weight_ratio if int4 else 1.0,
+            layers=layers,
+            uncompressed=len(_weighted(compressed)) - sum(layers.values()),
+            data_aware=data_aware,
+            notes=notes,
+        )
+        return compressed, record.model_dump()
+
+
+class OpenVinoInt4Weights(_OpenVinoWeights):
+    mode = "INT4_ASYM"
+    _detail = " + nncf.compress_weights(INT4_ASYM)"
+
+
+class OpenVinoInt8Weights(_OpenVinoWeights):
+    mode = "INT8_ASYM"
+    _detail = " + nncf.compress_weights(INT8_ASYM)"
+
+
+def _ignored(model, job: OptimizeJob):
+    import nncf
+
+    return nncf.IgnoredScope(names=_kept_in_fp32(model, job), validate=False)
+
+
+def _weighted(model) -> list:
+    """The matrix products whose weight is a constant (through the operations that dequantize it)."""
+
+    def constant(node, depth: int = 0) -> bool:
+        kind = node.get_type_name()
+        if kind == "Constant":
+            return True
+        return (
+            kind in DEQUANTIZING_OPS
+            and depth < 6
+            and all(constant(node.input_value(i).get_node(), depth + 1) for i in range(node.get_input_size()))
+        )
+
+    return [op for op in model.get_ops() if op.get_type_name() == "MatMul" and constant(op.input_value(1).get_node())]
+
+
+def _compressed_layers(model) -> tuple[dict[str, int], set[int]]:
+    """How many matrix products take a weight stored in each low-precision type and grouping, and the group sizes seen
+    (a grouped weight is a [out, groups, group size] constant reshaped to [out, in] before its product)."""
+    counts: dict[str, int] = {}
+    groups: set[int] = set()
+    for op in _weighted(model):
+        stored = _stored_weight(op.input_value(1).get_node())
+        if stored is None:
+            continue
+        kind, shape = stored.get_element_type().get_type_name(), list(stored.get_output_shape(0))
+        bits = {"i8": "int8", "u8": "int8", "i4": "int4", "u4": "int4"}[kind]
+        if len(shape) == 3:
+            groups.add(shape[2])
+            storage = f"{bits}, group {shape[2]}"
+        else:
+            storage = f"{bits}, per channel"
+        counts[storage] = counts.get(storage, 0) + 1
+    return dict(sorted(counts.items())), groups
+
+
+def _stored_weight(node, depth: int = 0):
+    """The low-precision constant a weight is dequantized from; None where it is stored in float."""
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return node if node.get_element_type().get_type_name() in ("i8", "u8", "i4", "u4") else None
+    if kind in DEQUANTIZING_OPS and depth < 6:
+        return _stored_weight(node.input_value(0).get_node(), depth + 1)
+    return None
+
+
 WEIGHTED_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")
 
 
@@ -126,7 +241,7 @@ def _quantized_ops(model) -> set[str]:
         kind = node.get_type_name()
         if kind == "FakeQuantize" or (kind == "Constant" and node.get_element_type().get_type_name() in ("i8", "u8", "i4", "u4")):
             return True
-        if kind in ("Convert", "Subtract", "Multiply", "Reshape", "Transpose") and depth < 6:
+        if kind in DEQUANTIZING_OPS and depth < 6:
             return any(quantized(node.input_value(i).get_node(), depth + 1) for i in range(node.get_input_size()))
         return False
 

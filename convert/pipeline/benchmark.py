@@ -1,5 +1,6 @@
 """The benchmark stage: per device, one interleaved session of the source's own run (CPU), every artifact that passed
-on every runtime where it passed, and the gate baseline's artifacts beside their successors."""
+on every runtime where it passed, and the gate baseline's artifacts beside their successors; a decoder's prefill and
+decode are planned here, at sizes the source and every one of those artifacts take."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import uuid
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.benchmark import BenchmarkPlan, BenchmarkSettings
+from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_decode
 from convert.hardware import compute_limit
 from convert.pipeline.context import RunContext, crashed
 from convert.registry import REGISTRY
@@ -33,6 +34,8 @@ def benchmark(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings)
             if baseline is not None:
                 slots[device].append((record.baseline_benchmarks, runtime, baseline, device))
     report.environment.benchmark_threads = settings.threads
+    if ctx.source.generation is not None:
+        plan = _with_decode(ctx, plan, settings, [artifact for entries in slots.values() for _, _, artifact, _ in entries])
     for device, entries in slots.items():
         with ctx.stages.run("benchmark", device) as stage:
             for (records, *_), measured in zip(entries, _session(ctx, stage, device, entries, plan, settings)):
@@ -40,6 +43,21 @@ def benchmark(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings)
     for record in report.artifacts:
         for measured in record.benchmarks:
             measured.compute_limit = compute_limit(record.precision, measured.device, report.environment.cpu)
+
+
+def _with_decode(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings, artifacts: list) -> BenchmarkPlan:
+    """The plan with a decoder's prefill and decode, within the sizes the source and each artifact timed take (a
+    torch.export bound, a TensorRT profile); the report notes why a decoder has none."""
+    ids = next((s for s in ctx.source.signature.inputs if s.name == "input_ids"), None)
+    sequence = ids.dims[1] if ids is not None and len(ids.dims) > 1 and isinstance(ids.dims[1], str) else None
+    if sequence is None:
+        ctx.report.notes.append("no prefill and decode benchmark: the decoder's input_ids have no symbolic sequence axis")
+        return plan
+    bounds = [ctx.source.dim_ranges, *(a.dim_bounds for a in artifacts if a is not None)]
+    decode, why = plan_decode(settings, ctx.request.seed, sequence, bounds)
+    if why:
+        ctx.report.notes.append(why)
+    return dataclasses.replace(plan, decode=decode)
 
 
 def _session(

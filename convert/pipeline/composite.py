@@ -44,7 +44,7 @@ BESIDE_FILES = (
 
 
 # precisions from the strictest budget to the loosest
-LOOSENESS = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3}
+LOOSENESS = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3, "int4": 4}
 
 
 def run_composite(

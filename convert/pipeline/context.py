@@ -4,6 +4,7 @@ folder, and what the earlier stages made (the source, its shape cases, the artif
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 from convert.artifacts import Artifact
 from convert.cache import RunCache
 from convert.errors import ConvertError
+from convert.memory import peak_rss_bytes
 from convert.options import DEFAULTS
 from convert.protected_inputs import Read, Write
 from convert.reports import model as rm
@@ -54,6 +56,8 @@ class ConvertRequest:
     calibration_data: Path | None = DEFAULTS["calibration_data"]
     calibration_method: str = DEFAULTS["calibration_method"]
     keep_fp32: tuple[str, ...] = DEFAULTS["keep_fp32"]  # node-name or module-path patterns the reduced-precision passes leave in FP32
+    weight_group_size: int = DEFAULTS["weight_group_size"]  # weights per scale in the weight-only passes; -1: per output channel
+    weight_ratio: float = DEFAULTS["weight_ratio"]  # share of the layers openvino:int4 puts in INT4
     accuracy: tuple[str, ...] = DEFAULTS["accuracy"]  # accuracy budgets of reduced-precision artifacts
     shape_ranges: tuple[str, ...] = DEFAULTS["shape_ranges"]  # "B=1..8..32": TensorRT profiles and the validation sizes
     benchmark: bool = DEFAULTS["benchmark"]
@@ -120,6 +124,7 @@ class Stages:
     def __init__(self, progress: Progress):
         self.records: list[rm.Stage] = []
         self.progress = progress
+        self.processes: Callable[[], list[int]] = lambda: [os.getpid()]  # whose peak memory each stage records
 
     @contextlib.contextmanager
     def run(self, kind: rm.StageKind, subject: str = "", detail: str = "") -> Iterator[rm.Stage]:
@@ -136,6 +141,8 @@ class Stages:
             raise
         finally:
             record.seconds = round(time.perf_counter() - started, 3)
+            peak = peak_rss_bytes(self.processes())
+            record.peak_rss_mb = round(peak / 2**20, 1) if peak is not None else None
             self.records.append(record)
             self.progress.finished(record)
 

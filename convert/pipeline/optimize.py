@@ -57,6 +57,9 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
             keep_fp32=ctx.request.keep_fp32,
             calibration_method=ctx.request.calibration_method,
             task=task_control(ctx) if optimizer.precision == "int8" else None,
+            weight_group_size=ctx.request.weight_group_size,
+            weight_ratio=ctx.request.weight_ratio,
+            calibration_given=ctx.request.calibration_data is not None,
         )
         artifact = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, job), Session.optimize, name, job), record, stage)
     if artifact is None:
@@ -97,6 +100,8 @@ def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
         ctx.profile_ranges,
         job.keep_fp32,
         job.calibration_method,
+        job.weight_group_size,
+        job.weight_ratio,
         job.task and (job.task.feeds, job.task.labels, job.task.metric, job.task.max_drop, job.task.user_metric),
         judge=artifact_judge(stage.name, entry.format, optimizer.precision, optimizer.name, job.base),
     )

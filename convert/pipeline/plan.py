@@ -50,6 +50,7 @@ def plan(request: ConvertRequest, hooks: RunHooks | None = None) -> Plan:
     check_given_trust(given, request.trust_code)
     targets = check_targets(request.to or default_targets(request.model)) if request.to or not given else []
     optimizations, auto = check_optimizations(request.optimize, targets)
+    check_weight_options(request, optimizations)
     formats = {**{t: t for t in targets}, **{o: REGISTRY.get("optimizer", o).format for o in optimizations}}
     packages = check_packages(request.package, {*formats.values(), *(fmt for _, fmt in given.values())})
     out_dir = Path(request.out)
@@ -195,6 +196,23 @@ def check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
         for package in entry.requires:
             require(package, entry.extra, f"--optimize {name}")
     return chosen, False
+
+
+def check_weight_options(request: ConvertRequest, passes: list[str]) -> None:
+    """--weight-group-size and --weight-ratio: each given only with a pass that reads it, and a size MatMulNBits takes."""
+    for name, flag in (("weight_group_size", "--weight-group-size"), ("weight_ratio", "--weight-ratio")):
+        readers = [p for p in passes if name in REGISTRY.get("optimizer", p).weight_options]
+        if getattr(request, name) != DEFAULTS[name] and not readers:
+            able = [e.name for e in REGISTRY.entries("optimizer") if name in e.weight_options]
+            raise ConvertError(
+                f"{flag} is given, and no pass that reads it is asked for", f"It shapes {', '.join(able)}: add one to --optimize."
+            )
+    size = request.weight_group_size
+    if size != -1 and (size < 16 or size & (size - 1)):
+        raise ConvertError(
+            f"--weight-group-size {size} is not a group size the weight-only passes take",
+            "Give a power of two of 16 or more (32, 64, 128 are usual), or -1 for one scale per output channel.",
+        )
 
 
 def check_packages(names, formats: set[str]) -> list[str]:

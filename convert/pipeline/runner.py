@@ -16,6 +16,7 @@ from convert.composites import composite_of
 from convert.devices import cuda_gpus, present_devices
 from convert.errors import ConvertError
 from convert.hardware import cpu_info
+from convert.memory import available_bytes, memory_limit_bytes, peak_rss_bytes
 from convert.pipeline.auto import choose
 from convert.pipeline.benchmark import benchmark
 from convert.pipeline.composite import run_composite
@@ -91,6 +92,8 @@ def _run_one(request: ConvertRequest, progress: Progress | None, hooks: RunHooks
     report.cache = cache.record
     worker = start_worker(source_request, request.stage_timeout, request.isolate)
     report.isolation = worker.isolation
+    stages.processes = worker.processes
+    peak_rss_bytes(worker.processes())  # each stage's peak is its own: the planning's is left out
     ctx = RunContext(
         request, report, stages, worker, cache, the_plan.policy, the_plan.out_dir, the_plan.stem, the_plan.report_path, hooks=hooks
     )
@@ -113,7 +116,9 @@ def _run_one(request: ConvertRequest, progress: Progress | None, hooks: RunHooks
         report.source.outputs = list(ctx.source.signature.outputs)
         report.source.inputs = [str(s) for s in ctx.source.signature.inputs]
         # checked before anything is written: bad calibration data must not leave exported artifacts behind
-        if any(REGISTRY.get("optimizer", o).calibrated for o in the_plan.optimizations):
+        if any(REGISTRY.get("optimizer", o).calibrated for o in the_plan.optimizations) or (
+            the_plan.optimizations and request.calibration_data is not None  # the weight-only passes' data-aware methods
+        ):
             ctx.calibration = calibration_feeds(ctx)
         ctx.profile_ranges = profile_ranges(ctx, the_plan.shape_ranges)
         ctx.staging = Staging(ctx.out_dir, [*the_plan.finals.values(), ctx.report_path], request.force)
@@ -224,6 +229,8 @@ def environment() -> rm.Environment:
         cpu=cpu_info(),
         devices=list(present_devices()),
         device_names=list(cuda_gpus()),
+        memory_available_mb=round(available_bytes() / 2**20, 1),
+        memory_limit_mb=round(limit / 2**20, 1) if (limit := memory_limit_bytes()) is not None else None,
     )
 
 

@@ -472,14 +472,14 @@ def _unsupported_task_pass(check: rm.Check, case: ValidationCase, policy: Tolera
 
 def _rejudged_generation(check: rm.Check, case: ValidationCase, tolerance, precision: str) -> str:
     """A generation check judged again as validators/generation.compare_generation judges its metrics."""
-    from convert.validators.generation import GENERATION_AGREEMENT
+    from convert.validators.generation import agreement_floor
 
     metrics, reference = check.generation, case.generation
     if metrics is None:
         return "" if check.status == "failed" else f"recorded {check.status} without its generation metrics"
     failing = []
     if tolerance.budget:
-        floor = GENERATION_AGREEMENT.get(precision, 1.0)
+        floor = agreement_floor(tolerance, precision)
         cosine = next((bound for metric, _, bound in tolerance.budget if metric == "cosine"), None)
         if not metrics.token_agreement >= floor:
             failing.append(f"token agreement {metrics.token_agreement} below {floor}")

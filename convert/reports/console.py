@@ -17,7 +17,7 @@ from rich.text import Text
 
 from convert.registry import REGISTRY
 from convert.reports import facts
-from convert.reports.model import ArtifactRecord, Report, Verdict
+from convert.reports.model import ArtifactRecord, AutoCandidate, Benchmark, Report, Verdict, decode_figure
 from convert.text import first_line
 
 if TYPE_CHECKING:  # the batch's types, for annotations only
@@ -299,6 +299,7 @@ def _print_benchmarks(report: Report, console: Console) -> None:
     if not rows:
         return
     table = Table(title=BENCHMARK_TITLE)
+    generates = facts.generates(report)  # a decoder's prefill and decode, in two more columns
     for column in (
         "artifact",
         "runtime",
@@ -311,11 +312,25 @@ def _print_benchmarks(report: Report, console: Console) -> None:
         "vs source",
         "throughput/s",
         "peak MB",
+        *(("prefill ms (95%)", "decode tok/s (95%)") if generates else ()),
     ):
         table.add_column(column, overflow="fold")
     for name, b in rows:
         if b.status != "ok":
-            table.add_row(name, b.runtime, b.device, "-", f"[{STYLE['failed']}]{b.status}[/]", "", "", "", "", "", cell(b.reason, 60))
+            table.add_row(
+                name,
+                b.runtime,
+                b.device,
+                "-",
+                f"[{STYLE['failed']}]{b.status}[/]",
+                "",
+                "",
+                "",
+                "",
+                "",
+                cell(b.reason, 60),
+                *("", "") * generates,
+            )
             continue
         speedup = facts.times(facts.speedup(report, b)) or "-"
         table.add_row(
@@ -330,6 +345,7 @@ def _print_benchmarks(report: Report, console: Console) -> None:
             speedup,
             f"{b.throughput_per_s:g} ({b.throughput_shape})",
             f"{b.peak_memory_mb:g}",
+            *((b.prefill() or "-", b.decode() or "-") if generates else ()),
         )
     console.print(table)
 
@@ -352,7 +368,24 @@ def _print_benchmark_lines(report: Report, console: Console) -> None:
                 f"p99_ms={_figure(b.latency_ms_p99, '.3f')} vs_source={speedup} throughput_per_s={_figure(b.throughput_per_s, 'g')} "
                 f"throughput_shape={b.throughput_shape or '-'} peak_mb={_figure(b.peak_memory_mb, 'g')}"
             )
-        console.out(line + _reason(b.reason), highlight=False)
+        console.out(line + _generation_figures(b) + _reason(b.reason), highlight=False)
+
+
+def _generation_figures(b: Benchmark) -> str:
+    """A decoder's prefill and decode figures as ``key=value`` words ("" where they were not measured)."""
+    words = ""
+    if b.prefill_ms_p50 is not None:
+        words += f" prefill_ms={b.prefill_ms_p50:.4g}" + (
+            f" prefill_interval_ms={b.prefill_ms_interval[0]:.4g}-{b.prefill_ms_interval[1]:.4g}" if b.prefill_ms_interval else ""
+        )
+        words += f" prefill_tokens={b.prefill_length}"
+    if b.decode_tokens_per_s is not None:
+        interval = b.decode_tokens_per_s_interval
+        words += f" decode_tokens_per_s={b.decode_tokens_per_s:.4g}" + (
+            f" decode_interval_tokens_per_s={interval[0]:.4g}-{interval[1]:.4g}" if interval else ""
+        )
+        words += f" decode_steps={b.decode_steps}"
+    return words
 
 
 def _figure(value: float | None, spec: str) -> str:
@@ -380,7 +413,8 @@ def _print_auto(report: Report, console: Console) -> None:
     if report.auto is None:
         return
     table = Table(title=_auto_title(report))
-    for column in ("rank", "candidate", "precision", "status", "p50 ms", "vs source", "why"):
+    decoding = any(c.decode_tokens_per_s for c in report.auto.candidates)  # ranked by decode speed
+    for column in ("rank", "candidate", "precision", "status", "p50 ms", *(("decode tok/s",) if decoding else ()), "vs source", "why"):
         table.add_column(column, overflow="fold")
     for c in report.auto.candidates:
         style = "green" if c.status == "chosen" else "yellow" if c.status in ("lost", "skipped") else "bold red"
@@ -390,7 +424,8 @@ def _print_auto(report: Report, console: Console) -> None:
             c.precision,
             f"[{style}]{c.status}[/]",
             f"{c.latency_ms_p50:.3f}" if c.latency_ms_p50 else "-",
-            facts.times(c.speedup_vs_source) or "-",
+            *((_candidate_decode(c) or "-",) if decoding else ()),
+            facts.times(c.decode_speedup_vs_source if decoding else c.speedup_vs_source) or "-",
             cell(c.reason, 110),
         )
     console.print(table)
@@ -402,12 +437,20 @@ def _print_auto_lines(report: Report, console: Console) -> None:
         return
     console.out(_auto_title(report), highlight=False)
     for c in report.auto.candidates:
+        decode = f"decode_tokens_per_s={c.decode_tokens_per_s:.4g} " if c.decode_tokens_per_s else ""
+        if c.decode_speedup_vs_source:
+            decode += f"decode_vs_source={facts.times(c.decode_speedup_vs_source)} "
         console.out(
             f"candidate {c.rank or '-'} {c.name} {c.precision} {c.status} "
-            f"p50_ms={f'{c.latency_ms_p50:.3f}' if c.latency_ms_p50 else '-'} "
+            f"p50_ms={f'{c.latency_ms_p50:.3f}' if c.latency_ms_p50 else '-'} {decode}"
             f"vs_source={facts.times(c.speedup_vs_source) or '-'}" + _reason(c.reason),
             highlight=False,
         )
+
+
+def _candidate_decode(c: AutoCandidate) -> str:
+    """A candidate's decode speed with its interval, as the auto table shows it ("" where not measured)."""
+    return decode_figure(c.decode_tokens_per_s, c.decode_tokens_per_s_interval, None)
 
 
 def _print_composite(report: Report, console: Console) -> None:
@@ -440,7 +483,8 @@ def _print_compact(report: Report, console: Console) -> None:
     have no checks grouped by why; each device skipped, with its reason, once; then --optimize auto's choice."""
     _say(console, "Validation against the source model")
     if (p50 := facts.source_p50(report)) is not None:
-        _say(console, f"source p50_ms={p50:.3f}")
+        decode = next((b for b in report.source_benchmark if b.status == "ok" and b.decode_tokens_per_s), None)
+        _say(console, f"source p50_ms={p50:.3f}" + (_compact_generation(decode) if decode else ""))
     checked = [a for a in report.artifacts if a.checks]
     width = max((len(a.key) for a in report.artifacts), default=0)
     for artifact in checked:
@@ -475,12 +519,21 @@ def _artifact_line(report: Report, artifact: ArtifactRecord) -> str:
         line += f" p50_ms{escape(at)}={b.latency_ms_p50:.3f}" + (
             f" vs_source={times}" if (times := facts.times(facts.speedup(report, b))) else ""
         )
+        line += _compact_generation(b, escape(at), facts.times(facts.decode_speedup(report, b)))
     for b in artifact.benchmarks:
         if b.status != "ok":
             line += f" benchmark_{b.status}: {escape(first_line(b.reason))}"
     if failed:
         line += escape(f" reason: {facts.place(failed[0])}: {first_line(failed[0].reason, None)}")
     return line
+
+
+def _compact_generation(b: Benchmark, at: str = "", vs_source: str | None = None) -> str:
+    """A decoder's prefill p50 and decode speed in the compact line ("" where not measured)."""
+    words = f" prefill_ms{at}={b.prefill_ms_p50:.4g}" if b.prefill_ms_p50 is not None else ""
+    if b.decode_tokens_per_s is not None:
+        words += f" decode_tokens_per_s{at}={b.decode_tokens_per_s:.4g}" + (f" decode_vs_source={vs_source}" if vs_source else "")
+    return words
 
 
 def _skipped_devices(report: Report, checked: list[ArtifactRecord]) -> list[tuple[str, str, list[str]]]:
@@ -599,7 +652,7 @@ def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
         if check is not None and check.declared_mismatches and not values_failed
         else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
         if check is not None and artifact.fixed_dims and not check.outputs
-        else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16 and int8); otherwise the conversion is wrong."
+        else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16, int8 and int4); otherwise the conversion is wrong."
     )
     where = (
         f"It is left as it was at {artifact.path}."

@@ -260,8 +260,32 @@ class Delegation(ArtifactDetail):
         )
 
 
+class WeightCompression(ArtifactDetail):
+    """A weight-only pass: which layers' weights it stored in fewer bits, in groups of how many, and which it left."""
+
+    title: ClassVar[str] = "weight compression"
+    kind: Literal["weight_compression"] = "weight_compression"
+    method: str = Field(description="e.g. ONNX Runtime MatMulNBitsQuantizer, or NNCF compress_weights(INT4_ASYM)")
+    group_size: int = Field(description="weights per scale as asked; -1: one scale per output channel")
+    ratio: float = Field(1.0, description="the share of the layers asked to be in the fewest bits (NNCF's mixed precision)")
+    layers: dict[str, int] = Field(
+        {}, description="compressed layers by their storage, e.g. {'int4, group 32': 12, 'int8, per channel': 2}"
+    )
+    uncompressed: int = Field(0, description="matrix products with a constant weight left in full precision")
+    data_aware: list[str] = Field([], description="data-aware algorithms run on --calibration-data (AWQ, scale estimation)")
+    notes: list[str] = Field([], description="what the pass did otherwise than asked, e.g. a group size adjusted to a layer's channels")
+
+    def describe(self) -> str:
+        stored = ", ".join(f"{count} in {storage}" for storage, count in self.layers.items()) or "none"
+        group = "per output channel" if self.group_size == -1 else f"group size {self.group_size}"
+        ratio = f", ratio {self.ratio:g}" if self.ratio < 1 else ""
+        aware = f", data-aware: {', '.join(self.data_aware)}" if self.data_aware else ""
+        notes = f" ({'; '.join(self.notes)})" if self.notes else ""
+        return f"{self.method}, {group}{ratio}{aware}: layers {stored}; {self.uncompressed} left in full precision{notes}"
+
+
 # every kind, told apart by its ``kind`` field in the report's JSON
-Detail = Annotated[AccuracyControl | Delegation | Divergence | Sensitivity, Field(discriminator="kind")]
+Detail = Annotated[AccuracyControl | Delegation | Divergence | Sensitivity | WeightCompression, Field(discriminator="kind")]
 _DETAIL: TypeAdapter[ArtifactDetail] = TypeAdapter(Detail)
 KINDS: tuple[str, ...] = tuple(kind.model_fields["kind"].default for kind in get_args(get_args(Detail)[0]))
 

@@ -193,6 +193,17 @@ def speedup(report: Report, benchmark: Benchmark) -> float | None:
     return reference / p50 if reference and p50 else None
 
 
+def generates(report: Report) -> bool:
+    """Whether any benchmark of the report measured a decoder's prefill or decode: only then do the renderings show them."""
+    return any(b.prefill_ms_p50 is not None or b.decode_tokens_per_s is not None for _, b in benchmark_rows(report))
+
+
+def decode_speedup(report: Report, benchmark: Benchmark) -> float | None:
+    """How many times the source's decode tokens/s a benchmark's is; None where either was not measured."""
+    reference = next((b.decode_tokens_per_s for b in report.source_benchmark if b.status == "ok" and b.decode_tokens_per_s), None)
+    return benchmark.decode_tokens_per_s / reference if reference and benchmark.decode_tokens_per_s else None
+
+
 def times(ratio: float | None) -> str | None:
     """A speed-up as shown, e.g. "2.50x"; None where there is none."""
     return f"{ratio:.2f}x" if ratio else None

@@ -27,6 +27,7 @@ from convert.reports.model import (
     Report,
     Stage,
     Verdict,
+    decode_figure,
 )
 from convert.safety import atomic_write_text
 
@@ -435,6 +436,7 @@ def _artifacts_section(report: Report, relative_paths: bool) -> str:
         "min cosine",
         "p50 ms",
         "vs source",
+        *(("decode tokens / s",) if facts.generates(report) else ()),
         "size",
         "precision",
         "file",
@@ -452,6 +454,7 @@ def _source_row(report: Report) -> tuple[str, str]:
         + _td("–") * 4
         + _p50_cell(reference)
         + _td("1.00x", numeric=True)
+        + _decode_cell(report, reference)
         + _td("–") * 2
         + f"<td><code>{_e(report.source.path or '–')}</code></td>",
     )
@@ -479,10 +482,20 @@ def _artifact_row(report: Report, index: int, artifact: ArtifactRecord) -> tuple
         + _td(_num(cosine, ".6f"), numeric=True)
         + _p50_cell(benchmark, where)
         + _td(facts.times(facts.speedup(report, benchmark)) if benchmark else "–", numeric=True)
+        + _decode_cell(report, benchmark)
         + _td(_size(artifact.size_bytes) if artifact.path else "–", numeric=True)
         + _td(artifact.precision)
         + f"<td><code>{_e(artifact.path or '–')}</code></td>",
     )
+
+
+def _decode_cell(report: Report, benchmark: Benchmark | None) -> str:
+    """A decoder's decode tokens/s in the artifacts table, its interval in the tooltip; nothing for any other model."""
+    if not facts.generates(report):
+        return ""
+    if benchmark is None or benchmark.decode_tokens_per_s is None:
+        return _td("–", numeric=True)
+    return f'<td class="num" title="{_e(benchmark.decode())}">{_e(_rate(benchmark.decode_tokens_per_s))}</td>'
 
 
 def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> str:
@@ -786,8 +799,16 @@ def _latency_svg(name: str, groups: list[tuple[str, Benchmark, bool]]) -> str:
 
 def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: list[Benchmark]) -> str:
     rows = []
+    generates = facts.generates(report)  # a decoder's prefill and decode, before the note
     for benchmark, is_source in [(b, True) for b in references] + [(b, False) for b in benchmarks]:
         speedup = "–" if is_source else facts.times(facts.speedup(report, benchmark)) or "–"
+        generation = (
+            _td(benchmark.prefill() or "–")
+            + _td(benchmark.decode() or "–")
+            + _td("–" if is_source else facts.times(facts.decode_speedup(report, benchmark)) or "–", numeric=True)
+            if generates
+            else ""
+        )
         throughput = (
             f"{_rate(benchmark.throughput_per_s)} ({benchmark.throughput_shape})" if benchmark.throughput_per_s is not None else "–"
         )
@@ -808,6 +829,7 @@ def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: li
                 + _td(speedup, numeric=True)
                 + _td(throughput)
                 + _td(memory)
+                + generation
                 + _td("; ".join(t for t in (benchmark.reason, benchmark.compute_limit) if t)),
             )
         )
@@ -825,6 +847,7 @@ def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: li
         "vs source",
         "throughput / s",
         "peak memory",
+        *(("prefill ms (95% interval)", "decode tokens / s (95% interval)", "decode vs source") if generates else ()),
         "note",
     ]
     return _table(headers, rows)
@@ -928,6 +951,7 @@ def _baseline(comparison: BaselineComparison) -> str:
 
 def _auto_section(auto: AutoSelection) -> str:
     classes = {"chosen": "good", "failed": "failed", "skipped": "skipped"}
+    decoding = any(c.decode_tokens_per_s for c in auto.candidates)
     rows = [
         (
             classes.get(c.status, ""),
@@ -940,11 +964,20 @@ def _auto_section(auto: AutoSelection) -> str:
             + _p50_cell(c)
             + _td(_rate(c.throughput_per_s), numeric=True)
             + _td(facts.times(c.speedup_vs_source) or "–", numeric=True)
+            + (
+                _td(_num(c.prefill_ms_p50), numeric=True)
+                + _td(decode_figure(c.decode_tokens_per_s, c.decode_tokens_per_s_interval, None) or "–")
+                + _td(facts.times(c.decode_speedup_vs_source) or "–", numeric=True)
+                if decoding
+                else ""
+            )
             + _td(c.reason),
         )
         for c in auto.candidates
     ]
     headers = ["rank", "candidate", "format", "precision", "status", "device", "p50 ms", "throughput / s", "vs source", "reason"]
+    if decoding:  # a decoder's candidates, ranked by decode speed
+        headers[-1:-1] = ["prefill ms", "decode tokens / s (95% interval)", "decode vs source"]
     chosen = f"chose <b>{_e(auto.chosen)}</b>" if auto.chosen else "<b>no candidate passed</b>"
     return (
         f"<section><h2>--optimize auto</h2><p>{chosen}; criterion: {_e(auto.criterion)}.</p>"

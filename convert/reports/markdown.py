@@ -233,13 +233,24 @@ def _benchmarks(report: Report) -> str:
     if not rows:
         return ""
     header = ["artifact", "runtime", "device", "p50 ms", "95% interval", "p90 ms", "p99 ms", "vs source", "throughput/s", "peak MB", "note"]
-    return "### Benchmarks\n\n" + _table(header, [_benchmark_cells(name, b, facts.speedup(report, b)) for name, b in rows])
+    generates = facts.generates(report)  # a decoder's prefill and decode, before the note
+    if generates:
+        header[-1:-1] = ["prefill ms (95%)", "decode tok/s (95%)", "decode vs source"]
+    return "### Benchmarks\n\n" + _table(
+        header, [_benchmark_cells(name, b, facts.speedup(report, b), report if generates else None) for name, b in rows]
+    )
 
 
-def _benchmark_cells(name: str, benchmark: Benchmark, speedup: float | None) -> list[str]:
+def _benchmark_cells(name: str, benchmark: Benchmark, speedup: float | None, generating: Report | None = None) -> list[str]:
+    """A benchmark's row; with ``generating`` (the report of a decoder) its prefill and decode cells before the note."""
     cells = [_cell(name), _cell(benchmark.runtime), _cell(benchmark.device)]
+    generation = (
+        [_cell(benchmark.prefill()), _cell(benchmark.decode()), facts.times(facts.decode_speedup(generating, benchmark)) or ""]
+        if generating is not None
+        else []
+    )
     if benchmark.status != "ok":
-        return cells + [""] * 7 + [_cell(f"{benchmark.status}: {benchmark.reason}")]
+        return cells + [""] * 7 + [""] * len(generation) + [_cell(f"{benchmark.status}: {benchmark.reason}")]
     p50 = benchmark.latency_ms_p50
     throughput = _number(benchmark.throughput_per_s, ".4g")
     if benchmark.throughput_per_s is not None and benchmark.throughput_shape:
@@ -252,7 +263,8 @@ def _benchmark_cells(name: str, benchmark: Benchmark, speedup: float | None) -> 
         facts.times(speedup) or "",
         throughput,
         _number(benchmark.peak_memory_mb, ".4g"),
-        _cell(benchmark.compute_limit),
+        *generation,
+        _cell("; ".join(t for t in (benchmark.compute_limit, benchmark.reason) if t)),
     ]
 
 

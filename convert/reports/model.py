@@ -21,13 +21,14 @@ from convert.reports.details import (  # noqa: F401 (the details of an artifact,
     ProbePoint,
     Sensitivity,
     SensitivityRow,
+    WeightCompression,
     known,
     parse_detail,
 )
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 
-SCHEMA_VERSION = "2.2"
+SCHEMA_VERSION = "2.3"
 D = TypeVar("D", bound=ArtifactDetail)
 
 
@@ -128,6 +129,11 @@ class Check(BaseModel):
     )
     generation: GenerationMetrics | None = None
     task: TaskResult | None = Field(None, description="task metrics of a check on the labelled --data, with their drop from the source")
+    memory_mapped: bool = Field(
+        False,
+        description="the runtime read the weights from their files as it used them (memory-mapped, ONNX Runtime's pre-packing "
+        "off), because they take more than half the memory available",
+    )
 
 
 class Attempt(BaseModel):
@@ -164,6 +170,29 @@ class Benchmark(BaseModel):
     throughput_shape: str = ""
     throughput_per_s: float | None = Field(None, description="batch items per second at throughput_shape")
     throughput_interval: list[float] | None = Field(None, description="[low, high]: the 95% confidence interval of throughput_per_s")
+    prefill_length: int | None = Field(
+        None, description="a decoder's prefill: prompt tokens of its one call (batch 1, the cache empty); null for other models"
+    )
+    prefill_ms_p50: float | None = Field(None, description="p50 latency of the prefill call, ms, timed interleaved in rounds")
+    prefill_ms_interval: list[float] | None = Field(
+        None, description="[low, high]: the 95% confidence interval of prefill_ms_p50, from the medians of the rounds"
+    )
+    decode_steps: int | None = Field(
+        None,
+        description="a decoder's decode: tokens generated after the prefill, one a call, each call given the cache (present.*) "
+        "the one before returned, then again from the prefill's cache; null for other models",
+    )
+    decode_tokens_per_s: float | None = Field(
+        None,
+        description="decode speed, batch 1: one over the p50 time of a decode step, over the steps of the decode (the cache "
+        "prefill_length to prefill_length + decode_steps - 1 long)",
+    )
+    decode_tokens_per_s_interval: list[float] | None = Field(
+        None, description="[low, high]: the 95% confidence interval of decode_tokens_per_s, from the medians of the rounds"
+    )
+    decode_round_ms: list[float] = Field(
+        [], description="each round's median time of a decode step (one token), ms; rounds of one session ran side by side (paired)"
+    )
 
     def spread(self) -> str:
         """The p50's 95% interval, and whether it is too wide to rank, for the renderings ("" where not measured)."""
@@ -172,8 +201,27 @@ class Benchmark(BaseModel):
         low, high = self.latency_ms_interval
         return f"{low:.4g}–{high:.4g}" + (" unstable" if self.unstable else "")
 
+    def prefill(self) -> str:
+        """The prefill's p50 and its 95% interval, for the renderings ("" where not measured)."""
+        if self.prefill_ms_p50 is None:
+            return ""
+        interval = f" ({self.prefill_ms_interval[0]:.4g}–{self.prefill_ms_interval[1]:.4g})" if self.prefill_ms_interval else ""
+        return f"{self.prefill_ms_p50:.4g} ms{interval} at {self.prefill_length} tokens"
+
+    def decode(self) -> str:
+        """The decode's tokens per second and its 95% interval, for the renderings ("" where not measured)."""
+        return decode_figure(self.decode_tokens_per_s, self.decode_tokens_per_s_interval, self.decode_steps)
+
     peak_memory_mb: float | None = Field(None, description="peak resident memory growth while measuring (see memory_scope)")
     memory_scope: str = ""
+
+
+def decode_figure(per_s: float | None, interval: list[float] | None, steps: int | None) -> str:
+    """'812 tok/s (790–830) over 32 steps': a decode's speed with its 95% interval ("" where not measured)."""
+    if per_s is None:
+        return ""
+    spread = f" ({interval[0]:.4g}–{interval[1]:.4g})" if interval else ""
+    return f"{per_s:.4g} tok/s{spread}" + (f" over {steps} steps" if steps else "")
 
 
 class PairedRatio(BaseModel):
@@ -201,13 +249,33 @@ class AutoCandidate(BaseModel):
     speedup_vs_source: float | None = None
     vs_chosen: PairedRatio | None = Field(None, description="this candidate's p50 over the chosen one's, paired round by round")
     compute_limit: str = Field("", description="why its precision cannot compute faster than FP32 on this CPU")
+    prefill_ms_p50: float | None = Field(None, description="a decoder's: the prefill's p50 (ms) of the benchmark it is ranked by")
+    decode_tokens_per_s: float | None = Field(
+        None, description="a decoder's: the decode speed it is ranked by (the fastest of its benchmarks), batch 1"
+    )
+    decode_tokens_per_s_interval: list[float] | None = Field(
+        None, description="[low, high]: the 95% confidence interval of decode_tokens_per_s"
+    )
+    decode_speedup_vs_source: float | None = Field(None, description="decode_tokens_per_s over the source's own")
+    decode_vs_chosen: PairedRatio | None = Field(
+        None, description="a decoder's: its decode time per token over the chosen one's, paired round by round"
+    )
+
+
+# --optimize auto's criterion for a decoder (a source with a cache, timed as it generates)
+DECODE_CRITERION = (
+    "highest decode tokens per second (batch 1, the cache fed back step by step) among candidates that passed validation "
+    "within their accuracy budget; where the fastest is as fast as a simpler candidate within the noise (their paired "
+    "decode interval holds 1), the simpler one"
+)
 
 
 class AutoSelection(BaseModel):
     chosen: str | None = None
-    criterion: str = (
+    criterion: str = Field(
         "lowest p50 latency at the export shape among candidates that passed validation within their accuracy budget; "
-        "where the fastest is as fast as a simpler candidate within the noise (their paired interval holds 1), the simpler one"
+        "where the fastest is as fast as a simpler candidate within the noise (their paired interval holds 1), the simpler one",
+        description="how the candidates were ranked: a decoder's by decode_tokens_per_s, any other model's by latency_ms_p50",
     )
     candidates: list[AutoCandidate] = []
 
@@ -308,6 +376,11 @@ class Stage(BaseModel):
     signal: str | None = Field(None, description="the signal that killed the worker process during this stage, e.g. SIGSEGV")
     timed_out: bool = Field(False, description="the stage ran past the stage timeout and its worker process was stopped")
     reused: bool = Field(False, description="every job of this stage was served from the cache (cache.reused lists each)")
+    peak_rss_mb: float | None = Field(
+        None,
+        description="the largest peak resident memory (VmHWM) of this process and its worker while the stage ran, MB (Linux "
+        "only); it counts the resident pages of memory-mapped weights, which the kernel reclaims under a memory limit",
+    )
 
     @computed_field(description="how the stage is shown: KIND, KIND:SUBJECT or KIND:SUBJECT (DETAIL), e.g. 'optimize:openvino:int8'")
     @property
@@ -449,6 +522,10 @@ class Environment(BaseModel):
     )
     devices: list[str] = []
     device_names: list[str] = []
+    memory_available_mb: float | None = Field(
+        None, description="memory available to the run when it started, within its cgroup's limit where there is one, MB"
+    )
+    memory_limit_mb: float | None = Field(None, description="the cgroup memory limit the run ran under, MB; null where none")
 
 
 class GateReason(BaseModel):

@@ -27,6 +27,16 @@ from convert.timing import is_unstable
 # What each schema version changed, newest first: the documentation's changelog is generated from it, and a test keeps
 # it complete (every version from 1.0 to SCHEMA_VERSION, with no gap).
 SCHEMA_CHANGES: dict[str, str] = {
+    "2.3": "Adds a decoder's generation benchmarks: each benchmark's `prefill_length`, `prefill_ms_p50` and "
+    "`prefill_ms_interval` (one call on a batch-1 prompt, the cache empty) and `decode_steps`, `decode_tokens_per_s`, "
+    "`decode_tokens_per_s_interval` and `decode_round_ms` (one token a call, the cache fed back), the source's among them; "
+    "`auto` ranks a decoder's candidates by decode speed (its `criterion` says so), each with its `prefill_ms_p50`, "
+    "`decode_tokens_per_s`, `decode_tokens_per_s_interval`, `decode_speedup_vs_source` and `decode_vs_chosen`. "
+    "A 2.2 report's benchmarks have none (null: not measured). Adds the `weight_compression` detail of the weight-only "
+    "passes (`int4`, `int8-weights`, `openvino:int4`, `openvino:int8-weights`: which layers were stored in how many bits "
+    "and groups); each check's `memory_mapped`; each stage's `peak_rss_mb`; the environment's `memory_available_mb` and "
+    "`memory_limit_mb`; and the `token_agreement` term of an accuracy budget (a decoder's generation check). A 2.2 report "
+    "has none of them (false or null: not recorded).",
     "2.2": "Adds `composite`, `components` and `assembled`: a model of several networks (an encoder-decoder, a dual encoder, "
     "a diffusion pipeline) converted in one run, each component with its own report, and the components' artifacts run "
     "together against the library's assembled model.",
@@ -102,6 +112,12 @@ def upgrade_2_1_to_2_2(data: dict) -> dict:
     return {**data, "composite": "", "components": [], "assembled": [], "schema_version": "2.2"}
 
 
+def upgrade_2_2_to_2_3(data: dict) -> dict:
+    """2.3 added fields whose defaults say what a 2.2 report did not record: a decoder's prefill and decode figures
+    (null: not measured), and its auto candidates' (ranked by p50 then, as the 2.2 report's criterion says)."""
+    return {**data, "schema_version": "2.3"}
+
+
 # the fields a 1.9 artifact had for what 2.0 lists in its details, each the kind of detail it is (in 1.9's field order)
 DETAIL_FIELDS_1_9 = ("divergence", "sensitivity", "accuracy_control", "delegation")
 
@@ -132,6 +148,7 @@ UPGRADES: dict[str, Callable[[dict], dict]] = {
     "1.9": upgrade_1_9_to_2_0,
     "2.0": upgrade_2_0_to_2_1,
     "2.1": upgrade_2_1_to_2_2,
+    "2.2": upgrade_2_2_to_2_3,
 }
 
 

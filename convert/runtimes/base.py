@@ -69,6 +69,7 @@ class Runner(abc.ABC):
         self.device = device
         self.threads = threads  # None: the runtime's default
         self.path: Path = artifact.path
+        self.memory_mapped = False  # activate() set the runtime to read the weights from their files as it uses them
 
     @classmethod
     def unavailable_reason(cls, device: str) -> str | None:
@@ -86,6 +87,14 @@ class Runner(abc.ABC):
     def build_unavailable_reason(cls, device: str) -> str | None:
         """Why the installed runtime cannot use a device that is present (e.g. a CPU-only build)."""
         return None
+
+    def weights_exceed_memory(self) -> bool:
+        """Whether the artifact's files take more than half the memory available: a runtime that can then leaves its
+        weights in their files (memory-mapped) rather than copying them into memory."""
+        from convert.memory import available_bytes
+
+        files = self.artifact.files or [self.path]
+        return sum(f.stat().st_size for f in map(Path, files) if f.is_file()) > available_bytes() // 2
 
     def __enter__(self) -> Runner:
         self.activate()

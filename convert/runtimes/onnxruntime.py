@@ -39,6 +39,11 @@ class OnnxRuntimeRunner(Runner):
         options.log_severity_level = 3
         if self.threads:
             options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
+        if self.weights_exceed_memory():
+            # ONNX Runtime maps page-aligned external data from its file, and pre-packing copies every matrix product's
+            # weight into memory of its own: without it the weights are read from the file as they are used
+            options.add_session_config_entry("session.disable_prepacking", "1")
+            self.memory_mapped = True
         self.session = onnxruntime.InferenceSession(str(self.path), options, providers=[PROVIDERS[self.device]])
         if self.session.get_providers()[0] != PROVIDERS[self.device]:
             raise RuntimeError(f"onnxruntime fell back to {self.session.get_providers()[0]} instead of {PROVIDERS[self.device]}")

@@ -68,6 +68,10 @@ def test_every_optimizer_on_a_torch_fixture(torch_optimized):
         "openvino": "fp32",
         "openvino:fp16": "fp16",
         "openvino:int8": "int8",
+        "int4": "int4",
+        "int8-weights": "int8",
+        "openvino:int4": "int4",
+        "openvino:int8-weights": "int8",
     }
     assert report["calibration"].startswith("generated from the input specs")
     assert (out / "cnn_openvino_int8" / "model.xml").is_file() and (out / "cnn.int8.onnx").is_file()
@@ -159,7 +163,18 @@ def test_auto_publishes_the_fastest_candidate_within_budget_and_ranks_the_rest(c
         assert c["reason"].startswith("slower") if not c["vs_chosen"]["within_noise"] else "is simpler" in c["reason"]
     if fastest is not chosen:  # the simpler candidate, as fast within the noise (the exported artifact itself, or simplify)
         assert fastest["vs_chosen"]["within_noise"] and "within the noise" in chosen["reason"]
-    for name in ("fp16", "int8", "int8-dynamic", "openvino:fp16", "openvino:int8"):  # the budget rejects reduced precision
+    reduced = (
+        "fp16",
+        "int8",
+        "int8-dynamic",
+        "openvino:fp16",
+        "openvino:int8",
+        "int4",
+        "int8-weights",
+        "openvino:int4",
+        "openvino:int8-weights",
+    )
+    for name in reduced:  # the budget rejects reduced precision
         assert candidates[name]["status"] == "failed" and "misses the budget cosine>=0.999999999" in candidates[name]["reason"]
     for name in ("trt", "trt:fp16", "trt:int8"):  # no CUDA and no TensorRT here
         assert candidates[name]["status"] == "skipped" and "TensorRT" in candidates[name]["reason"]
@@ -203,7 +218,10 @@ def test_calibration_data_is_used_and_checked(torch_files, tmp_path):
     "args, message",
     [
         (["--to", "torchscript", "--optimize", "int8"], "Add onnx to --to"),
-        (["--to", "onnx", "--optimize", "int4"], "unknown optimization 'int4'"),
+        (["--to", "onnx", "--optimize", "int9"], "unknown optimization 'int9'"),
+        (["--to", "onnx", "--optimize", "int4", "--weight-group-size", "24"], "--weight-group-size 24 is not a group size"),
+        (["--to", "onnx", "--optimize", "int8", "--weight-group-size", "32"], "no pass that reads it is asked for"),
+        (["--to", "onnx", "--optimize", "int4", "--weight-ratio", "0.5"], "It shapes openvino:int4"),
         (["--to", "onnx", "--optimize", "int8", "--accuracy", "cosine>0.9"], "cannot read the accuracy budget"),
     ],
 )

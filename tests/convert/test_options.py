@@ -42,6 +42,8 @@ NON_DEFAULT = {
     "calibration_data": "calib.npz",
     "calibration_method": "entropy",
     "keep_fp32": "encoder.layer.3.*,head",
+    "weight_group_size": 32,
+    "weight_ratio": 0.8,
     "accuracy": ("cosine>=0.99",),
     "shape_ranges": ("B=1..8..32",),
     "benchmark": True,

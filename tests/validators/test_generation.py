@@ -54,6 +54,25 @@ def test_a_reduced_precision_decoder_is_judged_by_its_budget():
     assert "below" in reason and metrics.min_cosine < 0.98
 
 
+def test_a_token_agreement_budget_replaces_the_precisions_floor_and_shape_checks_leave_it_alone():
+    prompts = make_prompts(LAYOUT)
+    reference = decode(numpy_decoder(), LAYOUT, prompts, 16)
+    noisy = decode(numpy_decoder(noise=10.0), LAYOUT, prompts, 16, reference.tokens)
+    rate = compare_generation(reference, noisy, TolerancePolicy().for_output("logits", "int4"), "int4")[0].token_agreement
+    assert 0.5 < rate < 1
+    above = TolerancePolicy(accuracy=[f"token_agreement>={rate + 0.05:.4f},cosine>=-1"]).for_output("logits", "int4")
+    metrics, reason = compare_generation(reference, noisy, above, "int4")
+    assert metrics.judged_by == f"token_agreement>={rate + 0.05:.4f},cosine>=-1" and f"below {rate + 0.05:.0%}" in reason
+    below = TolerancePolicy(accuracy=[f"token_agreement>={rate - 0.05:.4f},cosine>=-1"]).for_output("logits", "int4")
+    assert compare_generation(reference, noisy, below, "int4")[1] == ""
+    # one output's comparison has no token agreement to judge: the term bounds nothing there
+    from convert.validators.compare import compare_outputs
+
+    logits = {"logits": reference.logits[0].astype(np.float32)}
+    (result,) = compare_outputs(logits, logits, TolerancePolicy(accuracy=["token_agreement>=1"]), "int4")
+    assert result.status == "passed" and "token_agreement>=1" in result.budget
+
+
 def test_a_tie_the_source_itself_cannot_break_is_no_divergence():
     prompts = make_prompts(LAYOUT)
     reference = decode(numpy_decoder(), LAYOUT, prompts, 4)

@@ -75,9 +75,19 @@ def _delegation() -> rm.Delegation:
     )
 
 
-def _report() -> rm.Report:
-    """A failing ONNX artifact that was localised and ranked, and a passing INT8 IR with accuracy control and delegation
-    (two kinds no IR has together: the renderings do not care which format a detail comes from)."""
+def _weight_compression() -> rm.WeightCompression:
+    return rm.WeightCompression(
+        method="NNCF compress_weights(INT4_ASYM)",
+        group_size=128,
+        ratio=0.8,
+        layers={"int4, group 128": 12, "int8, per channel": 3},
+        notes=["group sizes 64 where a layer's channels do not divide by 128"],
+    )
+
+
+def _report(weight_compression: bool = True) -> rm.Report:
+    """A failing ONNX artifact that was localised and ranked, and a passing INT8 IR with accuracy control, delegation
+    and weight compression (kinds no IR has together: the renderings do not care which format a detail comes from)."""
     failing = rm.ArtifactRecord(
         format="onnx",
         path="out/model.onnx",
@@ -93,6 +103,8 @@ def _report() -> rm.Report:
     )
     passing.add(_accuracy_control())
     passing.add(_delegation())
+    if weight_compression:
+        passing.add(_weight_compression())
     return rm.Report(
         tool_version="0",
         created_at="2026-01-01T00:00:00+00:00",
@@ -143,7 +155,7 @@ def test_html_gives_every_detail_its_section_in_its_artifact():
     page = render_html(_report())
     for sentence in _sentences(_report()):
         assert html.escape(sentence) in page
-    for title in ("Where it diverged", "Sensitivity", "Accuracy control", "Delegated operators"):
+    for title in ("Where it diverged", "Sensitivity", "Accuracy control", "Delegated operators", "Weight compression"):
         assert f"<h3>{title}</h3>" in page
     chart = page[page.index('data-chart="divergence"') :]
     assert chart[: chart.index("</svg>")].count("<circle") == 2  # a point per compared value
@@ -175,7 +187,7 @@ def test_the_gate_gives_a_diverged_reason_from_the_details_that_locate_the_failu
 
 
 def test_a_1_9_report_has_its_detail_fields_read_into_details():
-    data = json.loads(_report().to_json())
+    data = json.loads(_report(weight_compression=False).to_json())  # a kind 2.3 added
     for artifact in data["artifacts"]:  # as 1.9 wrote it: a field for each kind, null where absent, no kind
         found = {d.pop("kind"): d for d in artifact.pop("details")}
         artifact.update({name: found.get(name) for name in ("divergence", "sensitivity", "accuracy_control", "delegation")})
@@ -186,7 +198,7 @@ def test_a_1_9_report_has_its_detail_fields_read_into_details():
         ["accuracy_control", "delegation"],
     ]
     assert not any(name in a for a in upgraded["artifacts"] for name in ("divergence", "sensitivity", "accuracy_control", "delegation"))
-    assert rm.Report.model_validate(upgraded).artifacts == _report().artifacts
+    assert rm.Report.model_validate(upgraded).artifacts == _report(weight_compression=False).artifacts
 
 
 def test_a_detail_of_a_kind_a_newer_minor_version_added_is_left_out():
@@ -194,4 +206,4 @@ def test_a_detail_of_a_kind_a_newer_minor_version_added_is_left_out():
     data["schema_version"] = "2.1"
     data["artifacts"][1]["details"].append({"kind": "pruning", "sparsity": 0.5})
     read = rm.Report.model_validate(upgrade(data, "the report"))
-    assert [d.kind for d in read.artifacts[1].details] == ["accuracy_control", "delegation"]
+    assert [d.kind for d in read.artifacts[1].details] == ["accuracy_control", "delegation", "weight_compression"]

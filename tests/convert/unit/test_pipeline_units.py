@@ -164,9 +164,9 @@ def test_known_optimizations_are_kept_in_order_and_not_auto():
 
 def test_an_unknown_optimization_is_an_error_naming_it_and_the_choices():
     with pytest.raises(ConvertError) as info:
-        check_optimizations(["fp16", "int4"], ["onnx"])
-    assert info.value.problem == "unknown optimization 'int4'"
-    # the closest pass comes first: int4 is no pass, int8 the likeliest meant
+        check_optimizations(["fp16", "int9"], ["onnx"])
+    assert info.value.problem == "unknown optimization 'int9'"
+    # the closest pass comes first: int9 is no pass, int8 the likeliest meant
     assert info.value.next_step.startswith("Did you mean int8? Choose from: auto, ") and "int8-dynamic" in info.value.next_step
 
 

@@ -1,0 +1,312 @@
+"""Language models at their size: weight-only INT4 / INT8 decode speed of a ~1B Llama-architecture decoder beside the
+source in eager mode, and a decoder larger than the memory limit converted and validated within it.
+
+    python -m benchmarks.decoders [RESULTS_FILE] [--speed-only | --limited-only]
+
+1. A ~1B decoder (fixtures/large_transformers.py, fp32, random weights from a fixed seed, written with
+   ``save_pretrained``) through ``python -m convert FOLDER --task text-generation-with-past --to onnx --optimize
+   int4,int8-weights,openvino:int4 --benchmark`` under a loosened budget (LOOSENED): the report's prefill latency and decode tokens/s of every artifact
+   and of the source (transformers, eager, fp32), timed interleaved in one session, with their intervals. Then, apart
+   from the tool, each artifact decodes 32 greedy steps from 4 prompts, each step given transformers' own token
+   (its ``generate``), and the share of steps whose choice is transformers' is counted.
+2. A 2.7 GB decoder converted and validated (shape cases and generation) by the same command line with ``--to onnx``,
+   once as it is and once inside a cgroup v1 memory limit of 2 GiB (root only): wall time, the peak resident memory
+   of the process tree split into anonymous memory and mapped file pages (sampled every 50 ms), the stage peaks of
+   report.json, and the group's own peak (memory.max_usage_in_bytes).
+
+Writes benchmarks/results/decoders.md by default. Models are written under /tmp and deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_RESULTS = Path(__file__).parent / "results" / "decoders.md"
+SPEED_MODEL = (20, 2048, 5632)  # layers, hidden, intermediate: 1.03 billion parameters
+LIMITED_MODEL = (12, 2048, 5632)  # 672 million parameters, 2.69 GB
+LIMIT = 2 << 30
+PASSES = "int4,int8-weights,openvino:int4"
+# random weights score the vocabulary almost alike, so INT4's errors flip many greedy choices: the budget is loosened
+# for this measurement of speed (the agreement is measured and shown apart, against transformers' own generate)
+LOOSENED = "cosine>=0.5,rel_rms<=1.5,token_agreement>=0"
+AGREEMENT_STEPS, AGREEMENT_PROMPTS, PROMPT_LENGTH = 32, 4, 16
+CGROUP = Path("/sys/fs/cgroup/memory")
+
+
+def _status(pid: int) -> tuple[int, int]:
+    """(anonymous, file-mapped) resident bytes of one process."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["RssAnon"].split()[0]) * 1024, int(fields["RssFile"].split()[0]) * 1024
+
+
+def run_sampled(command: list[str], prologue: str = "") -> dict:
+    """Run ``python -m convert ARGS`` (after ``prologue``, Python run first in that process) and sample its process
+    tree's memory every 50 ms."""
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "CONVERT_NO_CACHE": "1"}
+    program = f"{prologue}\nimport runpy\nrunpy.run_module('convert', run_name='__main__', alter_sys=True)"
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-c", program, *command], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    peaks = {"anon": 0, "file": 0, "total": 0}
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
+    reader.start()
+    root = psutil.Process(process.pid)
+    while process.poll() is None:
+        anon = file = 0
+        try:
+            for member in [root, *root.children(recursive=True)]:
+                a, f = _status(member.pid)
+                anon, file = anon + a, file + f
+        except (OSError, psutil.Error, KeyError):
+            pass
+        peaks = {"anon": max(peaks["anon"], anon), "file": max(peaks["file"], file), "total": max(peaks["total"], anon + file)}
+        time.sleep(0.05)
+    reader.join()
+    return {"exit_code": process.returncode, "wall_s": time.perf_counter() - started, "peaks": peaks, "output": "".join(output)}
+
+
+def _agreement(folder: Path, report: dict) -> dict[str, float]:
+    """Each INT4 artifact's greedy choice over AGREEMENT_STEPS steps, given transformers' tokens, against them."""
+    import onnxruntime
+    import openvino
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    prompts = np.random.default_rng(5).integers(2, config.vocab_size, size=(AGREEMENT_PROMPTS, PROMPT_LENGTH), dtype=np.int64)
+    generation = transformers.GenerationConfig(
+        do_sample=False, max_new_tokens=AGREEMENT_STEPS, min_new_tokens=AGREEMENT_STEPS, eos_token_id=None, pad_token_id=0
+    )
+    with torch.no_grad():
+        expected = model.generate(
+            torch.from_numpy(prompts), attention_mask=torch.ones_like(torch.from_numpy(prompts)), generation_config=generation
+        )
+    expected = expected[:, PROMPT_LENGTH:].numpy()
+    del model
+
+    def onnx_step(path: str):
+        session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        return lambda feed: dict(zip(names, session.run(None, feed), strict=True))
+
+    def openvino_step(path: str):
+        compiled = openvino.Core().compile_model(str(Path(path) / "model.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return lambda feed: {port.get_any_name(): np.asarray(value) for port, value in compiled(feed).items()}
+
+    steps = {
+        record["optimization"] or record["format"]: (openvino_step if record["format"] == "openvino" else onnx_step)(record["path"])
+        for record in report["artifacts"]
+        if record["path"] and record["passed"]
+    }
+    kv_heads, head_dim = config.num_key_value_heads, config.hidden_size // config.num_attention_heads
+    shares = {}
+    for name, step in steps.items():
+        past = {
+            f"past_key_values.{i}.{kv}": np.zeros((AGREEMENT_PROMPTS, kv_heads, 0, head_dim), np.float32)
+            for i in range(config.num_hidden_layers)
+            for kv in ("key", "value")
+        }
+        ids, chosen = prompts, []
+        for index in range(AGREEMENT_STEPS):
+            cached = next(iter(past.values())).shape[2]
+            outputs = step(
+                {
+                    "input_ids": ids,
+                    "attention_mask": np.ones((AGREEMENT_PROMPTS, cached + ids.shape[1]), np.int64),
+                    "position_ids": np.tile(np.arange(cached, cached + ids.shape[1], dtype=np.int64), (AGREEMENT_PROMPTS, 1)),
+                    **past,
+                }
+            )
+            chosen.append(outputs["logits"][:, -1].argmax(-1))
+            past = {key: outputs[key.replace("past_key_values", "present")] for key in past}
+            ids = expected[:, index : index + 1]
+        shares[name] = float((np.stack(chosen, axis=1) == expected).mean())
+    return shares
+
+
+def _decode_rows(report: dict) -> list[str]:
+    rows = []
+    source = next((b for b in report["source_benchmark"] if b["status"] == "ok"), None)
+    measured = [("source (transformers eager, fp32)", "fp32", source)] + [
+        (a["optimization"] or a["format"], a["precision"], b) for a in report["artifacts"] for b in a["benchmarks"] if b["status"] == "ok"
+    ]
+    base = source and source.get("decode_tokens_per_s")
+    for name, precision, bench in measured:
+        if bench is None:
+            continue
+        decode, interval = bench.get("decode_tokens_per_s"), bench.get("decode_tokens_per_s_interval")
+        prefill, prefill_interval = bench.get("prefill_ms_p50"), bench.get("prefill_ms_interval")
+        prefill_text = f"{prefill:.1f} ({prefill_interval[0]:.1f}–{prefill_interval[1]:.1f})" if prefill and prefill_interval else "-"
+        decode_text = f"{decode:.2f} ({interval[0]:.2f}–{interval[1]:.2f})" if decode and interval else "-"
+        ratio = f"{decode / base:.2f}x" if decode and base else "-"
+        rows.append(f"| {name} | {bench['runtime']} | {precision} | {prefill_text} | {decode_text} | {ratio} |")
+    return rows
+
+
+def speed(scratch: Path) -> list[str]:
+    from fixtures.large_transformers import write_llama
+
+    folder, out = scratch / "llama-1b", scratch / "out-1b"
+    params = write_llama(folder, *SPEED_MODEL)
+    command = [str(folder), "--task", "text-generation-with-past", "--to", "onnx", "--optimize", PASSES, "--benchmark"]
+    command += ["--accuracy", LOOSENED, "--out", str(out)]
+    run = run_sampled(command)
+    lines = [
+        "## Decode speed of a ~1B decoder",
+        "",
+        f"`python -m convert FOLDER --task text-generation-with-past --to onnx --optimize {PASSES} --benchmark "
+        f'--accuracy "{LOOSENED}"`: '
+        f"a Llama-architecture decoder of {params / 1e9:.2f} billion parameters ({SPEED_MODEL[0]} layers, hidden "
+        f"{SPEED_MODEL[1]}, intermediate {SPEED_MODEL[2]}, 32 query and 8 key/value heads, fp32, random weights). Exit code "
+        f"{run['exit_code']}, {run['wall_s']:.0f} s.",
+        "",
+    ]
+    if not (out / "report.json").is_file():
+        return [*lines, "No report was written:", "", "```", run["output"][-3000:], "```", ""]
+    report = json.loads((out / "report.json").read_text())
+    cpu = report["environment"].get("cpu") or {}
+    lines += [
+        f"CPU: {cpu.get('model', '?')}, features {', '.join(cpu.get('features', [])) or '?'}; every runtime on "
+        f"{report['environment'].get('benchmark_threads')} threads. Prefill: one call on a batch-1 prompt, the cache empty; "
+        "decode: one token a call, the cache fed back. Medians of interleaved rounds with their 95% intervals; the speed-up "
+        "is over the source's decode.",
+        "",
+        "| artifact | runtime | precision | prefill ms (95% interval) | decode tokens/s (95% interval) | decode vs eager |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *_decode_rows(report),
+        "",
+    ]
+    validation = []
+    for record in report["artifacts"]:
+        for check in record["checks"]:
+            if check["kind"] == "generation" and check.get("generation"):
+                metrics = check["generation"]
+                validation.append(
+                    f"| {record['optimization'] or record['format']} | {check['runtime']} | {check['status']} | "
+                    f"{metrics['token_agreement']:.1%} | {metrics['min_cosine']:.4f} |"
+                )
+    lines += [
+        "The tool's generation check of each artifact (16 greedy steps x 2 prompts, teacher-forced on the source's tokens):",
+        "",
+        "| artifact | runtime | status | token agreement | min logits cosine |",
+        "| --- | --- | --- | --- | --- |",
+        *validation,
+        "",
+    ]
+    shares = _agreement(folder, report)
+    lines += [
+        f"Apart from the tool: {AGREEMENT_STEPS} greedy steps from {AGREEMENT_PROMPTS} prompts of {PROMPT_LENGTH} tokens, "
+        "each step given the token of transformers' own `generate`: "
+        + ", ".join(f"{name} agrees on {share:.1%} of the steps" for name, share in shares.items())
+        + ". A model of random weights scores its vocabulary almost alike (no token stands out as a trained model's does), "
+        "so a weight-only artifact's small errors flip more of its choices than they would a trained model's: the run's "
+        "budget is loosened (above) so that every artifact is timed; under the default INT4 budget the INT4 artifacts of "
+        "this random model fail validation and are not published.",
+        "",
+    ]
+    return lines
+
+
+def limited(scratch: Path) -> list[str]:
+    from fixtures.large_transformers import write_llama
+
+    folder = scratch / "llama-2.7g"
+    params = write_llama(folder, *LIMITED_MODEL)
+    weights = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    lines = [
+        "## A decoder larger than the memory limit",
+        "",
+        f"`python -m convert FOLDER --task text-generation-with-past --to onnx`: {params / 1e6:.0f} million parameters, "
+        f"{weights / 1e9:.2f} GB of fp32 safetensors. Peaks of the process tree (the command line and its worker), sampled "
+        "every 50 ms; anonymous memory is what the run holds, file pages are the memory-mapped weights' (the kernel reclaims "
+        "them under a limit).",
+        "",
+        "| run | exit | wall s | peak anon GB | peak file GB | peak total GB | total / weights | group peak GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    variants = [("no limit", None)]
+    if os.access(CGROUP, os.W_OK):
+        variants.append((f"cgroup limit {LIMIT / 2**30:.0f} GiB", LIMIT))
+    stage_lines = []
+    for label, limit in variants:
+        out = scratch / f"out-{uuid.uuid4().hex[:6]}"
+        group = None
+        prologue = ""
+        if limit:
+            group = CGROUP / f"convert-bench-{uuid.uuid4().hex[:8]}"
+            group.mkdir()
+            (group / "memory.limit_in_bytes").write_text(str(limit))
+            (group / "memory.swappiness").write_text("0")
+            prologue = f"import os; open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))"
+        run = run_sampled([str(folder), "--task", "text-generation-with-past", "--to", "onnx", "--out", str(out)], prologue)
+        group_peak = int((group / "memory.max_usage_in_bytes").read_text()) / 1e9 if group else None
+        if group:
+            group.rmdir()
+        peaks = run["peaks"]
+        lines.append(
+            f"| {label} | {run['exit_code']} | {run['wall_s']:.0f} | {peaks['anon'] / 1e9:.2f} | {peaks['file'] / 1e9:.2f} | "
+            f"{peaks['total'] / 1e9:.2f} | {peaks['total'] / weights:.2f}x | {'-' if group_peak is None else f'{group_peak:.2f}'} |"
+        )
+        if (out / "report.json").is_file():
+            report = json.loads((out / "report.json").read_text())
+            stage_lines.append(
+                f"- {label}: "
+                + ", ".join(f"{s['name']} {s['seconds']:.0f} s, peak {s['peak_rss_mb'] / 1e3:.2f} GB" for s in report["stages"])
+                + f"; memory-mapped checks: {sum(c['memory_mapped'] for a in report['artifacts'] for c in a['checks'])}"
+            )
+        shutil.rmtree(out, ignore_errors=True)
+    return [
+        *lines,
+        "",
+        "Stages (report.json: seconds, and the peak resident memory, VmHWM, of the process and its worker):",
+        "",
+        *stage_lines,
+        "",
+    ]
+
+
+def main(argv: list[str]) -> None:
+    parts = [speed, limited]
+    if "--speed-only" in argv or "--limited-only" in argv:
+        parts = [speed] if "--speed-only" in argv else [limited]
+    paths = [a for a in argv if not a.startswith("--")]
+    results = Path(paths[0]) if paths else DEFAULT_RESULTS
+    sys.path.insert(0, str(REPO))
+    scratch = Path(tempfile.mkdtemp(prefix="decoders-", dir="/tmp"))
+    try:
+        sections = [line for part in parts for line in part(scratch)]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    header = [
+        "# Decoders: weight-only decode speed, and larger than memory",
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()} ({os.cpu_count()} cores, "
+        f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB) with Python {platform.python_version()}, "
+        "CPU only, by `python -m benchmarks.decoders`; one run each, stage cache off.",
+        "",
+    ]
+    results.write_text("\n".join([*header, *sections]))
+    print(results)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
