@@ -100,8 +100,6 @@ def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
         ctx.profile_ranges,
         job.keep_fp32,
         job.calibration_method,
-        job.weight_group_size,
-        job.weight_ratio,
         job.task and (job.task.feeds, job.task.labels, job.task.metric, job.task.max_drop, job.task.user_metric),
         judge=artifact_judge(stage.name, entry.format, optimizer.precision, optimizer.name, job.base),
     )
