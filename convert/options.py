@@ -393,7 +393,7 @@ OPTIONS: tuple[RunOption, ...] = (
         group="Optimization",
         details="ONNX Runtime's MatMulNBits takes a power of two of 16 or more. Where a layer's input channels do not divide into "
         "groups of this size, NNCF uses the largest size that does (16 or more), and ONNX Runtime pads the last group; the report's "
-        "weight compression record says which. openvino:int8-weights and int8-weights quantize per output channel whatever it says.",
+        "weight compression record says which. openvino:int8-weights is per output channel whatever it says (NNCF has no INT8 groups).",
         type=int,
         default=128,
         show_default=True,
