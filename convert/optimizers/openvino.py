@@ -54,7 +54,7 @@ class OpenVinoInt8(OpenVinoIR):
         settings = {
             "subset_size": len(job.calibration),
             "model_type": nncf.ModelType.TRANSFORMER if transformer else None,
-            "ignored_scope": nncf.IgnoredScope(names=_kept_in_fp32(model, job), validate=False),
+            "ignored_scope": _ignored(model, job),
         }
         if job.calibration_method == "percentile":
             from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
@@ -133,6 +133,7 @@ class OpenVinoInt8Weights(_OpenVinoWeights):
 
 
 def _ignored(model, job: OptimizeJob):
+    """NNCF's ignored scope: the operations --keep-fp32 names."""
     import nncf
 
     return nncf.IgnoredScope(names=_kept_in_fp32(model, job), validate=False)
