@@ -424,7 +424,8 @@ OPTIONS: tuple[RunOption, ...] = (
         '"task_top1_drop<=0.5%".',
         group="Validation",
         details="A metric budget holds for FP16/INT8/INT4 artifacts; a task metric's drop (task_top1, task_top5, task_token_accuracy, "
-        "task_exact_match, task_metric) holds for every artifact, on the labelled --data. With a drop budget, openvino:int8 runs "
+        "task_exact_match, task_metric) holds for every artifact, on the labelled --data; task_perplexity_drop bounds the relative "
+        "rise of a token task's perplexity (a decoder's text needs no labels: each next token is one). With a drop budget, openvino:int8 runs "
         "NNCF's accuracy control and ONNX Runtime's INT8 keeps its most sensitive nodes in FP32 until the drop holds.",
         kind="multiple",
         metavar="[OUTPUT:]BUDGET",

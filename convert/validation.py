@@ -19,8 +19,9 @@ from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.text import first_line
 from convert.validators import TolerancePolicy, compare_outputs, merge_results
-from convert.validators.generation import GenerationTrace
+from convert.validators.generation import GenerationTrace, hide_padding
 from convert.validators.inputs import ShapeCase
+from convert.validators.task_metrics import describe_drop
 
 ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
 
@@ -38,6 +39,7 @@ class ValidationCase:
     labels: list[np.ndarray] | None = None  # the labels of the user's --data samples: task metrics are compared
     task: rm.TaskResult | None = None  # the source's task metrics on them (``metrics`` with source values only)
     metric: str | None = None  # the user's --metric, module:function
+    padding: list[np.ndarray] | None = None  # a decoder's text: each feed's attention mask, whose hidden positions are not compared
 
 
 def checks_on(
@@ -96,7 +98,7 @@ def checks_on(
                 check.status, check.reason = "skipped", f"not run at this shape: {fixed}"
             else:
                 per_sample, scored = [], []
-                for feed, reference in zip(case.feeds, case.references):
+                for index, (feed, reference) in enumerate(zip(case.feeds, case.references)):
                     try:
                         actual = runner.infer(feed)
                     except FeedMismatch as exc:
@@ -114,6 +116,8 @@ def checks_on(
                             check.shape,
                         )
                     actual = named_as_the_source(actual, reference, tuple(feed))
+                    if case.padding is not None:
+                        actual = hide_padding(actual, case.padding[index])
                     per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
                     if case.labels is not None:
                         scored.append(actual)
@@ -125,7 +129,7 @@ def checks_on(
                     if case.labels is not None:
                         check.task = task_result(case, scored, policy)
                         failing += [
-                            f"task {m.name} drops {m.drop * 100:.2f} points ({m.source:.4f} → {m.artifact:.4f}), over the budget "
+                            f"task {m.name} {describe_drop(m.name, m.drop)} ({m.source:.4f} → {m.artifact:.4f}), over the budget "
                             f"task_{m.name}_drop<={m.budget * 100:.4g}%"
                             for m in check.task.metrics
                             if m.status == "failed"
@@ -161,7 +165,7 @@ def named_as_the_source(actual: dict[str, np.ndarray], reference: dict[str, np.n
 
 def task_result(case: ValidationCase, outputs: list[dict[str, np.ndarray]], policy: TolerancePolicy) -> rm.TaskResult:
     """The artifact's task metrics on the labelled samples beside the source's, each drop judged by its budget."""
-    from convert.validators.task_metrics import TaskMetricError, task_scores
+    from convert.validators.task_metrics import TaskMetricError, metric_drop, task_scores
 
     source = case.task
     if source is None or not source.metrics:
@@ -175,7 +179,7 @@ def task_result(case: ValidationCase, outputs: list[dict[str, np.ndarray]], poli
     metrics = []
     for reference in source.metrics:
         value = scores.get(reference.name, float("nan"))
-        drop = reference.source - value
+        drop = metric_drop(reference.name, reference.source, value)
         budget = policy.task_budget.get(f"task_{reference.name}_drop")
         status = "not-budgeted" if budget is None else "passed" if drop <= budget + 1e-12 else "failed"
         metrics.append(reference.model_copy(update={"artifact": value, "drop": drop, "budget": budget, "status": status}))

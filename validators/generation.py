@@ -136,6 +136,59 @@ def step_feed(
     return feed
 
 
+def text_inputs(layout: CacheLayout) -> set[str]:
+    """The inputs of a decoder that its text (input_ids and attention_mask) decides for a first step: its cache and its
+    positions."""
+    return {*layout.past_names(), "position_ids"}
+
+
+def text_feed(layout: CacheLayout, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A first step's feed from the user's text (input_ids [batch, tokens] and the attention_mask where the decoder
+    takes one): the cache empty and the positions counted over the mask, as transformers' generate counts them for
+    left padding."""
+    ids = np.asarray(feed["input_ids"])
+    full = dict(feed)
+    if layout.position_ids and "position_ids" not in full:
+        mask = np.asarray(full.get("attention_mask", np.ones_like(ids)), dtype=np.int64)
+        full["position_ids"] = np.clip(np.cumsum(mask, axis=-1) - 1, 0, None).astype(np.int64)
+    return {**empty_past(layout, ids.shape[0]), **full}
+
+
+def next_token_labels(feed: dict[str, np.ndarray], labels: np.ndarray | None = None, ignored: int = -100) -> np.ndarray:
+    """The labels of a decoder's logits at each position: the next token. ``labels`` follow transformers' causal-LM
+    convention (the text itself, ``ignored`` where not scored, shifted here as its loss shifts them); without them the
+    text's own tokens. The last position predicts nothing, and neither does one the attention mask hides (a padding
+    position sees no text, and runtimes differ in what a query that attends to nothing gives): neither is scored."""
+    ids = np.asarray(feed["input_ids"])
+    labels = ids if labels is None else np.asarray(labels)
+    if labels.shape != ids.shape:
+        raise ValueError(f"labels of shape {list(labels.shape)} for input_ids of shape {list(ids.shape)}")
+    aligned = np.full(ids.shape, ignored, dtype=np.int64)
+    aligned[..., :-1] = labels[..., 1:]
+    mask = feed.get("attention_mask")
+    return aligned if mask is None else np.where(np.asarray(mask) == 0, ignored, aligned)
+
+
+def hide_padding(outputs: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    """A first step's outputs with the positions its attention mask hides set to zero: the logits [batch, tokens, ...]
+    and the cache [batch, heads, tokens, dim] there. A left-padding position attends to nothing, and frameworks differ
+    in what a softmax over nothing gives (eager PyTorch and an exported graph disagree there by whole logits); no
+    output of a real token depends on it, so it is not compared."""
+    hidden = np.asarray(mask) == 0
+    if not hidden.any():
+        return outputs
+    batch, tokens = hidden.shape
+    shown = {}
+    for name, value in outputs.items():
+        value = np.asarray(value)
+        if value.shape[:2] == (batch, tokens):
+            value = np.where(hidden.reshape(batch, tokens, *[1] * (value.ndim - 2)), 0, value).astype(value.dtype)
+        elif value.ndim == 4 and value.shape[0] == batch and value.shape[2] == tokens:
+            value = np.where(hidden[:, None, :, None], 0, value).astype(value.dtype)
+        shown[name] = value
+    return shown
+
+
 def fed_back(outputs: dict[str, np.ndarray], past: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The next step's cache: each ``present`` output of a step under its ``past_key_values`` name (a ValueError
     names the first output missing, logits included)."""
@@ -209,7 +262,7 @@ def compare_generation(
         min_cosine=worst_cos,
         judged_by="",
     )
-    if tolerance.budget:
+    if by_agreement(tolerance, precision):
         floor = agreement_floor(tolerance, precision)
         cosine = next((bound for metric, _, bound in tolerance.budget if metric == "cosine"), None)
         metrics.judged_by = f"token_agreement>={floor:g}" + (f",cosine>={cosine:g}" if cosine is not None else "")
@@ -230,6 +283,12 @@ def compare_generation(
         else f"has logits off by up to {float(np.abs(actual.logits[index] - reference.logits[index]).max()):.3g}"
     )
     return metrics, f"generation diverges at step {index} of {steps}: the artifact {what} (teacher-forced greedy decoding, cache fed back)"
+
+
+def by_agreement(tolerance: Tolerance, precision: str) -> bool:
+    """Whether a generation is judged by its token agreement (a budget, or a reduced precision whose logits a task
+    budget judges instead of their default budget) rather than elementwise by the tolerance."""
+    return bool(tolerance.budget) or precision in GENERATION_AGREEMENT
 
 
 def agreement_floor(tolerance: Tolerance, precision: str) -> float:

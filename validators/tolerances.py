@@ -35,7 +35,7 @@ BUDGET_DEFAULTS = {
 # token_agreement: the share of a decoder's greedy steps that pick the source's token (its generation check)
 BUDGET_METRICS = {"cosine": ">=", "rel_rms": "<=", "top1": ">=", "top5": ">=", "max_abs": "<=", "token_agreement": ">="}
 # a task metric's drop from the source to the artifact on the user's labelled data (a fraction; "0.5%" reads 0.005)
-TASK_BUDGET_METRICS = {f"task_{metric}_drop": "<=" for metric in ("top1", "top5", "token_accuracy", "exact_match", "metric")}
+TASK_BUDGET_METRICS = {f"task_{metric}_drop": "<=" for metric in ("top1", "top5", "token_accuracy", "exact_match", "perplexity", "metric")}
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,8 @@ def parse_budget(text: str) -> tuple[str | None, dict[str, tuple[str, float]]]:
                 f"cannot read the accuracy budget {text!r}",
                 "Write it as cosine>=0.995,rel_rms<=0.05,top1>=0.98,top5>=0.99,max_abs<=0.1 for every output, or OUTPUT:cosine>=0.99 "
                 "for one (cosine, top1, top5, token_agreement: >=; rel_rms, max_abs: <=); a task metric's drop on labelled --data as "
-                "task_top1_drop<=0.5% (task_top1, task_top5, task_token_accuracy, task_exact_match, task_metric; for every output).",
+                "task_top1_drop<=0.5% (task_top1, task_top5, task_token_accuracy, task_exact_match, task_metric; for every output), or a "
+                "perplexity's relative rise as task_perplexity_drop<=5%.",
             )
         bounds[metric] = (op, bound)
     return output, bounds

@@ -23,7 +23,7 @@ class TaskControl:
     feeds: list[dict[str, np.ndarray]]
     labels: list[np.ndarray]
     output: str  # the output the labels score
-    metric: str  # top1, top5, token_accuracy, exact_match or metric
+    metric: str  # top1, top5, token_accuracy, exact_match, perplexity or metric
     max_drop: float
     source_value: float  # the source's value of the metric on these samples
     user_metric: str | None = None  # the user's --metric, module:function
@@ -37,7 +37,9 @@ class TaskControl:
         return scores[self.metric]
 
     def drop(self, outputs: list[dict[str, np.ndarray]], labels: list[np.ndarray]) -> float:
-        return self.source_value - self.score(outputs, labels)
+        from convert.validators.task_metrics import metric_drop
+
+        return metric_drop(self.metric, self.source_value, self.score(outputs, labels))
 
 
 @dataclass

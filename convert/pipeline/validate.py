@@ -20,6 +20,7 @@ from convert.reports import model as rm
 from convert.safety import FAILED_FOLDER, sha256_files, size_of
 from convert.validation import ValidationCase, fixed_dims
 from convert.validators import TolerancePolicy
+from convert.validators.task_metrics import metric_drop
 from convert.worker import Session, StageCrashed
 
 
@@ -463,7 +464,9 @@ def _unsupported_task_pass(check: rm.Check, case: ValidationCase, policy: Tolera
     for metric in task.metrics:
         budget = policy.task_budget.get(f"task_{metric.name}_drop")
         status = "not-budgeted" if budget is None else "passed" if metric.drop <= budget + 1e-12 else "failed"
-        if metric.source != source[metric.name] or not (metric.drop == metric.source - metric.artifact or budget is None):
+        if metric.source != source[metric.name] or not (
+            metric.drop == metric_drop(metric.name, metric.source, metric.artifact) or budget is None
+        ):
             return f"records task {metric.name} {metric.artifact} and a drop {metric.drop} that are not the source's {source[metric.name]}"
         if (metric.budget, metric.status) != (budget, status) or status == "failed":
             return f"records task {metric.name} {metric.status} under the budget {metric.budget}, re-judged {status} under {budget}"
@@ -472,13 +475,14 @@ def _unsupported_task_pass(check: rm.Check, case: ValidationCase, policy: Tolera
 
 def _rejudged_generation(check: rm.Check, case: ValidationCase, tolerance, precision: str) -> str:
     """A generation check judged again as validators/generation.compare_generation judges its metrics."""
-    from convert.validators.generation import agreement_floor
+    from convert.validators.generation import agreement_floor, by_agreement
 
     metrics, reference = check.generation, case.generation
     if metrics is None:
         return "" if check.status == "failed" else f"recorded {check.status} without its generation metrics"
     failing = []
-    if tolerance.budget:
+    judged_by_agreement = by_agreement(tolerance, precision)
+    if judged_by_agreement:
         floor = agreement_floor(tolerance, precision)
         cosine = next((bound for metric, _, bound in tolerance.budget if metric == "cosine"), None)
         if not metrics.token_agreement >= floor:
@@ -497,7 +501,7 @@ def _rejudged_generation(check: rm.Check, case: ValidationCase, tolerance, preci
     values = (metrics.token_agreement, metrics.max_abs_logits, metrics.min_cosine)
     if not all(math.isfinite(v) for v in values) or not 0 <= metrics.token_agreement <= 1:
         return "records generation metrics that are missing or not finite"
-    if not tolerance.budget:
+    if not judged_by_agreement:
         bound = (tolerance.atol + tolerance.rtol * float(np.abs(reference.logits).max())) * (1 + RELATIVE_SLACK)
         if metrics.token_agreement != 1 or metrics.max_abs_logits > bound:
             return f"is recorded passed with token agreement {metrics.token_agreement} and max |logits error| {metrics.max_abs_logits:.6g} (a pass allows {bound:.6g})"

@@ -27,6 +27,7 @@ from convert.reports.details import (  # noqa: F401 (the details of an artifact,
 )
 from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
+from convert.validators.task_metrics import describe_drop
 
 SCHEMA_VERSION = "2.3"
 D = TypeVar("D", bound=ArtifactDetail)
@@ -66,10 +67,12 @@ class DeclaredShapeMismatch(BaseModel):
 class TaskMetric(BaseModel):
     """One task metric on the labelled data: the source's, the artifact's, the drop, and the budget that judged it."""
 
-    name: str = Field(description="top1, top5, token_accuracy, exact_match, or metric (the user's --metric)")
+    name: str = Field(description="top1, top5, token_accuracy, exact_match, perplexity, or metric (the user's --metric)")
     source: float
     artifact: float
-    drop: float = Field(description="source - artifact, a fraction (0.005 is half a point)")
+    drop: float = Field(
+        description="source - artifact, a fraction (0.005 is half a point); for perplexity the relative rise, artifact / source - 1"
+    )
     budget: float | None = Field(None, description="the largest drop allowed (--accuracy task_NAME_drop<=...), None where none")
     status: Literal["passed", "failed", "not-budgeted"] = "not-budgeted"
 
@@ -86,7 +89,7 @@ class TaskResult(BaseModel):
         if not self.metrics:
             return f"task metrics not computed: {self.reason}"
         return "; ".join(
-            f"{m.name} {m.artifact:.4f} vs the source's {m.source:.4f} (drop {m.drop * 100:+.2f} points"
+            f"{m.name} {m.artifact:.4f} vs the source's {m.source:.4f} ({describe_drop(m.name, m.drop)}"
             + (f", budget {m.budget * 100:.2f}" if m.budget is not None else "")
             + ")"
             for m in self.metrics
