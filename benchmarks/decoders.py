@@ -1,7 +1,7 @@
 """Language models at their size: weight-only INT4 / INT8 decode speed of a ~1B Llama-architecture decoder beside the
 source in eager mode, and a decoder larger than the memory limit converted and validated within it.
 
-    python -m benchmarks.decoders [RESULTS_FILE] [--speed-only | --limited-only]
+    python -m benchmarks.decoders [RESULTS_FILE] [--speed-only | --limited-only | --int4-memory-only]
 
 1. A ~1B decoder (fixtures/large_transformers.py, fp32, random weights from a fixed seed, written with
    ``save_pretrained``) through ``python -m convert FOLDER --task text-generation-with-past --to onnx --optimize
@@ -13,8 +13,13 @@ source in eager mode, and a decoder larger than the memory limit converted and v
    once as it is and once inside a cgroup v1 memory limit of 2 GiB (root only): wall time, the peak resident memory
    of the process tree split into anonymous memory and mapped file pages (sampled every 50 ms), the stage peaks of
    report.json, and the group's own peak (memory.max_usage_in_bytes).
+3. The same 2.7 GB decoder compressed to INT4 weights (``--optimize int4,openvino:int4``, no limit): each stage's
+   peak resident memory from report.json beside the checkpoint's bytes.
+4. Only with ``--bf16-7b-only`` (36 GB of disk, most of an hour): a 7B-class bfloat16 checkpoint converted with
+   ``--dtype bfloat16 --to onnx --optimize openvino`` inside a 20 GiB memory limit.
 
-Writes benchmarks/results/decoders.md by default. Models are written under /tmp and deleted.
+Writes benchmarks/results/decoders.md by default; a run of one part replaces that part's section and keeps the others.
+Models are written under /tmp and deleted.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ DEFAULT_RESULTS = Path(__file__).parent / "results" / "decoders.md"
 SPEED_MODEL = (20, 2048, 5632)  # layers, hidden, intermediate: 1.03 billion parameters
 LIMITED_MODEL = (12, 2048, 5632)  # 672 million parameters, 2.69 GB
 LIMIT = 2 << 30
+LARGE_MODEL = (32, 4096, 11008)  # Llama 2 7B's layers, hidden and intermediate sizes
+LARGE_LIMIT = 20 << 30
 PASSES = "int4,int8-weights,openvino:int4"
 # random weights score the vocabulary almost alike, so INT4's errors flip many greedy choices: the budget is loosened
 # for this measurement of speed (the agreement is measured and shown apart, against transformers' own generate)
@@ -284,10 +291,145 @@ def limited(scratch: Path) -> list[str]:
     ]
 
 
+def int4_memory(scratch: Path) -> list[str]:
+    from fixtures.large_transformers import write_llama
+
+    folder = scratch / "llama-2.7g-int4"
+    params = write_llama(folder, *LIMITED_MODEL)
+    weights = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    out = scratch / f"out-{uuid.uuid4().hex[:6]}"
+    command = [str(folder), "--task", "text-generation-with-past", "--to", "onnx", "--optimize", "int4,openvino:int4"]
+    run = run_sampled([*command, "--accuracy", LOOSENED, "--out", str(out)])
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {"stages": []}
+    shutil.rmtree(out, ignore_errors=True)
+    rows = [
+        f"| {s['name']} | {s['seconds']:.0f} | {s['peak_rss_mb'] / 1e3:.2f} | {s['peak_rss_mb'] * 1e6 / weights:.2f}x |"
+        for s in report["stages"]
+        if s.get("peak_rss_mb")
+    ]
+    peaks = run["peaks"]
+    return [
+        "## INT4 weight compression of a decoder: memory",
+        "",
+        f"`python -m convert FOLDER --task text-generation-with-past --to onnx --optimize int4,openvino:int4` (budget "
+        f"loosened as above): {params / 1e6:.0f} million parameters, {weights / 1e9:.2f} GB of fp32 safetensors, no memory "
+        f"limit. Exit code {run['exit_code']}, {run['wall_s']:.0f} s; peaks of the process tree: anonymous "
+        f"{peaks['anon'] / 1e9:.2f} GB ({peaks['anon'] / weights:.2f}x the checkpoint), file pages {peaks['file'] / 1e9:.2f} GB.",
+        "",
+        "Each stage's peak resident memory (VmHWM of the process and its worker, report.json), beside the checkpoint's bytes:",
+        "",
+        "| stage | seconds | peak GB | peak / checkpoint |",
+        "| --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+
+
+def large_bf16(scratch: Path) -> list[str]:
+    """A 7B-class bfloat16 checkpoint converted as it computes, inside a memory limit that keeps this machine usable."""
+    import torch
+
+    from fixtures.large_transformers import write_llama
+
+    folder = scratch / "llama-7b-class-bf16"
+    started = time.perf_counter()
+    params = write_llama(folder, *LARGE_MODEL, dtype=torch.bfloat16)
+    written = time.perf_counter() - started
+    weights = sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+    out = scratch / f"out-{uuid.uuid4().hex[:6]}"
+    command = [str(folder), "--task", "text-generation-with-past", "--dtype", "bfloat16", "--to", "onnx", "--optimize", "openvino"]
+    group, prologue = None, ""
+    if os.access(CGROUP, os.W_OK):
+        group = CGROUP / f"convert-bench-{uuid.uuid4().hex[:8]}"
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(LARGE_LIMIT))
+        prologue = f"import os; open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))"
+    run = run_sampled([*command, "--out", str(out)], prologue)
+    group_peak = int((group / "memory.max_usage_in_bytes").read_text()) / 1e9 if group else None
+    failcnt = int((group / "memory.failcnt").read_text()) if group else 0
+    if group:
+        group.rmdir()
+    report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {"stages": [], "artifacts": []}
+    artifacts = [
+        f"- {a['optimization'] or a['format']} ({a['precision']}): "
+        + ("passed" if a["passed"] else "not passed")
+        + "; "
+        + "; ".join(
+            sorted(
+                {
+                    f"{c['runtime']} {c['device']} {c['shape']}: {c['status']}"
+                    + (f" (token agreement {c['generation']['token_agreement']:.0%})" if c.get("generation") else "")
+                    for c in a["checks"]
+                    if c["device"] == "cpu"
+                }
+            )
+        )
+        for a in report["artifacts"]
+    ]
+    sizes = {
+        a["optimization"] or a["format"]: sum(f.stat().st_size for f in Path(a["path"]).parent.rglob("*") if f.is_file())
+        for a in report["artifacts"]
+        if a.get("path") and Path(a["path"]).exists()
+    }
+    shutil.rmtree(out, ignore_errors=True)
+    stages = [f"| {s['name']} | {s['status']} | {s['seconds']:.0f} | {(s.get('peak_rss_mb') or 0) / 1e3:.2f} |" for s in report["stages"]]
+    peaks = run["peaks"]
+    tail = run["output"].strip().splitlines()[-3:]
+    return [
+        "## A 7B-class bfloat16 decoder",
+        "",
+        f"A Llama-architecture checkpoint of {params / 1e9:.2f} billion parameters ({LARGE_MODEL[0]} layers, hidden "
+        f"{LARGE_MODEL[1]}, intermediate {LARGE_MODEL[2]}, grouped-query attention; Llama 2 7B's depth, width and MLP), "
+        f"random weights in bfloat16, {weights / 1e9:.2f} GB of safetensors written by `save_pretrained` in {written:.0f} s. "
+        f"`python -m convert FOLDER --task text-generation-with-past --dtype bfloat16 --to onnx --optimize openvino`, inside "
+        f"a cgroup v1 memory limit of {LARGE_LIMIT / 2**30:.0f} GiB: exit code {run['exit_code']}, {run['wall_s']:.0f} s. "
+        f"Peaks of the process tree: anonymous {peaks['anon'] / 1e9:.2f} GB, file pages {peaks['file'] / 1e9:.2f} GB; the "
+        f"group's own peak {'-' if group_peak is None else f'{group_peak:.2f} GB'} "
+        f"({'-' if group_peak is None else f'{group_peak * 1e9 / weights:.2f}x'} the checkpoint), the limit hit {failcnt} times.",
+        "",
+        "| stage | status | seconds | peak GB (VmHWM) |",
+        "| --- | --- | --- | --- |",
+        *stages,
+        "",
+        "Artifacts and their checks on the CPU:",
+        "",
+        *artifacts,
+        *(f"- {name}: {size / 1e9:.2f} GB on disk" for name, size in sizes.items()),
+        "",
+        "The run's last lines:",
+        "",
+        "```",
+        *tail,
+        "```",
+        "",
+    ]
+
+
+PARTS = {"--speed-only": "speed", "--limited-only": "limited", "--int4-memory-only": "int4_memory", "--bf16-7b-only": "large_bf16"}
+
+
+def _merged(existing: str, sections: list[str]) -> list[str]:
+    """The results file's sections ("## " titles) with those just measured in place of their old text, others kept."""
+
+    def split(lines: list[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        title = None
+        for line in lines:
+            if line.startswith("## "):
+                title = line
+            if title is not None:
+                found.setdefault(title, []).append(line)
+        return found
+
+    old, new = split(existing.splitlines()), split(sections)
+    return [line for title in [*old, *(t for t in new if t not in old)] for line in new.get(title, old.get(title, []))]
+
+
 def main(argv: list[str]) -> None:
-    parts = [speed, limited]
-    if "--speed-only" in argv or "--limited-only" in argv:
-        parts = [speed] if "--speed-only" in argv else [limited]
+    parts = [speed, limited, int4_memory]
+    chosen = [name for flag, name in PARTS.items() if flag in argv]
+    if chosen:
+        parts = [globals()[name] for name in chosen]
     paths = [a for a in argv if not a.startswith("--")]
     results = Path(paths[0]) if paths else DEFAULT_RESULTS
     sys.path.insert(0, str(REPO))
@@ -304,7 +446,9 @@ def main(argv: list[str]) -> None:
         "CPU only, by `python -m benchmarks.decoders`; one run each, stage cache off.",
         "",
     ]
-    results.write_text("\n".join([*header, *sections]))
+    if chosen and results.is_file():
+        sections = _merged(results.read_text(), sections)
+    results.write_text("\n".join([*header, *sections]) + "\n")
     print(results)
 
 

@@ -71,6 +71,7 @@ class SourceSummary:
     dim_ranges: dict[str, tuple[int, int | None]]
     example_feed: dict[str, np.ndarray] | None
     generation: Any = None  # a decoder's CacheLayout (convert.validators.generation), checked over generation
+    precision: str = "fp32"  # what the source's floating weights compute in: its exports' precision
 
     def with_outputs(self, names: tuple[str, ...]) -> None:
         self.signature = SourceSignature(inputs=self.signature.inputs, outputs=names)
@@ -95,6 +96,7 @@ class Session:
             dim_ranges=dict(getattr(source, "dim_ranges", {}) or {}),
             example_feed=source.example_feed,
             generation=source.generation,
+            precision=source.precision,
         )
 
     def reference(self, feeds: list[dict[str, np.ndarray]]) -> tuple[list[dict[str, np.ndarray]], str]:

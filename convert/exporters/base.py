@@ -137,6 +137,7 @@ class Exporter(abc.ABC):
                 )
                 continue
             artifact.exporter, artifact.strategy = self.name, strategy
+            artifact.precision = job.source.precision
             artifact.inputs = artifact.inputs or job.source.signature.inputs
             artifact.output_names = artifact.output_names or job.source.signature.outputs
             attempts.append(

@@ -71,6 +71,12 @@ class Optimizer(Exporter):
         """Why this pass cannot run on this machine (its stage is then skipped with the reason), or None."""
         return None
 
+    @classmethod
+    def made_precision(cls, base: str) -> str:
+        """The precision of what this pass makes from an artifact of ``base``: a pass that keeps the weights' precision
+        (spec fp32: a format change, a graph simplification) keeps the base's (a bfloat16 export's IR is bfloat16)."""
+        return base if cls.precision == "fp32" else cls.precision
+
     def export(self, job: ExportJob):
         with temporary_files_in(job.folder):
             outcome = super().export(job)
@@ -78,7 +84,7 @@ class Optimizer(Exporter):
         # onnxslim on a 2.4 GB model), which the next job would otherwise start with
         gc.collect()
         if outcome.artifact is not None:
-            outcome.artifact.precision = self.precision
+            outcome.artifact.precision = self.made_precision(job.base.precision)
             outcome.artifact.inputs = job.base.inputs or outcome.artifact.inputs
             outcome.artifact.fixed_shape_reason = job.base.fixed_shape_reason
             outcome.artifact.dim_bounds = {**job.base.dim_bounds, **outcome.artifact.dim_bounds}  # a TensorRT profile narrows them

@@ -37,7 +37,7 @@ def export_target(ctx: RunContext, target: str, exporter: str) -> None:
             ctx.stem,
             ctx.export_feed,
             dim_ranges,
-            judge=artifact_judge(stage.name, target, "fp32", exporter),  # exporters write what the source holds (fp32)
+            judge=artifact_judge(stage.name, target, ctx.source.precision, exporter),  # exporters write what the source holds
         )
         artifact = recorded(made(ctx, stage, lookup, Session.export, exporter, job), record, stage)
     if artifact is not None:

@@ -27,7 +27,7 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
         format=entry.format,
         optimization=name,
         candidate=candidate,
-        precision=optimizer.precision,
+        precision=optimizer.made_precision(base.precision) if base is not None else optimizer.precision,
         reproduce=reproduce_command(ctx.request, entry.takes, ctx.out_dir, name),
     )
     ctx.report.artifacts.append(record)
@@ -101,7 +101,7 @@ def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
         job.keep_fp32,
         job.calibration_method,
         job.task and (job.task.feeds, job.task.labels, job.task.metric, job.task.max_drop, job.task.user_metric),
-        judge=artifact_judge(stage.name, entry.format, optimizer.precision, optimizer.name, job.base),
+        judge=artifact_judge(stage.name, entry.format, optimizer.made_precision(job.base.precision), optimizer.name, job.base),
     )
 
 

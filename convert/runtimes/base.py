@@ -27,6 +27,18 @@ class InputMeta:
     shape: tuple[int | str | None, ...]  # None or a name where the dim is dynamic
 
 
+def bfloat16_bits(array: np.ndarray) -> np.ndarray:
+    """A float32 array as bfloat16 bit patterns (uint16), rounded to nearest even: NumPy has no bfloat16, so a
+    bfloat16 input is fed as float32 (exact where its values came from bfloat16) and handed to the runtime as bits."""
+    wide = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    return ((wide + 0x7FFF + ((wide >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bfloat16_bits(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns (uint16, or any 2-byte view of them) as float32, exactly."""
+    return (np.ascontiguousarray(bits).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
 # Where a runtime's C++ code raised: ONNX Runtime's "/onnxruntime_src/…/reshape_helper.h:91 onnxruntime::ReshapeHelper::
 # ReshapeHelper(const onnxruntime::TensorShape&, …) " before its reason, OpenVINO's "Exception from src/…/node.cpp:794:" and
 # "failed at src/…/reshape.cpp:77:" around it. The function's signature (its parentheses nested one deep, a gcc
@@ -130,7 +142,7 @@ class Runner(abc.ABC):
             raise FeedMismatch(f"the artifact takes inputs {sorted(meta)} but was fed {sorted(feed)}")
         for name, expected in meta.items():
             array = feed[name]
-            if str(array.dtype) != expected.dtype:
+            if str(array.dtype) != expected.dtype and (expected.dtype, str(array.dtype)) != ("bfloat16", "float32"):
                 raise FeedMismatch(f"input '{name}' is {array.dtype} but the artifact takes {expected.dtype}")
             if array.ndim != len(expected.shape):
                 raise FeedMismatch(f"input '{name}' has rank {array.ndim} but the artifact takes rank {len(expected.shape)}")

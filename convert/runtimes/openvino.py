@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from convert.backends.openvino import F32_CPU, IR_NAME
-from convert.runtimes.base import InputMeta, Runner
+from convert.runtimes.base import InputMeta, Runner, bfloat16_bits, from_bfloat16_bits
 
 
 class OpenVinoRunner(Runner):
@@ -37,15 +37,35 @@ class OpenVinoRunner(Runner):
         meta = {}
         for port in ports:
             shape = tuple(d.get_length() if d.is_static else None for d in port.get_partial_shape())
-            meta[self._name(port, wanted)] = InputMeta(np.dtype(port.get_element_type().to_dtype()).name, shape)
+            meta[self._name(port, wanted)] = InputMeta(_dtype_name(port.get_element_type()), shape)
         return meta
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        import openvino
+
+        wanted = [s.name for s in self.artifact.inputs]
+        bfloat16 = {self._name(p, wanted) for p in self.compiled.inputs if p.get_element_type() == openvino.Type.bf16}
+        feed = {
+            name: openvino.Tensor(bfloat16_bits(value), value.shape, openvino.Type.bf16) if name in bfloat16 else value
+            for name, value in feed.items()
+        }
         results = self.request.infer(feed)
-        return {self._name(port, self.artifact.output_names): np.array(results[port]) for port in self.compiled.outputs}
+        return {self._name(port, self.artifact.output_names): _as_numpy(port, results[port]) for port in self.compiled.outputs}
 
     @staticmethod
     def _name(port, wanted) -> str:
         """A tensor can carry several names in OpenVINO; the one the artifact's source used, when present."""
         names = port.get_names()
         return next((name for name in wanted if name in names), port.get_any_name())
+
+
+def _dtype_name(element_type) -> str:
+    # OpenVINO's to_dtype() of bf16 says float16: NumPy has no bfloat16
+    return "bfloat16" if element_type.get_type_name() == "bf16" else np.dtype(element_type.to_dtype()).name
+
+
+def _as_numpy(port, value) -> np.ndarray:
+    """An output as NumPy: a bfloat16 one comes back from OpenVINO as its bits viewed as float16, and is widened to
+    float32 from those bits (read as float16 its values would be wrong)."""
+    value = np.array(value)
+    return from_bfloat16_bits(value) if port.get_element_type().get_type_name() == "bf16" else value

@@ -36,6 +36,9 @@ class SourceModel(abc.ABC):
     example_feed: dict[str, np.ndarray] | None = None  # the user's example inputs, by input name
     dim_ranges: dict[str, tuple[int, int | None]] = {}  # sizes a symbol may take (inclusive; None: no upper bound)
     generation: Any = None  # a decoder's CacheLayout: its artifacts are also checked over greedy generation
+    # what its floating weights compute in (bf16, fp16: a Hugging Face folder loaded with --dtype or in its own dtype):
+    # its exports hold that precision and are judged by that precision's tolerance
+    precision: str = "fp32"
 
     @abc.abstractmethod
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
