@@ -24,6 +24,7 @@ Models are written under /tmp and deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -46,6 +47,7 @@ LIMITED_MODEL = (12, 2048, 5632)  # 672 million parameters, 2.69 GB
 LIMIT = 2 << 30
 LARGE_MODEL = (32, 4096, 11008)  # Llama 2 7B's layers, hidden and intermediate sizes
 LARGE_LIMIT = 20 << 30
+LARGE_TIMEOUT_S = 3600
 PASSES = "int4,int8-weights,openvino:int4"
 # random weights score the vocabulary almost alike, so INT4's errors flip many greedy choices: the budget is loosened
 # for this measurement of speed (the agreement is measured and shown apart, against transformers' own generate)
@@ -60,9 +62,9 @@ def _status(pid: int) -> tuple[int, int]:
     return int(fields["RssAnon"].split()[0]) * 1024, int(fields["RssFile"].split()[0]) * 1024
 
 
-def run_sampled(command: list[str], prologue: str = "") -> dict:
+def run_sampled(command: list[str], prologue: str = "", timeout_s: float | None = None) -> dict:
     """Run ``python -m convert ARGS`` (after ``prologue``, Python run first in that process) and sample its process
-    tree's memory every 50 ms."""
+    tree's memory every 50 ms; past ``timeout_s`` the tree is killed (exit code None)."""
     import psutil
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "CONVERT_NO_CACHE": "1"}
@@ -76,7 +78,15 @@ def run_sampled(command: list[str], prologue: str = "") -> dict:
     reader = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
     reader.start()
     root = psutil.Process(process.pid)
+    timed_out = False
     while process.poll() is None:
+        if timeout_s is not None and time.perf_counter() - started > timeout_s:
+            for member in [*root.children(recursive=True), root]:
+                with contextlib.suppress(psutil.Error):
+                    member.kill()
+            timed_out = True
+            process.wait()
+            break
         anon = file = 0
         try:
             for member in [root, *root.children(recursive=True)]:
@@ -87,7 +97,8 @@ def run_sampled(command: list[str], prologue: str = "") -> dict:
         peaks = {"anon": max(peaks["anon"], anon), "file": max(peaks["file"], file), "total": max(peaks["total"], anon + file)}
         time.sleep(0.05)
     reader.join()
-    return {"exit_code": process.returncode, "wall_s": time.perf_counter() - started, "peaks": peaks, "output": "".join(output)}
+    exit_code = None if timed_out else process.returncode
+    return {"exit_code": exit_code, "wall_s": time.perf_counter() - started, "peaks": peaks, "output": "".join(output)}
 
 
 def _agreement(folder: Path, report: dict) -> dict[str, float]:
@@ -344,7 +355,7 @@ def large_bf16(scratch: Path) -> list[str]:
         group.mkdir()
         (group / "memory.limit_in_bytes").write_text(str(LARGE_LIMIT))
         prologue = f"import os; open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))"
-    run = run_sampled([*command, "--out", str(out)], prologue)
+    run = run_sampled([*command, "--out", str(out)], prologue, LARGE_TIMEOUT_S)
     group_peak = int((group / "memory.max_usage_in_bytes").read_text()) / 1e9 if group else None
     failcnt = int((group / "memory.failcnt").read_text()) if group else 0
     if group:
@@ -382,7 +393,9 @@ def large_bf16(scratch: Path) -> list[str]:
         f"{LARGE_MODEL[1]}, intermediate {LARGE_MODEL[2]}, grouped-query attention; Llama 2 7B's depth, width and MLP), "
         f"random weights in bfloat16, {weights / 1e9:.2f} GB of safetensors written by `save_pretrained` in {written:.0f} s. "
         f"`python -m convert FOLDER --task text-generation-with-past --dtype bfloat16 --to onnx --optimize openvino`, inside "
-        f"a cgroup v1 memory limit of {LARGE_LIMIT / 2**30:.0f} GiB: exit code {run['exit_code']}, {run['wall_s']:.0f} s. "
+        f"a cgroup v1 memory limit of {LARGE_LIMIT / 2**30:.0f} GiB: "
+        + (f"exit code {run['exit_code']}" if run["exit_code"] is not None else f"stopped at the benchmark's {LARGE_TIMEOUT_S} s limit")
+        + f", {run['wall_s']:.0f} s. "
         f"Peaks of the process tree: anonymous {peaks['anon'] / 1e9:.2f} GB, file pages {peaks['file'] / 1e9:.2f} GB; the "
         f"group's own peak {'-' if group_peak is None else f'{group_peak:.2f} GB'} "
         f"({'-' if group_peak is None else f'{group_peak * 1e9 / weights:.2f}x'} the checkpoint), the limit hit {failcnt} times.",
