@@ -199,6 +199,11 @@ def main(argv: list[str]) -> None:
             "(fixtures/large_torch.py), one run each, stage cache off."
         ),
         "",
+        (
+            "Decoders at their size (a 7B-class bfloat16 Llama converted within a 20 GiB limit, a 2.7 GB one within 2 GiB, "
+            "INT4 compression's memory) are measured by `python -m benchmarks.decoders`: [decoders.md](decoders.md)."
+        ),
+        "",
     ]
     with tempfile.TemporaryDirectory(prefix="convert-scale-") as scratch:
         lines += scaling_section(measure(Path(scratch)))

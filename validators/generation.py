@@ -33,7 +33,7 @@ GENERATION_STEPS = 16
 GENERATION_BATCH = 2
 PROMPT_LENGTH = 5
 # the least share of steps whose greedy choice a reduced-precision artifact must share with the source
-GENERATION_AGREEMENT = {"fp16": 0.9, "int8": 0.75, "int4": 0.75}
+GENERATION_AGREEMENT = {"fp16": 0.9, "bf16": 0.9, "int8": 0.75, "int4": 0.75}
 PAST = "P"  # the symbol of the cache's length in a decoder's input specs
 
 Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
