@@ -388,8 +388,8 @@ def large_bf16(scratch: Path) -> list[str]:
         f"A Llama-architecture checkpoint of {params / 1e9:.2f} billion parameters ({LARGE_MODEL[0]} layers, hidden "
         f"{LARGE_MODEL[1]}, intermediate {LARGE_MODEL[2]}, grouped-query attention; Llama 2 7B's depth, width and MLP), "
         f"random weights in bfloat16, {weights / 1e9:.2f} GB of safetensors written by `save_pretrained` in {written:.0f} s. "
-        f"`python -m convert FOLDER --task text-generation-with-past --dtype bfloat16 --to onnx --optimize openvino`, inside "
-        f"a cgroup v1 memory limit of {LARGE_LIMIT / 2**30:.0f} GiB: "
+        f"`python -m convert FOLDER --task text-generation-with-past --dtype bfloat16 --to onnx --optimize openvino`, "
+        + (f"inside a cgroup v1 memory limit of {LARGE_LIMIT / 2**30:.0f} GiB: " if group else "with no memory limit (not root): ")
         + (f"exit code {run['exit_code']}" if run["exit_code"] is not None else f"stopped at the benchmark's {LARGE_TIMEOUT_S} s limit")
         + f", {run['wall_s']:.0f} s. "
         f"Peaks of the process tree: anonymous {peaks['anon'] / 1e9:.2f} GB, file pages {peaks['file'] / 1e9:.2f} GB; the "

@@ -157,8 +157,9 @@ def text_feed(layout: CacheLayout, feed: dict[str, np.ndarray]) -> dict[str, np.
 def next_token_labels(feed: dict[str, np.ndarray], labels: np.ndarray | None = None, ignored: int = -100) -> np.ndarray:
     """The labels of a decoder's logits at each position: the next token. ``labels`` follow transformers' causal-LM
     convention (the text itself, ``ignored`` where not scored, shifted here as its loss shifts them); without them the
-    text's own tokens. The last position predicts nothing, and neither does one the attention mask hides (a padding
-    position sees no text, and runtimes differ in what a query that attends to nothing gives): neither is scored."""
+    text's own tokens. The last position predicts nothing, a position before padding predicts padding, and a position
+    the attention mask hides sees no text (runtimes differ in what a query that attends to nothing gives): none of
+    them is scored."""
     ids = np.asarray(feed["input_ids"])
     labels = ids if labels is None else np.asarray(labels)
     if labels.shape != ids.shape:
@@ -166,7 +167,11 @@ def next_token_labels(feed: dict[str, np.ndarray], labels: np.ndarray | None = N
     aligned = np.full(ids.shape, ignored, dtype=np.int64)
     aligned[..., :-1] = labels[..., 1:]
     mask = feed.get("attention_mask")
-    return aligned if mask is None else np.where(np.asarray(mask) == 0, ignored, aligned)
+    if mask is None:
+        return aligned
+    hidden = np.asarray(mask) == 0
+    aligned[..., :-1] = np.where(hidden[..., 1:], ignored, aligned[..., :-1])  # the next token is padding (right padding)
+    return np.where(hidden, ignored, aligned)
 
 
 def hide_padding(outputs: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -181,10 +186,11 @@ def hide_padding(outputs: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, 
     shown = {}
     for name, value in outputs.items():
         value = np.asarray(value)
-        if value.shape[:2] == (batch, tokens):
+        if name.startswith("present"):
+            if value.ndim == 4 and value.shape[0] == batch and value.shape[2] == tokens:
+                value = np.where(hidden[:, None, :, None], 0, value).astype(value.dtype)
+        elif value.shape[:2] == (batch, tokens):
             value = np.where(hidden.reshape(batch, tokens, *[1] * (value.ndim - 2)), 0, value).astype(value.dtype)
-        elif value.ndim == 4 and value.shape[0] == batch and value.shape[2] == tokens:
-            value = np.where(hidden[:, None, :, None], 0, value).astype(value.dtype)
         shown[name] = value
     return shown
 

@@ -78,6 +78,11 @@ def describe_drop(name: str, drop: float) -> str:
     return f"rises {drop * 100:.2f}%" if name in LOWER_IS_BETTER else f"drops {drop * 100:.2f} points"
 
 
+def drop_unit(name: str) -> str:
+    """What a drop's hundredths are: points of a fraction, or percent of perplexity's rise."""
+    return "%" if name in LOWER_IS_BETTER else " points"
+
+
 def _counts(scores: np.ndarray, labels: np.ndarray) -> dict[str, tuple[float, int]]:
     predicted = scores.argmax(-1)
     if labels.ndim <= 1:  # one class per row

@@ -26,6 +26,15 @@ PRECISION_DEFAULTS = {
 }
 
 
+# precisions from the strictest judged to the loosest (an artifact of two is judged as the looser)
+PRECISION_LOOSENESS = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3, "int4": 4}
+
+
+def loosest(precisions) -> str:
+    """The loosest-judged of some precisions (an unknown one counts as looser than any known)."""
+    return max(precisions, key=lambda p: PRECISION_LOOSENESS.get(p, len(PRECISION_LOOSENESS)))
+
+
 BUDGET_DEFAULTS = {
     "fp16": {"cosine": (">=", 0.999), "rel_rms": ("<=", 0.02)},
     # a source that computes in bfloat16 (8 bits of mantissa, 8x coarser than float16) rounds every activation, and an

@@ -14,6 +14,7 @@ import numpy as np
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
 from convert.registry import REGISTRY, FromSpec
+from convert.validators.tolerances import loosest
 
 
 @dataclass
@@ -73,9 +74,9 @@ class Optimizer(Exporter):
 
     @classmethod
     def made_precision(cls, base: str) -> str:
-        """The precision of what this pass makes from an artifact of ``base``: a pass that keeps the weights' precision
-        (spec fp32: a format change, a graph simplification) keeps the base's (a bfloat16 export's IR is bfloat16)."""
-        return base if cls.precision == "fp32" else cls.precision
+        """The precision of what this pass makes from an artifact of ``base``: the looser of the two (a format change
+        of a bfloat16 export is bfloat16, and so is an fp16 pass's artifact of it, whose reference is still bfloat16)."""
+        return loosest((base, cls.precision))
 
     def export(self, job: ExportJob):
         with temporary_files_in(job.folder):

@@ -13,6 +13,7 @@ import numpy as np
 from convert.artifacts import Artifact
 from convert.backends.openvino import F32_CPU, IR_NAME
 from convert.optimizers.base import OptimizeJob, Optimizer
+from convert.validators.task_metrics import LOWER_IS_BETTER, describe_drop
 
 
 class OpenVinoIR(Optimizer):
@@ -215,16 +216,21 @@ def _accuracy_controlled(model, plain, calibration, names: list[str], job: Optim
         "plain_drop": drop_of(plain),
     }
     if record["plain_drop"] <= task.max_drop:
-        reason = f"plain INT8 drops {task.metric} by {record['plain_drop'] * 100:.2f} points, within the budget"
+        reason = f"plain INT8's {task.metric} {describe_drop(task.metric, record['plain_drop'])}, within the budget"
         return plain, {**record, "status": "not-needed", "reason": reason, "drop": record["plain_drop"]}
     advanced = {"advanced_quantization_parameters": settings["advanced_parameters"]} if "advanced_parameters" in settings else {}
+    # NNCF counts a metric that rose as no drop: a lower-is-better one (perplexity) is given negated, and its budget, a
+    # relative rise, as NNCF's relative drop |1 - quantized / initial|
+    lower = task.metric in LOWER_IS_BETTER
     controlled = nncf.quantize_with_accuracy_control(
         model,
         calibration,
         nncf.Dataset(list(zip(task.feeds, task.labels)), lambda item: {n: item[0][n] for n in names}),
-        lambda compiled, items: task.score(outputs_of(compiled, [feed for feed, _ in items]), [label for _, label in items]),
+        lambda compiled, items: (
+            (-1 if lower else 1) * task.score(outputs_of(compiled, [feed for feed, _ in items]), [label for _, label in items])
+        ),
         max_drop=task.max_drop,
-        drop_type=nncf.DropType.ABSOLUTE,
+        drop_type=nncf.DropType.RELATIVE if lower else nncf.DropType.ABSOLUTE,
         **{key: value for key, value in settings.items() if key != "advanced_parameters"},
         **advanced,
     )

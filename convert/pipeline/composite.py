@@ -19,6 +19,7 @@ from convert.pipeline.plan import plan
 from convert.reports import model as rm
 from convert.safety import sha256_files
 from convert.sources.request import SourceRequest
+from convert.validators.tolerances import loosest
 from convert.worker import Session, StageCrashed
 from convert.worker import start as start_worker
 
@@ -41,10 +42,6 @@ BESIDE_FILES = (
     "sentencepiece.bpe.model",
     "normalizer.json",
 )
-
-
-# precisions from the strictest budget to the loosest
-LOOSENESS = {"fp32": 0, "fp16": 1, "bf16": 2, "int8": 3, "int4": 4}
 
 
 def run_composite(
@@ -192,7 +189,7 @@ def _assembled(
             paths = {name: Path(r.path) for name, r in records.items()}
             relative = {name: _relative(path, folder) for name, path in paths.items()}
             # --optimize auto may choose another precision for each component: the check's budget is the loosest one's
-            precision = max((r.precision for r in records.values()), key=lambda p: LOOSENESS.get(p, len(LOOSENESS)))
+            precision = loosest(r.precision for r in records.values())
             failed = sorted(name for name, r in records.items() if not r.passed)
             with stages.run("assembled", key) as stage:
                 started = time.perf_counter()

@@ -22,10 +22,12 @@ REPRODUCER_SUFFIX = ".divergence"
 
 
 def failing_case(ctx: RunContext, record: rm.ArtifactRecord) -> tuple[rm.Check, ValidationCase] | None:
-    """The artifact's first check that failed on its outputs, and the shape case it ran (None where none did)."""
-    check = next((c for c in record.checks if c.status == "failed" and c.kind == "shape" and c.outputs), None)
-    case = next((c for c in ctx.cases if check is not None and c.shape.describe() == check.shape and c.feeds), None)
-    return (check, case) if case is not None else None
+    """The artifact's first check that failed on its outputs, and the shape case it ran (None where none did). A
+    decoder's text with padding is left out: its hidden positions differ between runtimes by design (validators/
+    generation.py hide_padding), and a trace or a sensitivity ranking over them would follow that difference."""
+    cases = {c.shape.describe(): c for c in ctx.cases if c.feeds and c.padding is None}
+    check = next((c for c in record.checks if c.status == "failed" and c.kind == "shape" and c.outputs and c.shape in cases), None)
+    return (check, cases[check.shape]) if check is not None else None
 
 
 def diagnosis(ctx: RunContext, stage_id: tuple[rm.StageKind, str], skipped: Callable[[str], T], job: Callable, *args) -> T:

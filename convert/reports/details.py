@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from convert.validators.compare import OutputMetrics
+from convert.validators.task_metrics import drop_unit
 
 if TYPE_CHECKING:  # the report's Check, for annotations only (convert/reports/model.py imports this module)
     from convert.reports.model import Check
@@ -237,7 +238,7 @@ class AccuracyControl(ArtifactDetail):
         drops = " → ".join(f"{d * 100:.2f}" for d in (self.plain_drop, self.drop) if d is not None)
         verdict = "met" if self.status == "met" else "not met"
         budget = "none" if self.budget is None else f"{self.budget * 100:.2f}"
-        return f"{self.method}: {kept}; {self.metric} drop {drops} points, budget {budget} {verdict}" + (
+        return f"{self.method}: {kept}; {self.metric} drop {drops}{drop_unit(self.metric)}, budget {budget} {verdict}" + (
             f" ({self.reason})" if self.reason else ""
         )
 

@@ -30,6 +30,7 @@ from convert.reports.model import (
     decode_figure,
 )
 from convert.safety import atomic_write_text
+from convert.validators.task_metrics import drop_unit
 
 PASS_COLOR = "#1a7f37"
 FAIL_COLOR = "#cf222e"
@@ -599,13 +600,13 @@ def _task_section(report: Report) -> str:
             + _td(m.name)
             + _td(_num(m.source, ".4f"), True)
             + _td(_num(m.artifact, ".4f"), True)
-            + _td(f"{m.drop * 100:+.2f}", True)
-            + _td("-" if m.budget is None else f"≤ {m.budget * 100:.2f}", True)
+            + _td(f"{m.drop * 100:+.2f}{drop_unit(m.name)}", True)
+            + _td("-" if m.budget is None else f"≤ {m.budget * 100:.2f}{drop_unit(m.name)}", True)
             + f"<td>{_badge(m.status)}</td>",
         )
         for artifact, check, m in report.task_rows()
     ]
-    headers = ["artifact", "runtime · device", "metric", "source", "artifact value", "drop (points)", "budget (points)", "status"]
+    headers = ["artifact", "runtime · device", "metric", "source", "artifact value", "drop", "budget", "status"]
     reasons = sorted({c.task.reason for a in report.artifacts for c in a.task_checks() if c.task.reason})
     metrics = (
         _table(headers, rows) if rows else f"<p>No task metric was computed: {_e('; '.join(reasons) or 'the data has no labels')}.</p>"

@@ -36,6 +36,7 @@ from convert.reports.model import (
 )
 from convert.safety import atomic_write_text
 from convert.text import first_line
+from convert.validators.task_metrics import describe_drop, drop_unit
 
 MESSAGE_LIMIT = 300
 # XML 1.0 cannot hold these characters even escaped, and tool messages can carry them (ANSI colour codes)
@@ -125,11 +126,13 @@ def _details_of(artifact: ArtifactRecord, check: Check) -> str:
 def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: bool) -> ET.Element:
     """One task metric on the labelled data: a failure when its drop is over its budget."""
     case = _testcase(classname, f"{metric.name} on {check.runtime} on {check.device}" + facts.NOT_CHOSEN * not_chosen)
-    text = f"source {metric.source:.6f}, artifact {metric.artifact:.6f}, drop {metric.drop * 100:+.3f} points" + (
-        f", budget {metric.budget * 100:.3f} points" if metric.budget is not None else ", not budgeted"
+    unit = drop_unit(metric.name)
+    text = f"source {metric.source:.6f}, artifact {metric.artifact:.6f}, drop {metric.drop * 100:+.3f}{unit}" + (
+        f", budget {metric.budget * 100:.3f}{unit}" if metric.budget is not None else ", not budgeted"
     )
     if metric.status == "failed":
-        return _failed(case, not_chosen, f"{metric.name} dropped {metric.drop * 100:.2f} points, over the budget", "TaskMetricDrop", text)
+        what = describe_drop(metric.name, metric.drop)
+        return _failed(case, not_chosen, f"{metric.name} {what}, over the budget", "TaskMetricDrop", text)
     ET.SubElement(case, "system-out").text = _xml(text)
     return case
 

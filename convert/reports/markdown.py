@@ -15,6 +15,7 @@ from pathlib import Path
 from convert.reports import facts
 from convert.reports.model import Benchmark, Check, OutputMetrics, Report, Verdict
 from convert.safety import atomic_write_text
+from convert.validators.task_metrics import drop_unit
 
 MAX_ROWS = 200
 MAX_BULLETS = 50
@@ -188,14 +189,14 @@ def _task_metrics(report: Report) -> str:
                 m.name,
                 f"{m.source:.4f}",
                 f"{m.artifact:.4f}",
-                f"{m.drop * 100:+.2f}",
-                "" if m.budget is None else f"≤ {m.budget * 100:.2f}",
+                f"{m.drop * 100:+.2f}{drop_unit(m.name)}",
+                "" if m.budget is None else f"≤ {m.budget * 100:.2f}{drop_unit(m.name)}",
                 m.status,
             ],
         )
         for artifact, check, m in report.task_rows()
     ]
-    header = ["artifact", "where", "metric", "source", "artifact", "drop (points)", "budget", "status"]
+    header = ["artifact", "where", "metric", "source", "artifact", "drop", "budget", "status"]
     return "\n\n".join(
         filter(
             None,

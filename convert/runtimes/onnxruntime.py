@@ -110,7 +110,8 @@ def _computes_in_bfloat16(path) -> bool:
     model = onnx.load(str(path), load_external_data=False)
     graph = model.graph
     typed = [*graph.input, *graph.output, *graph.value_info]
-    return any(v.type.tensor_type.elem_type == BFLOAT16 for v in typed) or any(t.data_type == BFLOAT16 for t in graph.initializer)
+    cast = any(n.op_type == "Cast" and any(a.name == "to" and a.i == BFLOAT16 for a in n.attribute) for n in graph.node)
+    return cast or any(v.type.tensor_type.elem_type == BFLOAT16 for v in typed) or any(t.data_type == BFLOAT16 for t in graph.initializer)
 
 
 def _metadata(values) -> dict[str, InputMeta]:

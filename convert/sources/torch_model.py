@@ -36,6 +36,7 @@ class TorchSource(SourceModel):
         self.export_sizes = export_sizes
         self.dim_ranges = dim_ranges or {}
         self.signature = SourceSignature(inputs=inputs)
+        self.precision = _precision_of(module)
 
     @property
     def native(self) -> Any:
@@ -64,3 +65,11 @@ class TorchSource(SourceModel):
             yield True
         finally:
             torch.set_num_threads(before)
+
+
+def _precision_of(module: Any) -> str:
+    """What the module's floating weights compute in: bf16 or fp16 where its first floating parameter is so, else fp32."""
+    parameters = getattr(module, "parameters", None)
+    floating = next((p for p in parameters() if p.is_floating_point()), None) if callable(parameters) else None
+    name = str(floating.dtype).removeprefix("torch.") if floating is not None else ""
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(name, "fp32")

@@ -276,8 +276,6 @@ def load_transformers_source(request: SourceRequest):
         export_sizes["S"] = min(window + 1, ranges.get("S", (1, None))[1] or window + 1)
     source = TorchSource(module, info, specs, export_sizes, ranges, convention)
     source.generation = layout
-    computed = str(next(model.parameters()).dtype).removeprefix("torch.")
-    source.precision = {"bfloat16": "bf16", "float16": "fp16"}.get(computed, "fp32")
     return source
 
 

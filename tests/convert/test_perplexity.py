@@ -114,3 +114,33 @@ def test_perplexity_is_the_exponent_of_torch_cross_entropy_and_its_drop_a_relati
     expected = torch.nn.functional.cross_entropy(torch.from_numpy(logits).reshape(-1, 11), torch.from_numpy(labels).reshape(-1))
     assert scores["perplexity"] == pytest.approx(math.exp(float(expected)), rel=1e-6)
     assert metric_drop("perplexity", 10.0, 11.0) == pytest.approx(0.1) and metric_drop("top1", 0.9, 0.8) == pytest.approx(0.1)
+
+
+def test_a_position_before_right_padding_is_not_scored():
+    from convert.validators.generation import next_token_labels
+
+    ids = np.array([[5, 6, 7, 0]])
+    assert next_token_labels({"input_ids": ids, "attention_mask": np.array([[1, 1, 1, 0]])}).tolist() == [[6, 7, -100, -100]]
+
+
+def test_hidden_positions_are_zeroed_on_the_token_axis_of_logits_and_of_the_cache_even_when_heads_equal_tokens():
+    from convert.validators.generation import hide_padding
+
+    mask = np.array([[0, 1]])
+    outputs = {"logits": np.ones((1, 2, 3), np.float32), "present.0.key": np.ones((1, 2, 2, 4), np.float32)}  # 2 heads, 2 tokens
+    shown = hide_padding(outputs, mask)
+    assert shown["logits"][0, :, 0].tolist() == [0, 1]
+    assert shown["present.0.key"][0, :, :, 0].tolist() == [[0, 1], [0, 1]]  # the token axis, every head kept
+
+
+def test_nncf_accuracy_control_holds_a_perplexity_budget_as_a_relative_rise(decoder_and_text, tmp_path):
+    """NNCF counts a metric that rose as no drop: perplexity goes to it negated, with its budget as a relative drop."""
+    folder, data, _, _ = decoder_and_text
+    args = ("--task", "text-generation-with-past", "--to", "onnx", "--optimize", "openvino:int8", "--data", str(data))
+    run = run_cli(str(folder), *args, "--accuracy", "task_perplexity_drop<=1%", "--out", str(tmp_path / "out"))
+    report = load_report(tmp_path / "out" / "report.json")
+    record = next(r for r in report["artifacts"] if r["optimization"] == "openvino:int8")
+    control = next(d for d in record["details"] if d["kind"] == "accuracy_control")
+    assert control["metric"] == "perplexity" and control["plain_drop"] > 0.01, run.output  # plain INT8 misses the budget
+    assert control["status"] == "met" and control["kept_fp32"] and control["drop"] <= 0.01
+    assert _perplexity(_data_check(report, "openvino:int8"))["drop"] == pytest.approx(control["drop"], abs=1e-6)
