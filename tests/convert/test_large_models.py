@@ -92,7 +92,7 @@ def test_every_onnx_pass_takes_a_base_with_external_data(tmp_path, name):
     staging.mkdir()
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.standard_normal((2, 64), dtype=np.float32)} for _ in range(4)]
-    source = types.SimpleNamespace(signature=SourceSignature(inputs=base.inputs, outputs=("y",)))
+    source = types.SimpleNamespace(signature=SourceSignature(inputs=base.inputs, outputs=("y",)), precision="fp32")
     job = OptimizeJob(source=source, feed=feeds[0], folder=staging, stem="model", base=base, calibration=feeds)
     outcome = REGISTRY.get("optimizer", name).load()().export(job)
     assert outcome.artifact is not None, outcome.primary_error

@@ -231,6 +231,6 @@ def test_a_cacheable_pass_does_consult_the_cache_that_an_engine_never_does():
     ctx = SimpleNamespace(
         cache=cache, stem="m", artifacts={"onnx": SimpleNamespace(sha256="0" * 64)}, export_feed={}, calibration=None, profile_ranges={}
     )
-    job = SimpleNamespace(keep_fp32=(), calibration_method="minmax", task=None, base=None)
+    job = SimpleNamespace(keep_fp32=(), calibration_method="minmax", task=None, base=SimpleNamespace(precision="fp32"))
     found = _lookup(ctx, SimpleNamespace(kind="optimize", name="optimize:fp16"), REGISTRY.get("optimizer", "fp16"), "fp16", job)
     assert found.hit is not None and cache.consulted == ["optimize:fp16"]
