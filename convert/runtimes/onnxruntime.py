@@ -29,6 +29,7 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 class OnnxRuntimeRunner(Runner):
     pins_threads = True
+    bfloat16_io: bool | None = None
 
     @classmethod
     def build_unavailable_reason(cls, device: str) -> str | None:
@@ -62,12 +63,16 @@ class OnnxRuntimeRunner(Runner):
         if self.session.get_providers()[0] != PROVIDERS[self.device]:
             raise RuntimeError(f"onnxruntime fell back to {self.session.get_providers()[0]} instead of {PROVIDERS[self.device]}")
         self.output_names = [o.name for o in self.session.get_outputs()]
-        # found once, as _infer is what benchmarks time: the inputs fed as bfloat16 bits, and whether any tensor needs OrtValues
-        self.bfloat16_inputs = {i.name for i in self.session.get_inputs() if i.type == "tensor(bfloat16)"}
-        self.bfloat16_io = bool(self.bfloat16_inputs) or any(o.type == "tensor(bfloat16)" for o in self.session.get_outputs())
 
     def deactivate(self) -> None:
         self.session = None
+        self.bfloat16_io = None
+
+    def _find_bfloat16_io(self) -> None:
+        # found once per session, as _infer is what benchmarks time (and a subclass may open its own session): the inputs
+        # fed as bfloat16 bits, and whether any tensor needs OrtValues
+        self.bfloat16_inputs = {i.name for i in self.session.get_inputs() if i.type == "tensor(bfloat16)"}
+        self.bfloat16_io = bool(self.bfloat16_inputs) or any(o.type == "tensor(bfloat16)" for o in self.session.get_outputs())
 
     def input_metadata(self) -> dict[str, InputMeta]:
         return _metadata(self.session.get_inputs())
@@ -76,6 +81,8 @@ class OnnxRuntimeRunner(Runner):
         return _metadata(self.session.get_outputs())
 
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.bfloat16_io is None:
+            self._find_bfloat16_io()
         if not self.bfloat16_io:
             values = self.session.run(self.output_names, feed)
             return dict(zip(self.output_names, (np.asarray(v) for v in values)))
