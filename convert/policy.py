@@ -183,6 +183,8 @@ class ArtifactBudget(_Strict):
     latency_ms_p90: PerDevice = None
     latency_ms_p99: PerDevice = None
     throughput_per_s: PerDevice = Field(None, description="a minimum")
+    prefill_ms_p50: PerDevice = Field(None, description="a decoder's prompt call, a maximum")
+    decode_tokens_per_s: PerDevice = Field(None, description="a decoder's generated tokens per second, a minimum")
     size_mb: float | None = Field(None, gt=0, allow_inf_nan=False, description="a maximum, in 10^6 bytes")
 
     @field_validator("accuracy")
@@ -203,7 +205,9 @@ class ArtifactBudget(_Strict):
         return accuracy
 
     def timed(self) -> bool:
-        return any(v is not None for v in (self.latency_ms_p50, self.latency_ms_p90, self.latency_ms_p99, self.throughput_per_s))
+        from convert.gate.budgets import TIMED_METRICS
+
+        return any(getattr(self, metric) is not None for metric in TIMED_METRICS)
 
 
 class Allowance(_Strict):

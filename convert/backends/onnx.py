@@ -19,6 +19,8 @@ from convert.artifacts import Artifact
 EXTERNAL_DATA_THRESHOLD = 1536 * 2**20
 # What an output named like an input is renamed with (Optimum's convention: a UNet's ``sample`` out is ``out_sample``).
 OUTPUT_PREFIX = "out_"
+PAGE = 4096  # where each tensor of streamed external data starts: ONNX Runtime maps page-aligned data from its file
+_COPY_CHUNK = 64 * 2**20
 
 
 def onnx_artifact(path: Path, opset: int | None = None) -> Artifact:
@@ -235,6 +237,60 @@ def save_onnx(model, path: Path) -> None:
     onnx.save(
         model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name, convert_attribute=True
     )  # the tensors counted above include those of Constant nodes
+
+
+def tensor_values(tensor, folder: Path):
+    """A tensor's values as NumPy, read from its external data file in ``folder`` where it has one, without loading
+    them into the model (onnx's own reader keeps them in the tensor it reads)."""
+    from onnx import TensorProto, numpy_helper
+
+    copy = TensorProto()
+    copy.CopyFrom(tensor)  # an external tensor's message holds only where its bytes are
+    return numpy_helper.to_array(copy, str(folder))
+
+
+def save_onnx_streamed(model, path: Path, folder: Path) -> None:
+    """Write a model some of whose tensors still name external data in ``folder`` (the model it was made from): every
+    tensor over a kilobyte goes to ``PATH.data``, those in files copied a slice at a time and those in memory written
+    and dropped, so a model larger than memory is never held whole. Each tensor starts on a page, which lets ONNX
+    Runtime map it from the file. A model with no external tensor is saved as ``save_onnx`` saves it."""
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    if not any(uses_external_data(tensor) for tensor in tensors(model.graph)):
+        save_onnx(model, path)
+        return
+    data = path.with_name(f"{path.name}.data")
+    with open(data, "wb") as out:
+        for tensor in tensors(model.graph):
+            external = uses_external_data(tensor)
+            if not external and len(tensor.raw_data) < 1024:
+                continue
+            out.seek(-out.tell() % PAGE, os.SEEK_CUR)
+            offset = out.tell()
+            if external:
+                info = ExternalDataInfo(tensor)
+                _copy_slice(folder / info.location, info.offset or 0, info.length, out)
+            else:
+                out.write(tensor.raw_data)
+                tensor.ClearField("raw_data")
+            del tensor.external_data[:]
+            for key, value in (("location", data.name), ("offset", offset), ("length", out.tell() - offset)):
+                tensor.external_data.add(key=key, value=str(value))
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+    onnx.save(model, str(path))
+
+
+def _copy_slice(source: Path, offset: int, length: int | None, out) -> None:
+    with open(source, "rb") as file:
+        file.seek(offset)
+        left = length if length is not None else os.fstat(file.fileno()).st_size - offset
+        while left > 0:
+            chunk = file.read(min(left, _COPY_CHUNK))
+            if not chunk:
+                raise ValueError(f"{source.name} ends before the {length} bytes a tensor names at offset {offset}")
+            out.write(chunk)
+            left -= len(chunk)
 
 
 def rename_values(model, mapping: dict[str, str]) -> None:

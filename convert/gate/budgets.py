@@ -20,7 +20,15 @@ ACCURACY_FIELDS = {
     "top5": ("top5_agreement", True),
     "max_abs": ("max_abs_error", False),
 }
-TIMED_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_per_s")
+TIMED_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_per_s", "prefill_ms_p50", "decode_tokens_per_s")
+RATES = ("throughput_per_s", "decode_tokens_per_s")  # a minimum; the other timed metrics are maxima
+# the 95% interval each timed figure is judged on, where the benchmark measures one
+INTERVALS = {
+    "latency_ms_p50": "latency_ms_interval",
+    "throughput_per_s": "throughput_interval",
+    "prefill_ms_p50": "prefill_ms_interval",
+    "decode_tokens_per_s": "decode_tokens_per_s_interval",
+}
 
 
 def budget_results(
@@ -35,7 +43,7 @@ def budget_results(
         if limits is None:
             continue
         limits = limits if isinstance(limits, dict) else {"*": limits}
-        op = ">=" if metric == "throughput_per_s" else "<="
+        op = ">=" if metric in RATES else "<="
         for device, limit in limits.items():
             if device in skippable:
                 notes.append(f"{key}: {metric}{op}{limit:g} on {device} not judged: {device} is absent and the policy may skip it")
@@ -135,7 +143,7 @@ def worse(value: float, than: float, larger_better: bool) -> bool:
 def _timed_results(
     key: str, record: rm.ArtifactRecord | None, runtime: str | None, metric: str, op: str, device: str, limit: float
 ) -> list[rm.BudgetResult]:
-    kind = "throughput" if metric == "throughput_per_s" else "latency"
+    kind = "throughput" if metric in RATES else "latency"
     benchmarks = [
         b for b in (record.benchmarks if record is not None else []) if device in ("*", b.device) and runtime in (None, b.runtime)
     ]
@@ -164,16 +172,28 @@ def _timed_results(
             value=value,
             runtime=bench.runtime,
             device=bench.device,
-            shape=bench.throughput_shape if kind == "throughput" else bench.shape,
+            shape=_timed_shape(bench, metric),
             status="skipped",
         )
-        if value is None:
+        if value is None and metric in ("prefill_ms_p50", "decode_tokens_per_s") and bench.status == "ok":
+            result.reason = "not measured: prefill and decode are measured for a decoder with its cache (text-generation-with-past)"
+        elif value is None:
             result.reason = f"not measured: the benchmark {bench.status}" + (f": {bench.reason}" if bench.reason else "")
         else:
-            result.interval = {"latency_ms_p50": bench.latency_ms_interval, "throughput_per_s": bench.throughput_interval}.get(metric)
+            result.interval = getattr(bench, INTERVALS[metric]) if metric in INTERVALS else None
             result.status, result.reason = _judge_timed(value, result.interval, op, limit)
         results.append(result)
     return results
+
+
+def _timed_shape(bench: rm.Benchmark, metric: str) -> str:
+    if metric == "throughput_per_s":
+        return bench.throughput_shape
+    if metric == "prefill_ms_p50" and bench.prefill_length:
+        return f"B=1, {bench.prefill_length} prompt tokens"
+    if metric == "decode_tokens_per_s" and bench.decode_steps:
+        return f"B=1, {bench.decode_steps} decode steps"
+    return bench.shape
 
 
 def _judge_timed(value: float, interval: list[float] | None, op: str, limit: float) -> tuple[str, str]:

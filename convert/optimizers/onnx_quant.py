@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.backends.onnx import onnx_artifact, save_onnx
+from convert.backends.onnx import onnx_artifact, save_onnx, save_onnx_streamed, tensor_values
 from convert.optimizers.base import OptimizeJob, Optimizer
 
 
@@ -185,8 +185,11 @@ class _WeightOnly(Optimizer):
 
         from convert.reports.details import WeightCompression
 
-        model = onnx.load(str(job.base.path))
-        _gemms_as_matmuls(model.graph)
+        # the graph without its weights: each weight is read from its file when its MatMul is quantized, and the model
+        # is written tensor by tensor, so a decoder larger than memory is compressed (peak: the largest weight, twice)
+        folder = job.base.path.parent
+        model = onnx.load(str(job.base.path), load_external_data=False)
+        _gemms_as_matmuls(model.graph, folder)
         weights = _constant_matmul_weights(model.graph)
         if not weights:
             raise ValueError("the model has no MatMul with a constant two-dimensional weight: there is nothing to store in fewer bits")
@@ -201,6 +204,7 @@ class _WeightOnly(Optimizer):
             accuracy_level=4,
             nodes_to_exclude=kept_in_fp32(job, job.base.path),
         )
+        quantizer.node_quantizer = _OneWeightAtATime(quantizer.node_quantizer, folder)
         quantizer.process()
         quantized = quantizer.model.model
         compressed = sum(node.op_type == "MatMulNBits" for node in quantized.graph.node)
@@ -212,10 +216,35 @@ class _WeightOnly(Optimizer):
             uncompressed=len(_constant_matmul_weights(quantized.graph)),
             notes=notes,
         )
-        save_onnx(quantized, path)
+        save_onnx_streamed(quantized, path, folder)
         artifact = onnx_artifact(path)
         artifact.details = [record.model_dump()]
         return artifact
+
+
+class _OneWeightAtATime:
+    """ONNX Runtime's node quantizer, handed each MatMul's weight read from its file just before it quantizes it, in a
+    scratch graph searched first: protobuf frees a message's bytes only with the whole message, so a weight loaded into
+    the model itself would stay in memory to the end. What the quantizer adds (the packed weight, its scales and zero
+    points) is moved into the model's graph, and the scratch graph, with the float weight, is dropped."""
+
+    def __init__(self, quantizer, folder: Path):
+        self.quantizer, self.folder = quantizer, folder
+
+    def quantize(self, node, graph_stack):
+        from onnx import GraphProto, numpy_helper
+        from onnx.external_data_helper import uses_external_data
+
+        name = node.input[1] if len(node.input) > 1 else None
+        owner = next((graph for graph in reversed(graph_stack) if any(t.name == name for t in graph.initializer)), None)
+        weight = next((t for t in owner.initializer if t.name == name), None) if owner is not None else None
+        if weight is None or not uses_external_data(weight):
+            return self.quantizer.quantize(node, graph_stack)
+        scratch = GraphProto()
+        scratch.initializer.append(numpy_helper.from_array(tensor_values(weight, self.folder), name))
+        nodes = self.quantizer.quantize(node, [*graph_stack, scratch])
+        owner.initializer.extend(t for t in scratch.initializer if t.name != name)
+        return nodes
 
 
 class Int4Weights(_WeightOnly):
@@ -236,9 +265,10 @@ def _constant_matmul_weights(graph) -> dict[str, list[int]]:
     }
 
 
-def _gemms_as_matmuls(graph) -> None:
+def _gemms_as_matmuls(graph, folder: Path) -> None:
     """Rewrite each Gemm with a constant weight (what a Linear on a batch of vectors exports as) as MatMul + Add, the form
-    MatMulNBits quantizes: a transposed weight is stored transposed, alpha folded into it and beta into a constant bias."""
+    MatMulNBits quantizes: a transposed weight is stored transposed, alpha folded into it and beta into a constant bias.
+    External weights are read from ``folder``; the rewritten ones are held in memory until the model is written."""
     from onnx import helper, numpy_helper
 
     initializers = {tensor.name: tensor for tensor in graph.initializer}
@@ -251,13 +281,13 @@ def _gemms_as_matmuls(graph) -> None:
         if weight is None or attributes.get("transA", 0) or len(weight.dims) != 2 or (bias and beta != 1.0 and bias not in initializers):
             nodes.append(node)
             continue
-        values = numpy_helper.to_array(weight)
+        values = tensor_values(weight, folder)
         values = (values.T if attributes.get("transB", 0) else values) * values.dtype.type(attributes.get("alpha", 1.0))
         graph.initializer.append(numpy_helper.from_array(values, f"{node.name}_weight"))
         product = f"{node.name}_product" if bias else node.output[0]
         nodes.append(helper.make_node("MatMul", [node.input[0], f"{node.name}_weight"], [product], name=f"{node.name}_MatMul"))
         if bias and beta != 1.0:
-            scaled = numpy_helper.to_array(initializers[bias])
+            scaled = tensor_values(initializers[bias], folder)
             graph.initializer.append(numpy_helper.from_array(scaled * scaled.dtype.type(beta), f"{node.name}_bias"))
             bias = f"{node.name}_bias"
         if bias:

@@ -561,7 +561,10 @@ class BudgetResult(BaseModel):
 
     artifact: str
     kind: Literal["accuracy", "latency", "throughput", "size"]
-    metric: str = Field(description="cosine, rel_rms, top1, top5, max_abs, latency_ms_p50/p90/p99, throughput_per_s or size_mb")
+    metric: str = Field(
+        description="cosine, rel_rms, top1, top5, max_abs, latency_ms_p50/p90/p99, throughput_per_s, prefill_ms_p50, "
+        "decode_tokens_per_s or size_mb"
+    )
     limit: str = Field(description="the bound, e.g. '<=5' or '>=0.999'")
     value: float | None = None
     output: str = ""

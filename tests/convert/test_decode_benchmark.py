@@ -450,3 +450,38 @@ def _markdown_table(markdown: str, column: str) -> list[list[str]]:
         elif token.type == "table_close":
             tables.append(rows)
     return next(t for t in tables if column in t[0])
+
+
+# --- the gate's budgets on a decoder's prefill and decode ----------------------------------------------------------------
+
+
+def test_a_gate_budget_judges_a_decoders_prefill_and_decode_on_their_intervals(llama_report):
+    from convert.gate.budgets import budget_results
+    from convert.policy import ArtifactBudget
+
+    record = next(a for a in llama_report.artifacts if a.key == "onnx")
+    (bench,) = record.benchmarks
+    met = ArtifactBudget(
+        decode_tokens_per_s=bench.decode_tokens_per_s_interval[0] / 2, prefill_ms_p50={"cpu": bench.prefill_ms_interval[1] * 2}
+    )
+    assert met.timed()
+    results = budget_results("onnx", record, met, set(), [])
+    assert [(r.metric, r.kind, r.status, r.interval) for r in results] == [
+        ("prefill_ms_p50", "latency", "passed", bench.prefill_ms_interval),
+        ("decode_tokens_per_s", "throughput", "passed", bench.decode_tokens_per_s_interval),
+    ]
+    assert [r.shape for r in results] == ["B=1, 32 prompt tokens", "B=1, 32 decode steps"]
+    missed = ArtifactBudget(decode_tokens_per_s=bench.decode_tokens_per_s_interval[1] * 2, prefill_ms_p50=bench.prefill_ms_interval[0] / 2)
+    results = budget_results("onnx", record, missed, set(), [])
+    assert [(r.metric, r.status) for r in results] == [("prefill_ms_p50", "failed"), ("decode_tokens_per_s", "failed")]
+    assert all("whole 95% interval" in r.reason for r in results)
+
+
+def test_a_decode_budget_on_a_model_that_does_not_generate_is_not_measured():
+    from convert.gate.budgets import budget_results
+    from convert.policy import ArtifactBudget
+
+    bench = rm.Benchmark(runtime="onnxruntime", device="cpu", status="ok", shape="B=2", latency_ms_p50=1.0)
+    record = SimpleNamespace(benchmarks=[bench])
+    (result,) = budget_results("onnx", record, ArtifactBudget(decode_tokens_per_s=10), set(), [])
+    assert result.status == "skipped" and "text-generation-with-past" in result.reason

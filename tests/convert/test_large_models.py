@@ -80,7 +80,7 @@ def _mlp_with_external_data(folder: Path):
     return artifact, weights
 
 
-@pytest.mark.parametrize("name", ["simplify", "fp16", "int8", "int8-dynamic"])
+@pytest.mark.parametrize("name", ["simplify", "fp16", "int8", "int8-dynamic", "int4", "int8-weights"])
 def test_every_onnx_pass_takes_a_base_with_external_data(tmp_path, name):
     from convert.optimizers.base import OptimizeJob
     from convert.registry import REGISTRY
@@ -100,7 +100,7 @@ def test_every_onnx_pass_takes_a_base_with_external_data(tmp_path, name):
     assert outcome.attempts[0].status == "ok", outcome.primary_error  # the first strategy, not a fallback
     # INT8 of a base with external data keeps its weights there too; the others are small enough for one file
     data = [f.name for f in artifact.files[1:]]
-    assert data == ([f"{artifact.path.name}.data"] if name.startswith("int8") else [])
+    assert data == ([f"{artifact.path.name}.data"] if name in ("int8", "int8-dynamic") else [])
     assert sorted(p.name for p in staging.iterdir()) == sorted(f.name for f in artifact.files)  # no temporary left
     for file in artifact.files:  # onnx writes external data 0600; the artifact's files are readable alike
         assert stat.S_IMODE(file.stat().st_mode) == stat.S_IMODE(artifact.path.stat().st_mode)
@@ -109,6 +109,98 @@ def test_every_onnx_pass_takes_a_base_with_external_data(tmp_path, name):
     expected = np.maximum(feeds[1]["x"] @ weights[0], 0) @ weights[1]
     cosine = float(np.dot(actual.ravel(), expected.ravel()) / np.linalg.norm(actual) / np.linalg.norm(expected))
     assert cosine > (0.999999 if name == "simplify" else 0.99), cosine
+
+
+def _decoder_block_with_external_data(folder: Path):
+    """x[B,256] -> MatMul w1 -> + shift -> MatMul w3 -> Gemm(w2ᵀ, b2, alpha 0.5) -> y[B,128], every tensor in
+    model.onnx.data: two MatMul weights read from the file, a Gemm rewritten as a MatMul, and a tensor no pass touches."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from convert.backends.onnx import onnx_artifact
+    from convert.specs import parse_input_spec
+
+    rng = np.random.default_rng(0)
+    tensors = {
+        "w1": rng.standard_normal((256, 512), dtype=np.float32) / 16,
+        "shift": rng.standard_normal(512, dtype=np.float32),
+        "w3": rng.standard_normal((512, 512), dtype=np.float32) / 22,
+        "w2": rng.standard_normal((128, 512), dtype=np.float32) / 22,
+        "b2": rng.standard_normal(128, dtype=np.float32),
+    }
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
+            helper.make_node("Add", ["h", "shift"], ["shifted"], name="shift"),
+            helper.make_node("MatMul", ["shifted", "w3"], ["mixed"], name="mix"),
+            helper.make_node("Gemm", ["mixed", "w2", "b2"], ["y"], name="down", transB=1, alpha=0.5),
+        ],
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 128])],
+        [numpy_helper.from_array(values, name) for name, values in tensors.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    path = folder / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    artifact = onnx_artifact(path)
+    artifact.inputs = (parse_input_spec("x:float32[B,256]"),)
+    return artifact
+
+
+def test_int4_reads_one_weight_at_a_time_and_makes_what_onnx_runtimes_whole_model_quantizer_makes(tmp_path, monkeypatch):
+    """The weight-only passes never load a model's weights together: each MatMul's weight is read from the base's
+    external data as ONNX Runtime quantizes it, and the artifact is written tensor by tensor (every tensor on a page).
+    What comes out runs exactly as ONNX Runtime's own quantizer's artifact of the fully loaded model."""
+    import hashlib
+
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantizer, MatMulNBitsQuantizer
+
+    from convert.backends.onnx import PAGE, save_onnx
+    from convert.optimizers import onnx_quant
+    from convert.optimizers.base import OptimizeJob
+    from convert.registry import REGISTRY
+    from convert.runtimes.onnxruntime import OnnxRuntimeRunner
+    from convert.specs import SourceSignature
+
+    base_folder, staging = tmp_path / "base", tmp_path / "staging"
+    base_folder.mkdir(), staging.mkdir()
+    base = _decoder_block_with_external_data(base_folder)
+    before = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in base.files}
+    loaded_at_each_quantization = []
+    quantize_matmul = DefaultWeightOnlyQuantizer.quantize_matmul
+
+    def counting(self, node, graph_stack):
+        in_memory = {t.name for graph in graph_stack for t in graph.initializer if t.name in ("w1", "w3") and t.raw_data}
+        loaded_at_each_quantization.append(in_memory)
+        return quantize_matmul(self, node, graph_stack)
+
+    monkeypatch.setattr(DefaultWeightOnlyQuantizer, "quantize_matmul", counting)
+    feed = {"x": np.random.default_rng(1).standard_normal((3, 256), dtype=np.float32)}
+    source = types.SimpleNamespace(signature=SourceSignature(inputs=base.inputs, outputs=("y",)), precision="fp32")
+    job = OptimizeJob(source=source, feed=feed, folder=staging, stem="model", base=base, weight_group_size=32)
+    outcome = REGISTRY.get("optimizer", "int4").load()().export(job)
+    assert outcome.artifact is not None, outcome.primary_error
+    assert loaded_at_each_quantization == [{"w1"}, {"w3"}, set()]  # the Gemm's weight was rewritten in memory
+    assert {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in base.files} == before
+    artifact = outcome.artifact
+    assert [f.name for f in artifact.files] == ["model.int4.onnx", "model.int4.onnx.data"]
+    written = onnx.load(str(artifact.path), load_external_data=False)
+    offsets = [int(e.value) for t in written.graph.initializer for e in t.external_data if e.key == "offset"]
+    assert len(offsets) == len(written.graph.initializer) and all(offset % PAGE == 0 for offset in offsets)
+
+    monkeypatch.setattr(DefaultWeightOnlyQuantizer, "quantize_matmul", quantize_matmul)
+    whole = onnx.load(str(base.path))
+    onnx_quant._gemms_as_matmuls(whole.graph, base_folder)
+    reference = MatMulNBitsQuantizer(whole, bits=4, block_size=32, is_symmetric=False, accuracy_level=4)
+    reference.process()
+    save_onnx(reference.model.model, tmp_path / "reference.onnx")
+    with OnnxRuntimeRunner(artifact, "cpu") as runner:
+        streamed = runner.infer(feed)["y"]
+    with OnnxRuntimeRunner(onnx_quant.onnx_artifact(tmp_path / "reference.onnx"), "cpu") as runner:
+        expected = runner.infer(feed)["y"]
+    assert np.array_equal(streamed, expected)
 
 
 def test_save_onnx_puts_weights_past_the_threshold_in_one_fresh_data_file(tmp_path, monkeypatch):

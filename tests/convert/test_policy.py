@@ -41,6 +41,7 @@ KEYS = [
     "size_mb",
     "latency_ms_p50",
     "throughput_per_s",
+    "decode_tokens_per_s",
     "cpu",
     "cuda",
     "allowance",
