@@ -19,7 +19,8 @@ from convert.artifacts import Artifact
 EXTERNAL_DATA_THRESHOLD = 1536 * 2**20
 # What an output named like an input is renamed with (Optimum's convention: a UNet's ``sample`` out is ``out_sample``).
 OUTPUT_PREFIX = "out_"
-PAGE = 4096  # where each tensor of streamed external data starts: ONNX Runtime maps page-aligned data from its file
+# where a large tensor of streamed external data starts (ONNX Runtime's writer's rule): a mappable boundary on every OS
+MAPPED_TENSOR_BYTES, MAPPED_ALIGNMENT = 2**20, 2**16
 _COPY_CHUNK = 64 * 2**20
 
 
@@ -251,9 +252,10 @@ def tensor_values(tensor, folder: Path):
 
 def save_onnx_streamed(model, path: Path, folder: Path) -> None:
     """Write a model some of whose tensors still name external data in ``folder`` (the model it was made from): every
-    tensor over a kilobyte goes to ``PATH.data``, those in files copied a slice at a time and those in memory written
-    and dropped, so a model larger than memory is never held whole. Each tensor starts on a page, which lets ONNX
-    Runtime map it from the file. A model with no external tensor is saved as ``save_onnx`` saves it."""
+    tensor of a kilobyte or more goes to ``PATH.data``, those in files copied a slice at a time, so their bytes are never
+    all in memory (those already in memory stay there until the model is freed: protobuf releases bytes only with their
+    message). A tensor of a megabyte or more starts on a 64 KiB boundary, as ONNX Runtime's own writer places them, so
+    that it can be mapped from the file. A model with no external tensor is saved as ``save_onnx`` saves it."""
     import onnx
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
@@ -261,16 +263,20 @@ def save_onnx_streamed(model, path: Path, folder: Path) -> None:
         save_onnx(model, path)
         return
     data = path.with_name(f"{path.name}.data")
+    if any((folder / location).resolve() == data.resolve() for location in external_data_locations(model)):
+        raise ValueError(f"{data} is where the model's own weights are read from: write the model to another name")
     with open(data, "wb") as out:
         for tensor in tensors(model.graph):
             external = uses_external_data(tensor)
             if not external and len(tensor.raw_data) < 1024:
                 continue
-            out.seek(-out.tell() % PAGE, os.SEEK_CUR)
+            info = ExternalDataInfo(tensor) if external else None
+            size = (info.length or (folder / info.location).stat().st_size - (info.offset or 0)) if external else len(tensor.raw_data)
+            if size >= MAPPED_TENSOR_BYTES:
+                out.seek(-out.tell() % MAPPED_ALIGNMENT, os.SEEK_CUR)
             offset = out.tell()
             if external:
-                info = ExternalDataInfo(tensor)
-                _copy_slice(folder / info.location, info.offset or 0, info.length, out)
+                _copy_slice(folder / info.location, info.offset or 0, size, out)
             else:
                 out.write(tensor.raw_data)
                 tensor.ClearField("raw_data")
@@ -281,10 +287,10 @@ def save_onnx_streamed(model, path: Path, folder: Path) -> None:
     onnx.save(model, str(path))
 
 
-def _copy_slice(source: Path, offset: int, length: int | None, out) -> None:
+def _copy_slice(source: Path, offset: int, length: int, out) -> None:
     with open(source, "rb") as file:
         file.seek(offset)
-        left = length if length is not None else os.fstat(file.fileno()).st_size - offset
+        left = length
         while left > 0:
             chunk = file.read(min(left, _COPY_CHUNK))
             if not chunk:

@@ -78,6 +78,12 @@ class Optimizer(Exporter):
         of a bfloat16 export is bfloat16, and so is an fp16 pass's artifact of it, whose reference is still bfloat16)."""
         return loosest((base, cls.precision))
 
+    @classmethod
+    def variant(cls, job: OptimizeJob) -> str:
+        """What decides how this pass writes its artifact beyond the job's inputs and options (the machine's memory, for
+        one), as part of its cache key: "" where nothing does."""
+        return ""
+
     def export(self, job: ExportJob):
         with temporary_files_in(job.folder):
             outcome = super().export(job)

@@ -185,8 +185,9 @@ class _WeightOnly(Optimizer):
 
         from convert.reports.details import WeightCompression
 
-        # the graph without its weights: each weight is read from its file when its MatMul is quantized, and the model
-        # is written tensor by tensor, so a decoder larger than memory is compressed (peak: the largest weight, twice)
+        # the graph without its weights: each MatMul's weight is read from its file as it is quantized, and the model is
+        # written tensor by tensor, so a decoder larger than memory is compressed (peak: a few copies of the largest
+        # weight, beside the compressed ones)
         folder = job.base.path.parent
         model = onnx.load(str(job.base.path), load_external_data=False)
         _gemms_as_matmuls(model.graph, folder)
@@ -223,17 +224,18 @@ class _WeightOnly(Optimizer):
 
 
 class _OneWeightAtATime:
-    """ONNX Runtime's node quantizer, handed each MatMul's weight read from its file just before it quantizes it, in a
-    scratch graph searched first: protobuf frees a message's bytes only with the whole message, so a weight loaded into
-    the model itself would stay in memory to the end. What the quantizer adds (the packed weight, its scales and zero
-    points) is moved into the model's graph, and the scratch graph, with the float weight, is dropped."""
+    """ONNX Runtime's node quantizer (of MatMul, whose weight is its second input), handed each weight read from its
+    file just before it quantizes it, in a scratch graph searched first: protobuf frees a message's bytes only with the
+    whole message, so a weight loaded into the model itself would stay in memory to the end. What the quantizer adds
+    (the packed weight, its scales and zero points) is moved into the model's graph, and the scratch graph, with the
+    float weight, is dropped."""
 
     def __init__(self, quantizer, folder: Path):
         self.quantizer, self.folder = quantizer, folder
 
     def quantize(self, node, graph_stack):
-        from onnx import GraphProto, numpy_helper
-        from onnx.external_data_helper import uses_external_data
+        from onnx import GraphProto, TensorProto
+        from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
         name = node.input[1] if len(node.input) > 1 else None
         owner = next((graph for graph in reversed(graph_stack) if any(t.name == name for t in graph.initializer)), None)
@@ -241,9 +243,18 @@ class _OneWeightAtATime:
         if weight is None or not uses_external_data(weight):
             return self.quantizer.quantize(node, graph_stack)
         scratch = GraphProto()
-        scratch.initializer.append(numpy_helper.from_array(tensor_values(weight, self.folder), name))
+        loaded = scratch.initializer.add()
+        loaded.CopyFrom(weight)
+        load_external_data_for_tensor(loaded, str(self.folder))
+        del loaded.external_data[:]
+        loaded.data_location = TensorProto.DEFAULT
         nodes = self.quantizer.quantize(node, [*graph_stack, scratch])
         owner.initializer.extend(t for t in scratch.initializer if t.name != name)
+        if len(nodes) != 1 or nodes[0] is not node:
+            # quantized: ONNX Runtime drops the weight from the inputs of the graph it found it in
+            kept = [value for value in owner.input if value.name != name]
+            del owner.input[:]
+            owner.input.extend(kept)
         return nodes
 
 
@@ -268,7 +279,8 @@ def _constant_matmul_weights(graph) -> dict[str, list[int]]:
 def _gemms_as_matmuls(graph, folder: Path) -> None:
     """Rewrite each Gemm with a constant weight (what a Linear on a batch of vectors exports as) as MatMul + Add, the form
     MatMulNBits quantizes: a transposed weight is stored transposed, alpha folded into it and beta into a constant bias.
-    External weights are read from ``folder``; the rewritten ones are held in memory until the model is written."""
+    Those are read from ``folder`` and held in memory until the model is written; an untransposed weight with alpha 1
+    (GPT-2's Conv1D) is the MatMul's weight as it is, read from its file when it is quantized."""
     from onnx import helper, numpy_helper
 
     initializers = {tensor.name: tensor for tensor in graph.initializer}
@@ -281,11 +293,15 @@ def _gemms_as_matmuls(graph, folder: Path) -> None:
         if weight is None or attributes.get("transA", 0) or len(weight.dims) != 2 or (bias and beta != 1.0 and bias not in initializers):
             nodes.append(node)
             continue
-        values = tensor_values(weight, folder)
-        values = (values.T if attributes.get("transB", 0) else values) * values.dtype.type(attributes.get("alpha", 1.0))
-        graph.initializer.append(numpy_helper.from_array(values, f"{node.name}_weight"))
+        transposed, alpha = attributes.get("transB", 0), attributes.get("alpha", 1.0)
+        matrix = weight.name
+        if transposed or alpha != 1.0:
+            values = tensor_values(weight, folder)
+            values = (values.T if transposed else values) * values.dtype.type(alpha)
+            matrix = f"{node.name}_weight"
+            graph.initializer.append(numpy_helper.from_array(values, matrix))
         product = f"{node.name}_product" if bias else node.output[0]
-        nodes.append(helper.make_node("MatMul", [node.input[0], f"{node.name}_weight"], [product], name=f"{node.name}_MatMul"))
+        nodes.append(helper.make_node("MatMul", [node.input[0], matrix], [product], name=f"{node.name}_MatMul"))
         if bias and beta != 1.0:
             scaled = tensor_values(initializers[bias], folder)
             graph.initializer.append(numpy_helper.from_array(scaled * scaled.dtype.type(beta), f"{node.name}_bias"))

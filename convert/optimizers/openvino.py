@@ -17,8 +17,12 @@ from convert.validators.task_metrics import LOWER_IS_BETTER, describe_drop
 
 
 class OpenVinoIR(Optimizer):
+    @classmethod
+    def variant(cls, job: OptimizeJob) -> str:
+        return "read_model" if _weights_exceed_memory(job) else ""
+
     def strategies(self, job: OptimizeJob):
-        mapped = _weights_exceed_memory(job)
+        mapped = bool(self.variant(job))
         reader = "openvino.Core().read_model (weights mapped from the file)" if mapped else "openvino.convert_model"
         return [(f"{reader}{self._detail}", lambda path: self._write(job, path, mapped))]
 

@@ -101,6 +101,7 @@ def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
         job.keep_fp32,
         job.calibration_method,
         job.task and (job.task.feeds, job.task.labels, job.task.metric, job.task.max_drop, job.task.user_metric),
+        optimizer.variant(job),
         judge=artifact_judge(stage.name, entry.format, optimizer.made_precision(job.base.precision), optimizer.name, job.base),
     )
 

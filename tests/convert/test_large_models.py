@@ -112,8 +112,10 @@ def test_every_onnx_pass_takes_a_base_with_external_data(tmp_path, name):
 
 
 def _decoder_block_with_external_data(folder: Path):
-    """x[B,256] -> MatMul w1 -> + shift -> MatMul w3 -> Gemm(w2ᵀ, b2, alpha 0.5) -> y[B,128], every tensor in
-    model.onnx.data: two MatMul weights read from the file, a Gemm rewritten as a MatMul, and a tensor no pass touches."""
+    """x[B,256] -> MatMul w1 -> + shift -> MatMul w3 -> Gemm(w2ᵀ, b2, alpha 0.5) -> Gemm(w4) -> y[B,64], every tensor
+    in model.onnx.data: two MatMul weights read from the file, a Gemm whose weight is rewritten (transposed, scaled), one
+    whose weight serves as it is (GPT-2's Conv1D), and a tensor no pass touches. w1 is also a graph input (a weight the
+    caller may replace), as older exporters declared every initializer."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -127,17 +129,22 @@ def _decoder_block_with_external_data(folder: Path):
         "w3": rng.standard_normal((512, 512), dtype=np.float32) / 22,
         "w2": rng.standard_normal((128, 512), dtype=np.float32) / 22,
         "b2": rng.standard_normal(128, dtype=np.float32),
+        "w4": rng.standard_normal((128, 64), dtype=np.float32) / 11,
     }
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
             helper.make_node("Add", ["h", "shift"], ["shifted"], name="shift"),
             helper.make_node("MatMul", ["shifted", "w3"], ["mixed"], name="mix"),
-            helper.make_node("Gemm", ["mixed", "w2", "b2"], ["y"], name="down", transB=1, alpha=0.5),
+            helper.make_node("Gemm", ["mixed", "w2", "b2"], ["down"], name="down", transB=1, alpha=0.5),
+            helper.make_node("Gemm", ["down", "w4"], ["y"], name="out"),
         ],
         "block",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 128])],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 256]),
+            helper.make_tensor_value_info("w1", TensorProto.FLOAT, [256, 512]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 64])],
         [numpy_helper.from_array(values, name) for name, values in tensors.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
@@ -149,15 +156,16 @@ def _decoder_block_with_external_data(folder: Path):
 
 
 def test_int4_reads_one_weight_at_a_time_and_makes_what_onnx_runtimes_whole_model_quantizer_makes(tmp_path, monkeypatch):
-    """The weight-only passes never load a model's weights together: each MatMul's weight is read from the base's
-    external data as ONNX Runtime quantizes it, and the artifact is written tensor by tensor (every tensor on a page).
-    What comes out runs exactly as ONNX Runtime's own quantizer's artifact of the fully loaded model."""
+    """The weight-only passes do not load a model's weights together: each MatMul's weight is read from the base's
+    external data as ONNX Runtime quantizes it (all but a Gemm's transposed weight, rewritten in memory), and the
+    artifact is written tensor by tensor. What comes out runs exactly as ONNX Runtime's own quantizer's artifact of the
+    fully loaded model, and declares the same inputs."""
     import hashlib
 
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantizer, MatMulNBitsQuantizer
 
-    from convert.backends.onnx import PAGE, save_onnx
+    from convert.backends.onnx import MAPPED_ALIGNMENT, MAPPED_TENSOR_BYTES, save_onnx
     from convert.optimizers import onnx_quant
     from convert.optimizers.base import OptimizeJob
     from convert.registry import REGISTRY
@@ -172,7 +180,7 @@ def test_int4_reads_one_weight_at_a_time_and_makes_what_onnx_runtimes_whole_mode
     quantize_matmul = DefaultWeightOnlyQuantizer.quantize_matmul
 
     def counting(self, node, graph_stack):
-        in_memory = {t.name for graph in graph_stack for t in graph.initializer if t.name in ("w1", "w3") and t.raw_data}
+        in_memory = {t.name for graph in graph_stack for t in graph.initializer if t.name in ("w1", "w3", "w4") and t.raw_data}
         loaded_at_each_quantization.append(in_memory)
         return quantize_matmul(self, node, graph_stack)
 
@@ -182,13 +190,17 @@ def test_int4_reads_one_weight_at_a_time_and_makes_what_onnx_runtimes_whole_mode
     job = OptimizeJob(source=source, feed=feed, folder=staging, stem="model", base=base, weight_group_size=32)
     outcome = REGISTRY.get("optimizer", "int4").load()().export(job)
     assert outcome.artifact is not None, outcome.primary_error
-    assert loaded_at_each_quantization == [{"w1"}, {"w3"}, set()]  # the Gemm's weight was rewritten in memory
+    # the rewritten Gemm weight was made in memory; the others were each read alone
+    assert loaded_at_each_quantization == [{"w1"}, {"w3"}, set(), {"w4"}]
     assert {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in base.files} == before
     artifact = outcome.artifact
     assert [f.name for f in artifact.files] == ["model.int4.onnx", "model.int4.onnx.data"]
     written = onnx.load(str(artifact.path), load_external_data=False)
-    offsets = [int(e.value) for t in written.graph.initializer for e in t.external_data if e.key == "offset"]
-    assert len(offsets) == len(written.graph.initializer) and all(offset % PAGE == 0 for offset in offsets)
+    placed = {t.name: {e.key: int(e.value) for e in t.external_data if e.key != "location"} for t in written.graph.initializer}
+    inline = {t.name: len(t.raw_data) for t in written.graph.initializer if not placed[t.name]}
+    assert all(size < 1024 for size in inline.values()), inline  # a tensor of a kilobyte or more is in the data file
+    assert [i.name for i in written.graph.input] == ["x"]  # ONNX Runtime drops a quantized weight from the inputs
+    assert all(p["offset"] % MAPPED_ALIGNMENT == 0 for p in placed.values() if p and p["length"] >= MAPPED_TENSOR_BYTES)
 
     monkeypatch.setattr(DefaultWeightOnlyQuantizer, "quantize_matmul", quantize_matmul)
     whole = onnx.load(str(base.path))
@@ -196,6 +208,7 @@ def test_int4_reads_one_weight_at_a_time_and_makes_what_onnx_runtimes_whole_mode
     reference = MatMulNBitsQuantizer(whole, bits=4, block_size=32, is_symmetric=False, accuracy_level=4)
     reference.process()
     save_onnx(reference.model.model, tmp_path / "reference.onnx")
+    assert [i.name for i in reference.model.model.graph.input] == ["x"]
     with OnnxRuntimeRunner(artifact, "cpu") as runner:
         streamed = runner.infer(feed)["y"]
     with OnnxRuntimeRunner(onnx_quant.onnx_artifact(tmp_path / "reference.onnx"), "cpu") as runner:
@@ -219,3 +232,56 @@ def test_save_onnx_puts_weights_past_the_threshold_in_one_fresh_data_file(tmp_pa
     assert artifact.files[1].stat().st_size == sum(w.nbytes for w in weights)
     reloaded = onnx.load(str(path))
     assert all(np.array_equal(onnx.numpy_helper.to_array(t), w) for t, w in zip(reloaded.graph.initializer, weights))
+
+
+def test_save_onnx_streamed_copies_external_tensors_and_places_large_ones_where_they_can_be_mapped(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from convert.backends.onnx import MAPPED_ALIGNMENT, save_onnx_streamed
+
+    rng = np.random.default_rng(0)
+    values = {"small": rng.standard_normal(300, dtype=np.float32), "large": rng.standard_normal(300_000, dtype=np.float32)}
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["small", "small"], ["y"]), helper.make_node("Identity", ["large"], ["z"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [300]), helper.make_tensor_value_info("z", TensorProto.FLOAT, [300_000])],
+        [numpy_helper.from_array(v, name) for name, v in values.items()],
+    )
+    base = tmp_path / "base"
+    base.mkdir()
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(base / "model.onnx"), save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    before = (base / "model.onnx.data").read_bytes()
+    held = onnx.load(str(base / "model.onnx"), load_external_data=False)
+    held.graph.initializer.append(numpy_helper.from_array(np.arange(1000, dtype=np.float32), "made"))  # made in memory
+    save_onnx_streamed(held, tmp_path / "out.onnx", base)
+    written = onnx.load(str(tmp_path / "out.onnx"), load_external_data=False)
+    placed = {t.name: {e.key: e.value for e in t.external_data} for t in written.graph.initializer}
+    assert {p["location"] for p in placed.values()} == {"out.onnx.data"} and int(placed["large"]["offset"]) % MAPPED_ALIGNMENT == 0
+    reloaded = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(tmp_path / "out.onnx")).graph.initializer}
+    assert all(np.array_equal(reloaded[name], v) for name, v in values.items())
+    assert np.array_equal(reloaded["made"], np.arange(1000, dtype=np.float32))
+    assert (base / "model.onnx.data").read_bytes() == before
+    # written over the file its weights are read from, the model would lose them: refused before anything is opened
+    with pytest.raises(ValueError, match="write the model to another name"):
+        save_onnx_streamed(onnx.load(str(base / "model.onnx"), load_external_data=False), base / "model.onnx", base)
+    assert (base / "model.onnx.data").read_bytes() == before
+
+
+def test_openvino_reads_weights_from_their_file_only_where_they_take_more_than_half_the_memory(tmp_path, monkeypatch):
+    """read_model maps the ONNX weights (a model larger than memory converts); convert_model copies them, transposed
+    into the layout the CPU's matrix products read fastest. Which one ran is in the strategy and the cache key."""
+    from convert import memory
+    from convert.optimizers.base import OptimizeJob
+    from convert.optimizers.openvino import OpenVinoInt4Weights
+
+    base, _ = _mlp_with_external_data(tmp_path)
+    job = OptimizeJob(source=None, feed={}, folder=tmp_path, stem="model", base=base)
+    weights = sum(f.stat().st_size for f in base.files)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2 * weights + 2)
+    assert OpenVinoInt4Weights.variant(job) == "" and OpenVinoInt4Weights().strategies(job)[0][0].startswith("openvino.convert_model")
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2 * weights - 2)
+    assert OpenVinoInt4Weights.variant(job) == "read_model"
+    assert OpenVinoInt4Weights().strategies(job)[0][0].startswith("openvino.Core().read_model")
