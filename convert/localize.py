@@ -24,6 +24,7 @@ import numpy as np
 from convert.artifacts import Artifact
 from convert.backends.onnx import module_path
 from convert.reports import model as rm
+from convert.text import first_line
 from convert.validators.compare import compare_output
 from convert.validators.tolerances import Tolerance
 
@@ -128,8 +129,37 @@ def _captured_differently(divergence: rm.Divergence, traced, feed, reference: di
             result = compare_output(name, expected, captured[name], tolerance)
             if result.status == "failed":
                 divergence.status, divergence.stage, divergence.value, divergence.metrics = "found", "capture", name, result.metrics()
+                _name_captured_module(divergence, traced, feed, tolerance)
                 return True
     return False
+
+
+def _name_captured_module(divergence: rm.Divergence, traced, feed, tolerance: Tolerance) -> None:
+    """The first module, in the order the modules finish, whose output in the captured program departs from the source
+    model's own (every module that finished before it, its inputs among them, agrees): where the capture went wrong."""
+    modules = getattr(traced, "module_outputs", None)
+    try:
+        compared = modules(feed) if modules is not None else []
+    except Exception as exc:  # the capture's finding stands; that its modules could not be run beside it is said
+        divergence.reason = f"no module is named: running the modules beside the captured program failed: {first_line(str(exc))}"
+        return
+    for label, expected, actual in compared:
+        result = compare_output(label, expected, actual, tolerance)
+        divergence.compared += 1
+        divergence.probes.append(
+            rm.ProbePoint(
+                value=label,
+                node="",
+                op_type="module",
+                layer=label,
+                status=result.status,
+                max_abs_error=result.max_abs_error,
+                cosine_similarity=result.cosine_similarity,
+            )
+        )
+        if result.status == "failed":
+            divergence.layer = label
+            return
 
 
 def _finish(divergence: rm.Divergence, started: float) -> rm.Divergence:

@@ -10,6 +10,7 @@ pytree; no other module is imported on a file's say-so.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import re
@@ -273,6 +274,40 @@ class TracedProgram:
         with torch.inference_mode():
             outputs = self.program.module()(*args, **kwargs)
         return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+
+    def module_outputs(self, feed: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Each submodule's output in the source model run eagerly (a forward hook) beside its value in the captured
+        program (the last node the program runs inside that module), in the order the modules finish. A module called
+        more than once, or whose values do not have the same shape on both sides, is left out: which value stands for
+        it is not known."""
+        torch = require_torch()
+        module = self.source.module
+        eager: dict[str, list] = {}
+
+        def record(path, _module, _inputs, output):
+            tensor = next(iter(flatten_outputs(output).values()), None) if not isinstance(output, torch.Tensor) else output
+            eager.setdefault(path, []).append(to_numpy(tensor) if isinstance(tensor, torch.Tensor) else None)
+
+        hooks = [m.register_forward_hook(functools.partial(record, path)) for path, m in module.named_modules() if path]
+        try:
+            with torch.inference_mode():
+                self.source.convention(module, to_tensors(self.source.signature.inputs, feed))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        last: dict[str, str] = {}  # module path -> the last node run inside it
+        for node in self.program.graph.nodes:
+            if node.op == "call_function" and _is_tensor(node):
+                for path, _ in (node.meta.get("nn_module_stack") or {}).values():
+                    last[path] = node.name
+        once = [path for path, outputs in eager.items() if len(outputs) == 1 and outputs[0] is not None and path in last]
+        captured = self.values(feed, [last[path] for path in once], 2**62)
+        kinds = {path: type(m).__name__ for path, m in module.named_modules()}
+        return [
+            (f"{path} ({kinds[path]})", eager[path][0], captured[last[path]])
+            for path in once
+            if last[path] in captured and captured[last[path]].shape == eager[path][0].shape
+        ]
 
 
 def _module_path(node) -> str:

@@ -60,7 +60,7 @@ class ArtifactDetail(BaseModel):
 class ProbePoint(BaseModel):
     """One intermediate value of the artifact compared with the source's, in graph order."""
 
-    value: str = Field(description="the tensor's name in the artifact's graph")
+    value: str = Field(description="the tensor's name in the artifact's graph; a captured program's module (op_type 'module')")
     node: str
     op_type: str
     layer: str = Field("", description="the source-side name: module path, Keras layer, or source line")
@@ -79,7 +79,8 @@ class Divergence(ArtifactDetail):
     stage: Literal["conversion", "capture"] = Field(
         "conversion",
         description="capture: the program the exporter captured already computes other outputs than the source model "
-        "(the difference is made before any graph node); conversion: a node of the graph is named",
+        "(the difference is made before any graph node; layer names the first module whose output departs, where the "
+        "program can be run module by module); conversion: a node of the graph is named",
     )
     reason: str = Field("", description="why nothing was named (not-found, skipped)")
     method: str = Field("", description="how the artifact's values were matched with the source's")
@@ -112,9 +113,14 @@ class Divergence(ArtifactDetail):
         metrics = self.metrics
         error = f"max abs error {metrics.max_abs_error:.3g}" if metrics and metrics.max_abs_error is not None else "out of tolerance"
         if self.stage == "capture":
+            module = (
+                f", first in module {self.layer}, whose output departs from the source's while every module that finished before it agrees"
+                if self.layer
+                else ""
+            )
             return (
-                f"the program the exporter captured already differs from the source model at output '{self.value}' ({error}): "
-                "the difference is made when the model is captured (a branch on torch.onnx.is_in_onnx_export(), "
+                f"the program the exporter captured already differs from the source model at output '{self.value}' ({error})"
+                f"{module}: the difference is made when the model is captured (a branch on torch.onnx.is_in_onnx_export(), "
                 "tracing-time Python state), not by converting its nodes"
             )
         cosine = f", cosine {metrics.cosine_similarity:.6f}" if metrics and metrics.cosine_similarity is not None else ""

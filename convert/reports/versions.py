@@ -37,7 +37,8 @@ SCHEMA_CHANGES: dict[str, str] = {
     "and groups); each check's `memory_mapped`; each stage's `peak_rss_mb`; the environment's `memory_available_mb` and "
     "`memory_limit_mb`; the `token_agreement` term of an accuracy budget (a decoder's generation check); and the "
     "`perplexity` task metric of a token task (a decoder's text), whose `drop` is its relative rise; and budget results "
-    "of the policy's `prefill_ms_p50` and `decode_tokens_per_s`. A 2.2 report has none of them (false or null: not "
+    "of the policy's `prefill_ms_p50` and `decode_tokens_per_s`; a `capture` divergence's `layer` (the first module "
+    "of the captured program whose output departs) and its `probes` of op_type `module`. A 2.2 report has none of them (false or null: not "
     "recorded).",
     "2.2": "Adds `composite`, `components` and `assembled`: a model of several networks (an encoder-decoder, a dual encoder, "
     "a diffusion pipeline) converted in one run, each component with its own report, and the components' artifacts run "

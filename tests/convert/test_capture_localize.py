@@ -1,0 +1,110 @@
+"""A model whose one module computes otherwise only while torch.onnx exports it (a branch on
+torch.onnx.is_in_onnx_export(), as tracing-time Python state does) fails, and its report names that module and the link
+(capture): each module's output in the source model, run eagerly, is compared with its value in the program the
+exporter captured, in the order the modules finish, and the first that departs is named. Shown on a stack of blocks
+(the model the issue describes) and on transformers' own BERT with one layer's output patched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import load_report, run_cli
+
+STACK = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + torch.nn.functional.gelu(self.linear(x))
+
+
+class ShiftedWhileExported(Block):
+    def forward(self, x):
+        y = super().forward(x)
+        return y * 1.1 if torch.onnx.is_in_onnx_export() else y
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(8, 16)
+        self.blocks = nn.Sequential(Block(16), Block(16), ShiftedWhileExported(16), Block(16))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.embed(x)))
+
+
+def build():
+    torch.manual_seed(0)
+    return Stack().eval()
+"""
+
+BERT = """
+import torch
+import transformers
+
+
+def build():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64
+    )
+    model = transformers.BertModel(config, add_pooling_layer=False).eval()
+    output = model.encoder.layer[1].output
+    plain = output.forward
+
+    def forward(hidden_states, input_tensor):
+        result = plain(hidden_states, input_tensor)
+        return result + 0.5 if torch.onnx.is_in_onnx_export() else result
+
+    output.forward = forward
+    return model
+"""
+
+
+def _divergence(out: Path) -> dict:
+    report = load_report(out / "report.json")
+    (onnx,) = [a for a in report["artifacts"] if a["format"] == "onnx"]
+    assert not onnx["passed"]
+    return next(d for d in onnx["details"] if d["kind"] == "divergence")
+
+
+def test_the_module_that_differs_only_while_exported_is_named_with_the_capture_link(tmp_path):
+    (tmp_path / "nets.py").write_text(STACK)
+    run = run_cli(f"{tmp_path / 'nets.py'}:build", "--input", "x:float32[B,8]", "--to", "onnx", "--out", str(tmp_path / "out"))
+    assert run.returncode == 1, run.output
+    divergence = _divergence(tmp_path / "out")
+    assert (divergence["status"], divergence["stage"], divergence["layer"]) == ("found", "capture", "blocks.2 (ShiftedWhileExported)")
+    # every module that finished before it agrees, its own child included; the one after it is not compared
+    compared = [(p["value"], p["status"]) for p in divergence["probes"]]
+    assert compared == [
+        ("embed (Linear)", "passed"),
+        ("blocks.0.linear (Linear)", "passed"),
+        ("blocks.0 (Block)", "passed"),
+        ("blocks.1.linear (Linear)", "passed"),
+        ("blocks.1 (Block)", "passed"),
+        ("blocks.2.linear (Linear)", "passed"),
+        ("blocks.2 (ShiftedWhileExported)", "failed"),
+    ]
+    assert "first in module blocks.2 (ShiftedWhileExported)" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_transformers_layer_that_differs_only_while_exported_is_named(tmp_path):
+    (tmp_path / "bert.py").write_text(BERT)
+    args = ("--input", "input_ids:int64[B,S]", "--input", "attention_mask:int64[B,S]", "--to", "onnx", "--out", str(tmp_path / "out"))
+    run = run_cli(f"{tmp_path / 'bert.py'}:build", *args)
+    assert run.returncode == 1, run.output
+    divergence = _divergence(tmp_path / "out")
+    assert (divergence["stage"], divergence["layer"]) == ("capture", "encoder.layer.1.output (BertOutput)"), divergence["probes"]
+    passed = [p["value"] for p in divergence["probes"] if p["status"] == "passed"]
+    assert "encoder.layer.0 (BertLayer)" in passed and "encoder.layer.1.output.LayerNorm (LayerNorm)" in passed
