@@ -166,6 +166,11 @@ class TracedGraph:
         graph_def = tf2onnx.tf_loader.from_function(function, inputs, outputs)
         self.wrapped = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
         self.inputs = {spec.name: self.wrapped.graph.get_tensor_by_name(name) for spec, name in zip(source.signature.inputs, inputs)}
+        structure = function.structured_outputs
+        # the serving function returns the outputs by name; its flat outputs come in tf.nest's order of their names
+        named = tf.nest.flatten({key: key for key in structure}) if isinstance(structure, dict) else []
+        self.output_tensors = dict(zip(named, outputs))
+        self.source = source
         layers = list(getattr(source.native, "layers", [])) if source.is_keras else []
         scopes = _scopes_of_weights(function.graph, layers)
         self.layers = {
@@ -196,6 +201,54 @@ class TracedGraph:
                     return found
                 found[name], taken = array, taken + array.nbytes
         return found
+
+    def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The frozen graph's own outputs for one feed, named as the source's."""
+        return {name: self._fetch(feed, [tensor])[0] for name, tensor in self.output_tensors.items()}
+
+    def module_outputs(self, feed: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Each layer's output in a functional Keras model run eagerly beside its value in the frozen graph (the last
+        tensor of the layer's scope that an op outside it reads), in the model's order of layers. A layer called more than
+        once, one several of whose tensors leave its scope, a model that is not functional, or values of different
+        shapes are left out: which value stands for the layer is not known."""
+        keras_module = keras()
+        model = self.source.native
+        if not self.source.is_keras or not getattr(model, "_is_graph_network", getattr(model, "inputs", None) is not None):
+            return []
+        layers = [
+            layer
+            for layer in model.layers
+            if not isinstance(layer, keras_module.layers.InputLayer) and len(getattr(layer, "_inbound_nodes", ())) == 1
+        ]
+        names = {layer.name for layer in layers}
+        leaving: dict[str, list[str]] = {}  # layer -> the tensors of its scope that an op outside the scope reads
+        for op in self.wrapped.graph.get_operations():
+            for tensor in op.outputs:
+                scope = self.layers.get(tensor.name)
+                if scope in names and any(self.layers.get(c.outputs[0].name if c.outputs else "") != scope for c in tensor.consumers()):
+                    leaving.setdefault(scope, []).append(tensor.name)
+        # one tensor leaving a layer is its output; where grappler folded the layer into its neighbour (a constant
+        # multiplied into the next layer's product), several partial values leave it and none is its output
+        last = {scope: tensors[0] for scope, tensors in leaving.items() if len(tensors) == 1}
+        layers = [layer for layer in layers if layer.name in last and isinstance(layer.output, keras_module.KerasTensor)]
+        if not layers:
+            return []
+        probe = keras_module.Model(model.inputs, [layer.output for layer in layers])
+        tf = tensorflow()
+        with tf.device("/CPU:0"):
+            eager = probe([tf.constant(feed[spec.name]) for spec in self.source.signature.inputs], training=False)
+        captured = self._fetch(feed, [last[layer.name] for layer in layers])
+        return [
+            (f"{layer.name} ({type(layer).__name__})", to_numpy(expected), actual)
+            for layer, expected, actual in zip(layers, eager, captured)
+            if tuple(expected.shape) == actual.shape
+        ]
+
+    def _fetch(self, feed: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
+        tf = tensorflow()
+        run = self.wrapped.prune(list(self.inputs.values()), [self.wrapped.graph.get_tensor_by_name(n) for n in names])
+        with tf.device("/CPU:0"):
+            return [to_numpy(value) for value in run(*(tf.constant(feed[name]) for name in self.inputs))]
 
 
 def _scopes_of_weights(graph, layers: list) -> dict[str, str]:

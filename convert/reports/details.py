@@ -114,14 +114,12 @@ class Divergence(ArtifactDetail):
         error = f"max abs error {metrics.max_abs_error:.3g}" if metrics and metrics.max_abs_error is not None else "out of tolerance"
         if self.stage == "capture":
             module = (
-                f", first in module {self.layer}, whose output departs from the source's while every module that finished before it agrees"
-                if self.layer
-                else ""
+                f", first in {self.layer}, whose output departs while every module or layer finished before it agrees" if self.layer else ""
             )
             return (
                 f"the program the exporter captured already differs from the source model at output '{self.value}' ({error})"
-                f"{module}: the difference is made when the model is captured (a branch on torch.onnx.is_in_onnx_export(), "
-                "tracing-time Python state), not by converting its nodes"
+                f"{module}: the difference is made when the model is captured (a branch on torch.onnx.is_in_onnx_export() "
+                "or tf.executing_eagerly(), tracing-time Python state), not by converting its nodes"
             )
         cosine = f", cosine {metrics.cosine_similarity:.6f}" if metrics and metrics.cosine_similarity is not None else ""
         inputs = f" while its inputs {', '.join(self.inputs_within)} were within" if self.inputs_within else ""

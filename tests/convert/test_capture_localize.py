@@ -2,7 +2,8 @@
 torch.onnx.is_in_onnx_export(), as tracing-time Python state does) fails, and its report names that module and the link
 (capture): each module's output in the source model, run eagerly, is compared with its value in the program the
 exporter captured, in the order the modules finish, and the first that departs is named. Shown on a stack of blocks
-(the model the issue describes) and on transformers' own BERT with one layer's output patched."""
+(the model the issue describes), on transformers' own BERT with one layer's output patched, and on a functional Keras
+model one of whose layers computes otherwise when tf.function traces it (tf2onnx converts that trace)."""
 
 from __future__ import annotations
 
@@ -71,6 +72,27 @@ def build():
 """
 
 
+KERAS = """
+import keras
+import tensorflow as tf
+
+
+class ScaledWhileTraced(keras.layers.Layer):
+    def call(self, x):
+        return x if tf.executing_eagerly() else x * 1.1
+
+
+def build():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8,), name="x")
+    hidden = keras.layers.Dense(16, activation="gelu", name="embed")(inputs)
+    hidden = keras.layers.Dense(16, activation="gelu", name="block_0")(hidden)
+    hidden = ScaledWhileTraced(name="block_1")(hidden)
+    hidden = keras.layers.Dense(16, activation="gelu", name="block_2")(hidden)
+    return keras.Model(inputs, keras.layers.Dense(4, name="head")(hidden))
+"""
+
+
 def _divergence(out: Path) -> dict:
     report = load_report(out / "report.json")
     (onnx,) = [a for a in report["artifacts"] if a["format"] == "onnx"]
@@ -95,7 +117,7 @@ def test_the_module_that_differs_only_while_exported_is_named_with_the_capture_l
         ("blocks.2.linear (Linear)", "passed"),
         ("blocks.2 (ShiftedWhileExported)", "failed"),
     ]
-    assert "first in module blocks.2 (ShiftedWhileExported)" in run.stdout
+    assert "first in blocks.2 (ShiftedWhileExported)" in run.stdout
 
 
 @pytest.mark.slow
@@ -108,3 +130,19 @@ def test_a_transformers_layer_that_differs_only_while_exported_is_named(tmp_path
     assert (divergence["stage"], divergence["layer"]) == ("capture", "encoder.layer.1.output (BertOutput)"), divergence["probes"]
     passed = [p["value"] for p in divergence["probes"] if p["status"] == "passed"]
     assert "encoder.layer.0 (BertLayer)" in passed and "encoder.layer.1.output.LayerNorm (LayerNorm)" in passed
+
+
+def test_a_keras_layer_that_differs_only_when_traced_is_named(tmp_path):
+    """tf2onnx's grappler pass folds block_1's constant into block_0's GELU, so no tensor of the frozen graph is
+    block_0's output: that layer is not compared (not blamed), and block_1, whose one output leaves it, is named."""
+    (tmp_path / "nets.py").write_text(KERAS)
+    args = ("--framework", "keras", "--input", "x:float32[B,8]", "--to", "onnx", "--out", str(tmp_path / "out"))
+    run = run_cli(f"{tmp_path / 'nets.py'}:build", *args)
+    assert run.returncode == 1, run.output
+    divergence = _divergence(tmp_path / "out")
+    assert (divergence["stage"], divergence["layer"]) == ("capture", "block_1 (ScaledWhileTraced)"), divergence["probes"]
+    assert [(p["value"], p["status"]) for p in divergence["probes"]] == [
+        ("embed (Dense)", "passed"),
+        ("block_1 (ScaledWhileTraced)", "failed"),
+    ]
+    assert "first in block_1 (ScaledWhileTraced)" in run.stdout
