@@ -43,6 +43,7 @@ _FACTS = {
         "suffix": ".pt2",
         "given_suffixes": (".pt2",),
         "runs_code_check": "convert.backends.torch:pt2_code_reasons",
+        "localizable": True,  # the program itself, module by module beside the source run eagerly
     },
     "savedmodel": {
         "title": "a SavedModel",

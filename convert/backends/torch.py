@@ -234,6 +234,13 @@ class TracedProgram:
             node.name: _module_path(node) for node in self.program.graph.nodes if node.op == "call_function" and _is_tensor(node)
         }
 
+    @classmethod
+    def of_file(cls, source: CalledModel, path: Path) -> TracedProgram:
+        """A torch.export artifact's own program (validation has loaded it already)."""
+        traced = cls(source, require_torch().export.load(str(path)))
+        traced.method = "the torch.export program, run node by node beside the source model's modules"
+        return traced
+
     def names(self, graph) -> dict[str, str]:
         """The graph's values this program has, with their layers."""
         return {value: self.layers[value] for node in graph.node for value in node.output if value in self.layers}

@@ -55,7 +55,7 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
         record.add(
             rm.Divergence(
                 status="skipped",
-                reason=f"localisation reads ONNX graphs and OpenVINO IRs converted from one, not {artifact.format} artifacts",
+                reason=f"localisation reads ONNX graphs, OpenVINO IRs converted from one and torch.export programs, not {artifact.format} artifacts",
             )
         )
         return

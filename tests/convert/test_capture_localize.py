@@ -33,6 +33,12 @@ class ShiftedWhileExported(Block):
         return y * 1.1 if torch.onnx.is_in_onnx_export() else y
 
 
+class ScaledWhileExported(Block):
+    def forward(self, x):
+        y = super().forward(x)
+        return y * 1.1 if torch.compiler.is_exporting() else y
+
+
 class Stack(nn.Module):
     def __init__(self):
         super().__init__()
@@ -47,6 +53,12 @@ class Stack(nn.Module):
 def build():
     torch.manual_seed(0)
     return Stack().eval()
+
+
+def build_for_torch_export():
+    model = build()
+    model.blocks[2] = ScaledWhileExported(16)
+    return model.eval()
 """
 
 BERT = """
@@ -146,3 +158,17 @@ def test_a_keras_layer_that_differs_only_when_traced_is_named(tmp_path):
         ("block_1 (ScaledWhileTraced)", "failed"),
     ]
     assert "first in block_1 (ScaledWhileTraced)" in run.stdout
+
+
+def test_a_torch_export_program_is_localised_module_by_module(tmp_path):
+    """A .pt2 is the captured program itself: its modules, run node by node, beside the source's run eagerly."""
+    (tmp_path / "nets.py").write_text(STACK)
+    args = ("--input", "x:float32[B,8]", "--to", "torch_export", "--out", str(tmp_path / "out"))
+    run = run_cli(f"{tmp_path / 'nets.py'}:build_for_torch_export", *args)
+    assert run.returncode == 1, run.output
+    report = load_report(tmp_path / "out" / "report.json")
+    (program,) = report["artifacts"]
+    divergence = next(d for d in program["details"] if d["kind"] == "divergence")
+    assert (divergence["stage"], divergence["layer"]) == ("capture", "blocks.2 (ScaledWhileExported)"), divergence
+    assert [p["status"] for p in divergence["probes"]] == ["passed"] * 6 + ["failed"]
+    assert "first in blocks.2 (ScaledWhileExported)" in run.stdout
