@@ -187,16 +187,11 @@ class TracedGraph:
 
     def values(self, feed: dict[str, np.ndarray], names: list[str], budget_bytes: int) -> dict[str, np.ndarray]:
         """The named tensors for one feed, in the order asked, until they take ``budget_bytes`` (at least one)."""
-        tf = tensorflow()
         found: dict[str, np.ndarray] = {}
         taken = 0
         for start in range(0, len(names), 16):  # fetched a few at a time: each run keeps only what it fetches
             batch = names[start : start + 16]
-            run = self.wrapped.prune(list(self.inputs.values()), [self.wrapped.graph.get_tensor_by_name(n) for n in batch])
-            with tf.device("/CPU:0"):
-                fetched = run(*(tf.constant(feed[name]) for name in self.inputs))
-            for name, value in zip(batch, fetched):
-                array = to_numpy(value)
+            for name, array in zip(batch, self._fetch(feed, batch)):
                 if found and taken + array.nbytes > budget_bytes:
                     return found
                 found[name], taken = array, taken + array.nbytes
@@ -204,7 +199,7 @@ class TracedGraph:
 
     def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The frozen graph's own outputs for one feed, named as the source's."""
-        return {name: self._fetch(feed, [tensor])[0] for name, tensor in self.output_tensors.items()}
+        return dict(zip(self.output_tensors, self._fetch(feed, list(self.output_tensors.values()))))
 
     def module_outputs(self, feed: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """Each layer's output in a functional Keras model run eagerly beside its value in the frozen graph (the last
