@@ -57,6 +57,7 @@ def convert(
     samples: int = API_DEFAULTS["samples"],
     seed: int = API_DEFAULTS["seed"],
     allow_fixed_shapes: bool = API_DEFAULTS["allow_fixed_shapes"],
+    min_precision_share: float = API_DEFAULTS["min_precision_share"],
     unbuilt: str = API_DEFAULTS["unbuilt"],
     trust_code: bool = API_DEFAULTS["trust_code"],
     force: bool = API_DEFAULTS["force"],
@@ -82,7 +83,8 @@ def convert(
     ``calibration_method`` calibrate the static INT8 passes; ``keep_fp32`` names node or module-path patterns those passes leave in FP32; ``weight_group_size`` and
     ``weight_ratio`` shape the weight-only passes (``"int4"``, ``"int8-weights"``, ``"openvino:int4"``,
     ``"openvino:int8-weights"``); an artifact that fixes a
-    dim asked dynamic fails unless ``allow_fixed_shapes``; a format or pass asked for that cannot be built here (TensorRT
+    dim asked dynamic fails unless ``allow_fixed_shapes``; a reduced-precision artifact that computes less than
+    ``min_precision_share`` of its multiply-accumulates in its precision (stores, weight-only) fails; a format or pass asked for that cannot be built here (TensorRT
     without a GPU) fails the run unless ``unbuilt="warn"`` (``report.unbuilt`` lists each); ``benchmark`` measures the source and every artifact that
     passed. Without ``out`` the artifacts go to a
     new temporary folder. A model given by path or ``module:callable`` is loaded, exported, validated and benchmarked in

@@ -19,6 +19,7 @@ RUN_ONLY_FACTS = dict(
     output_names=None,
     repair_output_dims=None,
     localizable=False,
+    attest=None,
 )
 _FACTS = {
     "onnx": {
@@ -30,6 +31,7 @@ _FACTS = {
         "output_names": "convert.backends.onnx:output_names",
         "repair_output_dims": "convert.validation:name_onnx_output_dims",
         "localizable": True,
+        "attest": "convert.backends.onnx:compute_precision",
     },
     "torchscript": {
         "title": "a TorchScript archive",
@@ -60,6 +62,7 @@ _FACTS = {
         "given_suffixes": (),
         "given_folder_marker": IR_NAME,
         "localizable": True,  # through the ONNX graph the IR was converted from
+        "attest": "convert.backends.openvino:compute_precision",
     },
     "tensorrt": {
         "title": "a TensorRT engine",
@@ -70,6 +73,7 @@ _FACTS = {
             "Give the ONNX file it was built from, with --optimize trt to build and validate an engine here.",
         ),
         "loading_runs_code": "deserializing an engine runs its plugins' native code",
+        "attest": "convert.backends.tensorrt:engine_precision",
     },
 }
 

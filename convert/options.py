@@ -542,6 +542,20 @@ OPTIONS: tuple[RunOption, ...] = (
         stages=("validate",),
     ),
     RunOption(
+        "min_precision_share",
+        "--min-precision-share",
+        "The least share of multiply-accumulates a reduced-precision artifact must compute (weight-only: store) in its precision.",
+        group="Validation",
+        details="Measured from the artifact and its runtime, not from the request; below it the artifact fails, and 0 judges "
+        "nothing. Each artifact's report says what its matrix products compute in, by type, and what its runtime runs them in.",
+        type=float,
+        default=0.5,
+        show_default=True,
+        metavar="SHARE",
+        policy="validation.min_precision_share",
+        stages=("validate",),
+    ),
+    RunOption(
         "unbuilt",
         "--unbuilt",
         "A requested --to format or --optimize pass that could not be built here fails the run by default (exit 1); warn "

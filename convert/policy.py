@@ -109,6 +109,13 @@ class Validation(_Strict):
         description="accept an artifact that fixes a dim asked dynamic; its checks at other "
         "sizes are skipped, and a skipped check on a required device still rejects",
     )
+    min_precision_share: float = Field(
+        policy_default("validation.min_precision_share"),
+        ge=0,
+        le=1,
+        description="the least share of multiply-accumulates a reduced-precision artifact computes (or, weight-only, stores) in its "
+        "precision, as --min-precision-share (0 judges nothing)",
+    )
     tolerances: list[str] = Field(policy_default("validation.tolerances"), description="fp32 tolerance overrides, as --tolerance")
     accuracy: list[str] = Field(
         policy_default("validation.accuracy"), description="accuracy budgets that judge fp16 / int8 / int4 checks, as --accuracy"

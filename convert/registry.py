@@ -79,9 +79,13 @@ class FormatSpec:
     # shape that did not hold can be repaired; None where the format cannot be
     repair_output_dims: str | None
     localizable: bool  # a failing artifact's first diverging value can be traced (convert/localize.py)
+    # "module:function(path, {input: shape}) -> convert.precision.Measured": what its matrix products compute in, read
+    # from the artifact and its runtime (convert/precision.py); None where the tool cannot read it
+    attest: str | None
 
     def __post_init__(self) -> None:
         for target, what in (
+            (self.attest, "attest"),
             (self.given_detect, "given_detect"),
             (self.runs_code_check, "runs_code_check"),
             (self.external_data, "external_data"),
@@ -188,6 +192,9 @@ class OptimizerSpec(Spec):
     cacheable: bool
     requires: tuple[str, ...]  # packages without which the pass is refused at planning, not skipped
     weight_options: tuple[str, ...]  # the weight-only options of the request it reads (weight_group_size, weight_ratio)
+    # what its precision names: the arithmetic of the matrix products ("compute"), or only how their weights are stored
+    # ("weights": a weight-only pass; OpenVINO's FP16 compression, whose arithmetic the runtime chooses)
+    claim: Literal["compute", "weights"]
 
     def formats_named(self) -> tuple[str, ...]:
         return (self.takes, self.format)

@@ -187,6 +187,17 @@ class Session:
                 return rm.Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
             return locate(traced, artifact, feed, reference, tolerance, folder, graph)
 
+    def attest(self, fmt: str, path, input_shapes: dict[str, list[int]]):
+        """What the artifact's matrix products compute in (convert/precision.py ``Measured``), as its format's spec
+        says how; the reason, a string, where it cannot be read here."""
+        from convert.precision import NotMeasured
+        from convert.registry import REGISTRY, load_target
+
+        try:
+            return load_target(REGISTRY.format(fmt).attest)(path, input_shapes)
+        except NotMeasured as exc:
+            return str(exc)
+
     def sensitivity(self, name: str, job, samples: list[tuple[dict, dict]], policy) -> rm.Sensitivity:
         """The nodes that cost the pass ``name`` its accuracy, and which to keep in FP32 (convert/sensitivity.py)."""
         from convert.registry import REGISTRY

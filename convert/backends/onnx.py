@@ -333,3 +333,171 @@ def matching_nodes(graph, patterns: tuple[str, ...] | list[str]) -> list[str]:
         for node in graph.node
         if any(fnmatch.fnmatchcase(node.name, p) or fnmatch.fnmatchcase(module_path(node), p) for p in patterns)
     ]
+
+
+# ONNX tensor types in the precision report's spelling
+_PRECISION_OF_TYPE = {
+    1: "fp32",
+    10: "fp16",
+    16: "bf16",
+    11: "fp64",
+    3: "int8",
+    2: "int8",
+    22: "int4",
+    21: "int4",
+    17: "fp8",
+    18: "fp8",
+    19: "fp8",
+    20: "fp8",
+}
+# integer matrix products: (op type, index of the input whose last dim is the reduced one, index of the weight)
+_INTEGER_PRODUCTS = {
+    "MatMulInteger": (0, 1),
+    "QLinearMatMul": (0, 3),
+    "DynamicQuantizeMatMul": (0, 1),
+    "MatMulIntegerToFloat": (0, 1),
+    "QGemm": (0, 3),
+    "ConvInteger": (0, 1),
+    "QLinearConv": (0, 3),
+}
+_FLOAT_PRODUCTS = ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "MatMulNBits")
+# what stands between a quantized tensor and the product that takes it in a QDQ graph
+_LAYOUT_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+
+
+def compute_precision(path: Path, input_shapes: dict[str, list[int]]):
+    """What the graph's matrix products compute in, sized at ``input_shapes`` (ONNX Runtime's symbolic shape inference,
+    which knows its contrib ops), and where ONNX Runtime's CPU provider has no kernel for a product's type (it casts its
+    inputs to FP32 then)."""
+    import onnx
+
+    from convert.precision import MatrixProduct, Measured
+
+    model = onnx.load(str(path), load_external_data=False)
+    for graph_input in model.graph.input:
+        if graph_input.name in input_shapes:
+            dims = graph_input.type.tensor_type.shape.dim
+            for dim, size in zip(dims, input_shapes[graph_input.name]):
+                dim.Clear()
+                dim.dim_value = size
+    inferred = _inferred(model)
+    graph = inferred.graph
+    types = {t.name: t.data_type for t in graph.initializer}
+    shapes = {t.name: list(t.dims) for t in graph.initializer}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        tensor = value.type.tensor_type
+        types.setdefault(value.name, tensor.elem_type)
+        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            shapes.setdefault(value.name, [d.dim_value for d in tensor.shape.dim])
+    constants = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    producer = {output: node for node in graph.node for output in node.output}
+    kernels = _cpu_kernel_types()
+    products = []
+    for node in graph.node:
+        if node.op_type not in _INTEGER_PRODUCTS and node.op_type not in _FLOAT_PRODUCTS:
+            continue
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        compute, weights = _product_types(node, attributes, types, producer, constants)
+        runtime = None
+        if compute in ("fp16", "bf16") and compute not in kernels.get((node.domain or "", node.op_type), ()):
+            runtime = "fp32"
+        products.append(MatrixProduct(node.op_type, node.name, _macs(node, attributes, shapes), compute, weights, runtime))
+    note = ""
+    if any(p.runtime_compute for p in products):
+        cast = sorted({p.op for p in products if p.runtime_compute})
+        note = f"ONNX Runtime's CPU provider has no {', '.join(cast)} kernel of this type: it casts their inputs to fp32"
+    casts = sum(1 for node in graph.node if node.op_type == "Cast")
+    return Measured(
+        products,
+        how="the ONNX graph",
+        casts=casts,
+        runtime="onnxruntime on cpu",
+        runtime_reason=note,
+    )
+
+
+def _inferred(model):
+    """The model with every value's type and, where it can be known, its shape: ONNX Runtime's symbolic shape inference
+    (it knows the com.microsoft ops), else ONNX's own."""
+    import onnx
+
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        return SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True)
+    except Exception:  # noqa: BLE001 - it refuses some graphs; ONNX's inference still gives types and most shapes
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+
+
+def _product_types(node, attributes: dict, types: dict, producer: dict, constants: set) -> tuple[str, str | None]:
+    """The type a product's arithmetic runs in and the type its weight is stored in (None where its second operand is
+    computed). A QDQ product whose operands are both dequantized runs in INT8 (ONNX Runtime fuses it into its integer
+    kernel); one whose weight alone is dequantized stores it in the quantized type and computes in float."""
+
+    def precision(name: str) -> str:
+        return _PRECISION_OF_TYPE.get(types.get(name, 0), "other")
+
+    def source(name: str, through_casts: bool = False):
+        """The tensor a value is read from through layout ops (and casts: where a weight is stored), and the node that
+        dequantizes it (None where none does)."""
+        passing = (*_LAYOUT_OPS, "DequantizeLinear", *(("Cast",) if through_casts else ()))
+        for _ in range(8):
+            node = producer.get(name)
+            if node is None or node.op_type not in passing or not node.input:
+                return name, None
+            if node.op_type == "DequantizeLinear":
+                return node.input[0], node
+            name = node.input[0]
+        return name, None
+
+    if node.op_type in _INTEGER_PRODUCTS:
+        weight, _ = source(node.input[_INTEGER_PRODUCTS[node.op_type][1]], through_casts=True)
+        return "int8", precision(weight) if weight in constants else None
+    if node.op_type == "MatMulNBits":
+        stored = f"int{attributes.get('bits', 4)}"
+        return ("int8" if attributes.get("accuracy_level") == 4 else precision(node.input[0])), stored
+    activation, activation_dq = source(node.input[0])
+    weight, weight_dq = source(node.input[1])
+    stored_as, _ = source(node.input[1], through_casts=True)
+    stored = precision(stored_as) if stored_as in constants else None
+    if activation_dq is not None and weight_dq is not None:
+        return "int8", stored
+    return precision(activation if activation_dq is None else node.input[0]), stored
+
+
+def _macs(node, attributes: dict, shapes: dict) -> int | None:
+    """Multiply-accumulates of one product from its inferred shapes: the output's elements times the length of the
+    reduction (a convolution's: its kernel's size times its input channels per group)."""
+    import math
+
+    output = shapes.get(node.output[0])
+    if output is None:
+        return None
+    if node.op_type == "MatMulNBits":
+        return math.prod(output) * int(attributes["K"])
+    if node.op_type in ("Conv", "ConvInteger", "QLinearConv"):
+        weight = shapes.get(node.input[_INTEGER_PRODUCTS.get(node.op_type, (0, 1))[1]])
+        return math.prod(output) * math.prod(weight[1:]) if weight else None
+    first = shapes.get(node.input[0])
+    if node.op_type == "ConvTranspose":
+        weight = shapes.get(node.input[1])
+        return math.prod(first) * math.prod(weight[1:]) if first and weight else None
+    if not first:
+        return None
+    if node.op_type in ("Gemm", "QGemm"):
+        return math.prod(output) * (first[0] if attributes.get("transA") else first[-1])
+    return math.prod(output) * first[-1]
+
+
+def _cpu_kernel_types() -> dict[tuple[str, str], set[str]]:
+    """(domain, op type) -> the precisions ONNX Runtime's CPU provider has a kernel for."""
+    from onnxruntime.capi import _pybind_state
+
+    names = {"tensor(float)": "fp32", "tensor(float16)": "fp16", "tensor(bfloat16)": "bf16", "tensor(double)": "fp64"}
+    found: dict[tuple[str, str], set[str]] = {}
+    for kernel in _pybind_state.get_all_opkernel_def():
+        if kernel.provider == "CPUExecutionProvider":
+            domain = "" if kernel.domain == "ai.onnx" else kernel.domain
+            kinds = {names[t] for allowed in kernel.type_constraints.values() for t in allowed if t in names}
+            found.setdefault((domain, kernel.op_name), set()).update(kinds)
+    return found

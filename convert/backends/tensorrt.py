@@ -76,3 +76,69 @@ class DeviceBuffers:
         allocations, self.allocations = self.allocations, {}
         for pointer, _ in allocations.values():
             cuda_call(cudart().cudaFree(pointer))
+
+
+# the inspector's "Format/Datatype" words, in the precision report's spelling (the first that a description holds)
+_ENGINE_TYPES = (("FP32", "fp32"), ("FP16", "fp16"), ("BF16", "bf16"), ("FP8", "fp8"), ("Int8", "int8"), ("INT8", "int8"), ("Int4", "int4"))
+_ENGINE_PRODUCTS = ("Convolution", "Deconvolution", "MatrixMultiply", "FullyConnected")
+
+
+def engine_precision(path, input_shapes: dict[str, list[int]]):
+    """What an engine this process built computes in, from TensorRT's engine inspector (the engine is built with
+    detailed profiling verbosity): each layer's first input type, sized where its parameters say how."""
+    import hashlib
+    import json
+
+    from convert.precision import Measured, NotMeasured
+
+    missing = tensorrt_missing()
+    if missing:
+        raise NotMeasured(missing)
+    serialized = path.read_bytes()
+    if hashlib.sha256(serialized).hexdigest() not in ENGINES_BUILT_THIS_RUN:
+        raise NotMeasured("only engines built in this run are deserialized (an engine runs its plugins' code)")
+    import tensorrt as trt
+
+    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+    engine = runtime.deserialize_cuda_engine(serialized)
+    inspector = engine.create_engine_inspector()
+    context = engine.create_execution_context()
+    for name, shape in input_shapes.items():
+        context.set_input_shape(name, shape)
+    inspector.execution_context = context
+    products = engine_products(json.loads(inspector.get_engine_information(trt.LayerInformationFormat.JSON)))
+    return Measured(products, how="the engine's layers (TensorRT's engine inspector)")
+
+
+def engine_products(information: dict) -> list:
+    """The matrix products of an engine inspector's JSON (``Layers``, each with ``ParameterType``, ``Inputs`` and
+    ``Outputs`` carrying ``Dimensions`` and ``Format/Datatype``, and ``Weights`` with their ``Type`` and ``Count``), and
+    the fused layers (``Myelin``) unsized by the type they read."""
+    import math
+
+    from convert.precision import MatrixProduct
+
+    def precision(description: str) -> str:
+        return next((name for word, name in _ENGINE_TYPES if word in description), "other")
+
+    products = []
+    for layer in information.get("Layers", []):
+        if not isinstance(layer, dict) or not layer.get("Inputs"):
+            continue
+        kind = layer.get("ParameterType") or layer.get("LayerType", "")
+        if kind not in _ENGINE_PRODUCTS and "Myelin" not in kind:
+            continue
+        first, output = layer["Inputs"][0], (layer.get("Outputs") or [{}])[0]
+        compute = precision(first.get("Format/Datatype", ""))
+        weights = layer.get("Weights") or {}
+        stored = {"Float": "fp32", "Half": "fp16", "Int8": "int8", "BFloat16": "bf16", "FP8": "fp8", "Int4": "int4"}.get(
+            weights.get("Type", "")
+        )
+        macs = None
+        dims, count = output.get("Dimensions"), weights.get("Count")
+        if kind in ("Convolution", "Deconvolution", "FullyConnected") and dims and count and len(dims) > 1 and dims[1] > 0:
+            macs = math.prod(dims) * count // dims[1]
+        elif kind == "MatrixMultiply" and dims and first.get("Dimensions"):
+            macs = math.prod(dims) * first["Dimensions"][-1]
+        products.append(MatrixProduct(kind, layer.get("Name", ""), macs if macs and macs > 0 else None, compute, stored))
+    return products

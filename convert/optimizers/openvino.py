@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from convert.artifacts import Artifact
-from convert.backends.openvino import F32_CPU, IR_NAME
+from convert.backends.openvino import DEQUANTIZING_OPS, F32_CPU, IR_NAME, WEIGHTED_OPS, stored_weight
 from convert.optimizers.base import OptimizeJob, Optimizer
 from convert.validators.task_metrics import LOWER_IS_BETTER, describe_drop
 
@@ -76,10 +76,6 @@ class OpenVinoInt8(OpenVinoIR):
         if job.task is None:
             return plain, None
         return _accuracy_controlled(model, plain, calibration, names, job, settings)
-
-
-# what stands between a low-precision weight constant and the operation that takes it
-DEQUANTIZING_OPS = ("Convert", "Subtract", "Multiply", "Reshape", "Transpose")
 
 
 class _OpenVinoWeights(OpenVinoIR):
@@ -179,7 +175,7 @@ def _compressed_layers(model) -> tuple[dict[str, int], set[int]]:
     counts: dict[str, int] = {}
     groups: set[int] = set()
     for op in _weighted(model):
-        stored = _stored_weight(op.input_value(1).get_node())
+        stored = stored_weight(op.input_value(1).get_node())
         if stored is None:
             continue
         kind, shape = stored.get_element_type().get_type_name(), list(stored.get_output_shape(0))
@@ -193,19 +189,6 @@ def _compressed_layers(model) -> tuple[dict[str, int], set[int]]:
             storage = f"{bits}, per channel"
         counts[storage] = counts.get(storage, 0) + 1
     return dict(sorted(counts.items())), groups
-
-
-def _stored_weight(node, depth: int = 0):
-    """The low-precision constant a weight is dequantized from; None where it is stored in float."""
-    kind = node.get_type_name()
-    if kind == "Constant":
-        return node if node.get_element_type().get_type_name() in ("i8", "u8", "i4", "u4") else None
-    if kind in DEQUANTIZING_OPS and depth < 6:
-        return _stored_weight(node.input_value(0).get_node(), depth + 1)
-    return None
-
-
-WEIGHTED_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")
 
 
 def _accuracy_controlled(model, plain, calibration, names: list[str], job: OptimizeJob, settings: dict) -> tuple[object, dict]:

@@ -66,6 +66,7 @@ class ConvertRequest:
     benchmark_seconds: float = DEFAULTS["benchmark_seconds"]  # each measurement's least duration
     samples: int = DEFAULTS["samples"]
     allow_fixed_shapes: bool = DEFAULTS["allow_fixed_shapes"]  # an artifact that fixes a dim asked dynamic passes, its checks there skipped
+    min_precision_share: float = DEFAULTS["min_precision_share"]  # a reduced-precision artifact computing less in it fails
     unbuilt: str = DEFAULTS["unbuilt"]  # "warn": a requested artifact that could not be built here does not fail the run
     seed: int = DEFAULTS["seed"]
     trust_code: bool = DEFAULTS["trust_code"]

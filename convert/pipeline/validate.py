@@ -98,8 +98,48 @@ def validate(
         repairs = declared_repairs(record.checks, cases) if REGISTRY.format(artifact.format).repair_output_dims and repair else {}
         if repairs:
             _repair(ctx, stage, key, artifact, record, cases, repairs)
+        attest(ctx, artifact, record)
     record.fixed_dims = list(fixed_dims(artifact, cases))
     record.passed = artifact_passed(record)
+
+
+def attest(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> None:
+    """Record what the artifact's matrix products compute in, measured at the input shapes of its first CPU check that
+    ran, and judge its pass's precision claim against ``--min-precision-share`` (convert/precision.py)."""
+    import time
+
+    from convert.precision import Measured, attested_share, judged, shares
+
+    spec = REGISTRY.format(artifact.format)
+    claim = REGISTRY.get("optimizer", record.optimization).claim if record.optimization else "compute"
+    threshold = ctx.request.min_precision_share
+    found = rm.PrecisionAttestation(status="skipped", claimed=record.precision, claim=claim, threshold=threshold)
+    ran = next((c for c in record.checks if c.status != "skipped" and c.input_shapes and c.device == "cpu"), None)
+    if spec.attest is None:
+        found.reason = f"the tool cannot read the types of {spec.title}'s matrix products"
+    elif ran is None:
+        found.reason = "no check ran on the CPU, whose input shapes would size its products"
+    else:
+        started = time.perf_counter()
+        measured = ctx.worker.call(Session.attest, artifact.format, artifact.path, ran.input_shapes)
+        found.seconds = round(time.perf_counter() - started, 3)
+        if isinstance(measured, Measured):
+            products = measured.products
+            found.shape, found.measured, found.casts = ran.shape, measured.how, measured.casts
+            found.products, found.macs = len(products), sum(p.macs or 0 for p in products)
+            found.unsized = sum(1 for p in products if p.macs is None)
+            found.compute, found.weights = shares(products, "compute"), shares(products, "weights")
+            found.runtime, found.runtime_compute, found.runtime_note = measured.runtime, measured.runtime_shares(), measured.runtime_reason
+            found.attested_share = attested_share(record.precision, claim, products)
+            if not products:
+                found.status, found.reason = "skipped", "it has no matrix products (convolutions, matrix multiplications, Gemm)"
+            elif not judged(record.precision, threshold) or found.attested_share is None:
+                found.status = "measured"
+            else:
+                found.status = "passed" if found.attested_share >= threshold else "failed"
+        else:
+            found.reason = measured
+    record.add(found)
 
 
 def _repair(
@@ -140,9 +180,11 @@ def _repair(
 
 
 def artifact_passed(record: rm.ArtifactRecord) -> bool:
-    """A check passed and none failed (skipped checks alone are no pass)."""
+    """A check passed and none failed (skipped checks alone are no pass), and it computes in the precision its pass
+    claims (where that was judged)."""
     statuses = [c.status for c in record.checks]
-    return "passed" in statuses and "failed" not in statuses
+    attested = record.detail(rm.PrecisionAttestation)
+    return "passed" in statuses and "failed" not in statuses and (attested is None or attested.status != "failed")
 
 
 def _checks(ctx: RunContext, stage: rm.Stage, artifact: Artifact, record: rm.ArtifactRecord, cases: list[ValidationCase]) -> list[rm.Check]:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from convert.registry import REGISTRY
 from convert.reports import facts
-from convert.reports.model import ArtifactRecord, AutoCandidate, Benchmark, Report, Verdict, decode_figure
+from convert.reports.model import ArtifactRecord, AutoCandidate, Benchmark, PrecisionAttestation, Report, Verdict, decode_figure
 from convert.text import first_line
 
 if TYPE_CHECKING:  # the batch's types, for annotations only
@@ -79,7 +79,7 @@ def print_summary(
         for detail in artifact.details:  # what explains a failure in red, the rest as its sentence
             for line in detail.diagnosis():
                 _say(console, f"  [red]{escape(artifact.key)}[/]: {escape(line)}", soft_wrap=True)
-            if not detail.diagnosis():
+            if not detail.diagnosis() and detail.notable():
                 _say(console, f"  {escape(artifact.key)}: {escape(detail.describe())}", soft_wrap=True)
     for package in report.packages:
         if package.path:
@@ -640,6 +640,17 @@ def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
     """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
     key = artifact.key
     check = next(iter(facts.failed_checks(artifact)), None)
+    attested = artifact.detail(PrecisionAttestation)
+    where = (
+        f"It is left as it was at {artifact.path}."
+        if artifact.given
+        else f"It is kept at {artifact.path} for inspection, not at a final path."
+    )
+    if check is None and attested is not None and attested.status == "failed":
+        return (
+            f"{attested.diagnosis()[0]}. {where} Its values passed their checks; a pass that leaves most of the model in "
+            f"wider types is a pass that did not do what it says. Every figure is in {report_path}"
+        )
     problem = (
         f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"
         if check
@@ -653,11 +664,6 @@ def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
         else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
         if check is not None and artifact.fixed_dims and not check.outputs
         else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16, int8 and int4); otherwise the conversion is wrong."
-    )
-    where = (
-        f"It is left as it was at {artifact.path}."
-        if artifact.given
-        else f"It is kept at {artifact.path} for inspection, not at a final path."
     )
     return f"{problem}. {where} {advice} Every check is in {report_path}"
 

@@ -8,6 +8,7 @@ calls in one loop over ``record.details``; a new kind is one class here, added t
 - ``diagnosis()``: the lines that explain why the artifact failed (empty for a detail that explains nothing): the
   console and Markdown show them among the failures, the gate in its ``diverged`` reason.
 - ``located()``: whether it names the cause of the failure (the gate adds a ``diverged`` reason).
+- ``notable()``: whether the short renderings (console, Markdown, JUnit) show it at all.
 - ``testcase(checks)``: the check whose JUnit testcase carries it.
 - ``html()``: its section of the artifact in the HTML report.
 """
@@ -45,6 +46,10 @@ class ArtifactDetail(BaseModel):
     def located(self) -> bool:
         """Whether it names where the failure comes from (the gate's ``diverged`` reason)."""
         return False
+
+    def notable(self) -> bool:
+        """Whether the short renderings (console, Markdown, JUnit) show it; the JSON and the HTML report always hold it."""
+        return True
 
     def testcase(self, checks: list[Check]) -> Check | None:
         """The check whose JUnit testcase carries it: the first that failed, else the first that passed."""
@@ -289,8 +294,88 @@ class WeightCompression(ArtifactDetail):
         return f"{self.method}, {group}{ratio}{aware}: layers {stored}; {self.uncompressed} left in full precision{notes}"
 
 
+class PrecisionAttestation(ArtifactDetail):
+    """What the artifact's matrix products compute in, measured from the artifact and its runtime (not from the request),
+    and whether that meets the precision its pass claims."""
+
+    title: ClassVar[str] = "what it computes in"
+    kind: Literal["precision"] = "precision"
+    status: Literal["passed", "failed", "skipped", "measured"] = Field(
+        description="passed / failed: a reduced-precision claim met or missed by attested_share against threshold; measured: "
+        "figures of an FP32 artifact, or with the threshold at 0, no claim judged; skipped: not measured (reason)"
+    )
+    claimed: str = Field(description="the precision the artifact's pass claims (the record's precision)")
+    claim: Literal["compute", "weights"] = Field(
+        "compute",
+        description="what the claim names: the arithmetic of its matrix products (compute), or only how their weights are stored "
+        "(weights: a weight-only pass, or OpenVINO's FP16 compression, whose arithmetic the runtime chooses)",
+    )
+    attested_share: float | None = Field(
+        None, description="the share of multiply-accumulates (of those with a stored weight, for a weights claim) in the claimed precision"
+    )
+    threshold: float = Field(0.0, description="the least attested_share that passes (--min-precision-share)")
+    measured: str = Field("", description="what was read: the artifact's graph or program, and at which shapes")
+    shape: str = Field("", description="the validated shape case whose input shapes the products were sized at")
+    macs: int = Field(0, description="multiply-accumulates of the counted products at that shape")
+    products: int = Field(0, description="matrix products (convolutions, matrix multiplications, Gemm, quantized forms) counted")
+    unsized: int = Field(0, description="products whose size is not known: shares are by layer where none is")
+    compute: dict[str, float] = Field({}, description="type -> share of multiply-accumulates whose arithmetic runs in it")
+    weights: dict[str, float] = Field(
+        {}, description="type -> share of multiply-accumulates (of products with a stored weight) whose weight is stored in it"
+    )
+    casts: int = Field(0, description="Cast nodes in the artifact's graph")
+    runtime: str = Field("", description="whose view runtime_compute is, e.g. 'onnxruntime on cpu'")
+    runtime_compute: dict[str, float] = Field(
+        {}, description="type -> share of multiply-accumulates the runtime computes in (it may cast what the artifact describes)"
+    )
+    runtime_note: str = Field("", description="why the runtime computes otherwise than the artifact describes, or was not measured")
+    reason: str = Field("", description="why it was skipped")
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        from convert.precision import figure, macs_text
+
+        if self.status == "skipped":
+            return f"what it computes in was not measured: {self.reason}"
+        size = f"{macs_text(self.macs)} in {self.products} products" if self.macs else f"{self.products} products, shares by layer"
+        verdict = ""
+        if self.status in ("passed", "failed") and self.attested_share is not None:
+            of = " (weights)" if self.claim == "weights" else ""
+            verdict = (
+                f"{self.claimed}{of} claim {'met' if self.status == 'passed' else 'missed'}, "
+                f"{self.attested_share:.1%} {'>=' if self.status == 'passed' else '<'} {self.threshold:.0%}: "
+            )
+        weights = f"; weights {figure(self.weights)}" if self.weights else ""
+        runtime = f"; {self.runtime}: {figure(self.runtime_compute)}" if self.runtime and self.runtime_compute else ""
+        note = f" ({self.runtime_note})" if self.runtime_note else ""
+        return f"{verdict}compute {figure(self.compute)}{weights}{runtime}{note}; {size} at {self.shape}, from {self.measured}"
+
+    def notable(self) -> bool:
+        """A claim judged, a reduced precision not measured, or a runtime that computes otherwise than the artifact
+        describes; an FP32 artifact computing in FP32 says nothing worth a line."""
+        if self.status == "measured":
+            return bool(self.runtime_compute) and self.runtime_compute.keys() != self.compute.keys()
+        return self.status != "skipped" or self.claimed not in ("fp32", "fp64")
+
+    def diagnosis(self) -> list[str]:
+        if self.status != "failed" or self.attested_share is None:
+            return []
+        from convert.precision import accepted
+
+        found = self.weights if self.claim == "weights" else self.compute
+        widest, share = next(((kind, share) for kind, share in found.items() if kind not in accepted(self.claimed)), ("fp32", 0.0))
+        what = "stores the weights of" if self.claim == "weights" else "computes"
+        return [
+            f"the {self.claimed} artifact {what} {share:.1%} of its multiply-accumulates in {widest} and {self.attested_share:.1%} in "
+            f"{self.claimed}, below the {self.threshold:.0%} required: it is not the {self.claimed} model it claims to be (lower "
+            "--min-precision-share, or the policy's validation.min_precision_share, to accept it)"
+        ]
+
+
 # every kind, told apart by its ``kind`` field in the report's JSON
-Detail = Annotated[AccuracyControl | Delegation | Divergence | Sensitivity | WeightCompression, Field(discriminator="kind")]
+Detail = Annotated[
+    AccuracyControl | Delegation | Divergence | PrecisionAttestation | Sensitivity | WeightCompression, Field(discriminator="kind")
+]
 _DETAIL: TypeAdapter[ArtifactDetail] = TypeAdapter(Detail)
 KINDS: tuple[str, ...] = tuple(kind.model_fields["kind"].default for kind in get_args(get_args(Detail)[0]))
 

@@ -30,6 +30,7 @@ from convert.reports.model import (
     GateReason,
     PackageCheck,
     PackageRecord,
+    PrecisionAttestation,
     Report,
     TaskMetric,
     Verdict,
@@ -90,6 +91,9 @@ def _validation_suite(report: Report) -> ET.Element:
             cases += [
                 _task_case(f"convert.{key}.task", check, m, not_chosen) for check in artifact.task_checks() for m in check.task.metrics
             ]
+            attested = artifact.detail(PrecisionAttestation)
+            if attested is not None and attested.notable() and attested.status != "measured":
+                cases.append(_precision_case(f"convert.{key}.precision", attested, not_chosen))
         else:
             unchecked, missing = facts.unchecked(report, artifact), facts.unbuilt(report, artifact)
             cases.append(_unvalidated_case(f"convert.{key}", artifact, unchecked, not_chosen, missing is not None and not missing.accepted))
@@ -120,7 +124,7 @@ def _validation_suite(report: Report) -> ET.Element:
 
 def _details_of(artifact: ArtifactRecord, check: Check) -> str:
     """The artifact's details whose testcase is this check's (where it diverged: the check it traced), one line each."""
-    return "\n".join(f"{d.title}: {d.describe()}" for d in artifact.details if d.testcase(artifact.checks) is check)
+    return "\n".join(f"{d.title}: {d.describe()}" for d in artifact.details if d.notable() and d.testcase(artifact.checks) is check)
 
 
 def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: bool) -> ET.Element:
@@ -134,6 +138,17 @@ def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: boo
         what = describe_drop(metric.name, metric.drop)
         return _failed(case, not_chosen, f"{metric.name} {what}, over the budget", "TaskMetricDrop", text)
     ET.SubElement(case, "system-out").text = _xml(text)
+    return case
+
+
+def _precision_case(classname: str, attested: PrecisionAttestation, not_chosen: bool) -> ET.Element:
+    """The precision claim judged: a failure when the artifact computes (or stores) less than the share asked in it."""
+    case = _testcase(classname, f"computes in {attested.claimed}" + facts.NOT_CHOSEN * not_chosen, attested.seconds)
+    if attested.status == "skipped":
+        return _outcome(case, "skipped", attested.reason)
+    if attested.status == "failed":
+        return _failed(case, not_chosen, attested.diagnosis()[0], "PrecisionNotAttested", attested.describe())
+    ET.SubElement(case, "system-out").text = _xml(attested.describe())
     return case
 
 

@@ -215,7 +215,7 @@ def _details(report: Report) -> str:
         f"{_cell(a.key)}: {_cell(f'{d.title}: {d.describe()}', BULLET_LIMIT)}"
         for a in report.artifacts
         for d in a.details
-        if not d.diagnosis()
+        if not d.diagnosis() and d.notable()
     ]
     return _bullet_list("Details", lines)
 

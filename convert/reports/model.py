@@ -18,6 +18,7 @@ from convert.reports.details import (  # noqa: F401 (the details of an artifact,
     Delegation,
     Detail,
     Divergence,
+    PrecisionAttestation,
     ProbePoint,
     Sensitivity,
     SensitivityRow,
@@ -29,7 +30,7 @@ from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 from convert.validators.task_metrics import describe_drop
 
-SCHEMA_VERSION = "2.3"
+SCHEMA_VERSION = "2.4"
 D = TypeVar("D", bound=ArtifactDetail)
 
 

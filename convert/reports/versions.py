@@ -27,6 +27,11 @@ from convert.timing import is_unstable
 # What each schema version changed, newest first: the documentation's changelog is generated from it, and a test keeps
 # it complete (every version from 1.0 to SCHEMA_VERSION, with no gap).
 SCHEMA_CHANGES: dict[str, str] = {
+    "2.4": "Adds the `precision` detail of every validated artifact: what its matrix products compute in and their weights "
+    "are stored in, as shares of multiply-accumulates by type, measured from the artifact (`compute`, `weights`) and its "
+    "runtime (`runtime_compute`), and its pass's claim judged (`claimed`, `claim`, `attested_share`, `threshold`, "
+    "`status`); the `min_precision_share` option. A reduced-precision artifact whose attested share is below the "
+    "threshold fails (`passed` false, its checks as they were). A 2.3 report has no such detail (not measured).",
     "2.3": "Adds a decoder's generation benchmarks: each benchmark's `prefill_length`, `prefill_ms_p50` and "
     "`prefill_ms_interval` (one call on a batch-1 prompt, the cache empty) and `decode_steps`, `decode_tokens_per_s`, "
     "`decode_tokens_per_s_interval` and `decode_round_ms` (one token a call, the cache fed back), the source's among them; "
@@ -121,6 +126,11 @@ def upgrade_2_2_to_2_3(data: dict) -> dict:
     return {**data, "schema_version": "2.3"}
 
 
+def upgrade_2_3_to_2_4(data: dict) -> dict:
+    """2.4 added the ``precision`` detail: a 2.3 report's artifacts have none (what they compute in was not measured)."""
+    return {**data, "schema_version": "2.4"}
+
+
 # the fields a 1.9 artifact had for what 2.0 lists in its details, each the kind of detail it is (in 1.9's field order)
 DETAIL_FIELDS_1_9 = ("divergence", "sensitivity", "accuracy_control", "delegation")
 
@@ -152,6 +162,7 @@ UPGRADES: dict[str, Callable[[dict], dict]] = {
     "2.0": upgrade_2_0_to_2_1,
     "2.1": upgrade_2_1_to_2_2,
     "2.2": upgrade_2_2_to_2_3,
+    "2.3": upgrade_2_3_to_2_4,
 }
 
 

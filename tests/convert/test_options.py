@@ -55,6 +55,7 @@ NON_DEFAULT = {
     "samples": 5,
     "seed": 7,
     "allow_fixed_shapes": True,
+    "min_precision_share": 0.8,
     "unbuilt": "warn",
     "trust_code": True,
     "force": True,

@@ -85,7 +85,24 @@ def _weight_compression() -> rm.WeightCompression:
     )
 
 
-def _report(weight_compression: bool = True) -> rm.Report:
+def _precision() -> rm.PrecisionAttestation:
+    return rm.PrecisionAttestation(
+        status="passed",
+        claimed="int8",
+        attested_share=0.96,
+        threshold=0.5,
+        measured="the OpenVINO IR",
+        shape="B=2",
+        macs=2_000_000,
+        products=3,
+        compute={"int8": 0.96, "fp32": 0.04},
+        weights={"int8": 0.96, "fp32": 0.04},
+        runtime="openvino on cpu (f32 inference precision)",
+        runtime_compute={"int8": 0.96, "fp32": 0.04},
+    )
+
+
+def _report(later_kinds: bool = True) -> rm.Report:
     """A failing ONNX artifact that was localised and ranked, and a passing INT8 IR with accuracy control, delegation
     and weight compression (kinds no IR has together: the renderings do not care which format a detail comes from)."""
     failing = rm.ArtifactRecord(
@@ -103,7 +120,8 @@ def _report(weight_compression: bool = True) -> rm.Report:
     )
     passing.add(_accuracy_control())
     passing.add(_delegation())
-    if weight_compression:
+    if later_kinds:  # kinds 1.9 did not have
+        passing.add(_precision())
         passing.add(_weight_compression())
     return rm.Report(
         tool_version="0",
@@ -155,7 +173,14 @@ def test_html_gives_every_detail_its_section_in_its_artifact():
     page = render_html(_report())
     for sentence in _sentences(_report()):
         assert html.escape(sentence) in page
-    for title in ("Where it diverged", "Sensitivity", "Accuracy control", "Delegated operators", "Weight compression"):
+    for title in (
+        "Where it diverged",
+        "Sensitivity",
+        "Accuracy control",
+        "Delegated operators",
+        "What it computes in",
+        "Weight compression",
+    ):
         assert f"<h3>{title}</h3>" in page
     chart = page[page.index('data-chart="divergence"') :]
     assert chart[: chart.index("</svg>")].count("<circle") == 2  # a point per compared value
@@ -187,7 +212,7 @@ def test_the_gate_gives_a_diverged_reason_from_the_details_that_locate_the_failu
 
 
 def test_a_1_9_report_has_its_detail_fields_read_into_details():
-    data = json.loads(_report(weight_compression=False).to_json())  # a kind 2.3 added
+    data = json.loads(_report(later_kinds=False).to_json())  # kinds 2.3 added
     for artifact in data["artifacts"]:  # as 1.9 wrote it: a field for each kind, null where absent, no kind
         found = {d.pop("kind"): d for d in artifact.pop("details")}
         artifact.update({name: found.get(name) for name in ("divergence", "sensitivity", "accuracy_control", "delegation")})
@@ -198,7 +223,7 @@ def test_a_1_9_report_has_its_detail_fields_read_into_details():
         ["accuracy_control", "delegation"],
     ]
     assert not any(name in a for a in upgraded["artifacts"] for name in ("divergence", "sensitivity", "accuracy_control", "delegation"))
-    assert rm.Report.model_validate(upgraded).artifacts == _report(weight_compression=False).artifacts
+    assert rm.Report.model_validate(upgraded).artifacts == _report(later_kinds=False).artifacts
 
 
 def test_a_detail_of_a_kind_a_newer_minor_version_added_is_left_out():
@@ -206,4 +231,4 @@ def test_a_detail_of_a_kind_a_newer_minor_version_added_is_left_out():
     data["schema_version"] = "2.1"
     data["artifacts"][1]["details"].append({"kind": "pruning", "sparsity": 0.5})
     read = rm.Report.model_validate(upgrade(data, "the report"))
-    assert [d.kind for d in read.artifacts[1].details] == ["accuracy_control", "delegation", "weight_compression"]
+    assert [d.kind for d in read.artifacts[1].details] == ["accuracy_control", "delegation", "precision", "weight_compression"]

@@ -54,13 +54,23 @@ def _valid_junit(report: Report, schema: xmlschema.XMLSchema) -> tuple[str, ET.E
     return xml, root
 
 
+def _check_cases(suite) -> list:
+    """Its testcases less those of the precision claims (one per reduced-precision artifact judged)."""
+    return [case for case in suite.findall("testcase") if not case.get("classname").endswith(".precision")]
+
+
 def test_one_testcase_per_check_and_the_xml_validates(exported_report, schema):
     report = load(exported_report)
     xml, root = _valid_junit(report, schema)
     suites = _suites(xml)
     assert list(suites) == ["validation"]
-    cases = suites["validation"].findall("testcase")
+    cases = _check_cases(suites["validation"])
     assert len(cases) == sum(len(a.checks) for a in report.artifacts)
+    precision = [case for case in suites["validation"].findall("testcase") if case.get("classname").endswith(".precision")]
+    assert [case.get("classname") for case in precision] == [
+        f"convert.{a.key}.precision" for a in report.artifacts if a.precision != "fp32"
+    ]
+    assert precision and all(case.find("failure") is None for case in precision)  # the fp16 artifact computes in fp16
     expected = [
         (f"convert.{a.optimization or a.format}", f"{c.runtime} on {c.device} at {c.shape}") for a in report.artifacts for c in a.checks
     ]
@@ -74,7 +84,7 @@ def test_one_testcase_per_check_and_the_xml_validates(exported_report, schema):
 
 def test_skipped_checks_carry_their_reason_and_passed_ones_their_metrics(exported_report):
     report = load(exported_report)
-    cases = _suites(render_junit(report))["validation"].findall("testcase")
+    cases = _check_cases(_suites(render_junit(report))["validation"])
     checks = [c for a in report.artifacts for c in a.checks]
     for case, check in zip(cases, checks, strict=True):
         if check.status == "skipped":
@@ -175,7 +185,7 @@ def test_artifacts_that_were_not_built_are_not_silently_absent(exported_report, 
     xml, _ = _valid_junit(broken, schema)  # valid: the ANSI escape, which XML 1.0 cannot hold, was replaced
     suite = _suites(xml)["validation"]
     checks = sum(len(a.checks) for a in broken.artifacts)
-    assert len(suite.findall("testcase")) == checks + 3  # + the failed export, the skipped pass, the failed benchmark stage
+    assert len(_check_cases(suite)) == checks + 3  # + the failed export, the skipped pass, the failed benchmark stage
     export = suite.find("testcase[@classname='convert.tflite']")
     assert export.get("name") == "export:tflite" and export.find("failure").get("type") == "ExportFailed"
     assert "tflite converter crashed" in export.find("failure").get("message") and "\x1b" not in xml
@@ -201,7 +211,7 @@ def test_write_junit_writes_what_render_junit_returns(failed_report, tmp_path):
 def test_a_real_gate_rejection_validates_and_fails_for_each_reason(rejected_gate_report, schema):
     report = load(rejected_gate_report)
     xml, root = _valid_junit(report, schema)
-    validation = _suites(xml)["validation"].findall("testcase")
+    validation = _check_cases(_suites(xml)["validation"])
     assert len(validation) == sum(max(len(a.checks), 1) for a in report.artifacts)
     gate = _suites(xml)["gate"]
     failures = [case.find("failure") for case in gate.findall("testcase") if case.find("failure") is not None]
