@@ -54,7 +54,12 @@ _FACTS = {
         "given_folder_marker": "saved_model.pb",
         "loading_runs_code": "it is a SavedModel, whose graph can run any TensorFlow op, file access included",
     },
-    "tflite": {"title": "a TFLite model", "suffix": ".tflite", "given_suffixes": (".tflite",)},
+    "tflite": {
+        "title": "a TFLite model",
+        "suffix": ".tflite",
+        "given_suffixes": (".tflite",),
+        "attest": "convert.backends.tf:tflite_precision",
+    },
     "executorch": {"title": "an ExecuTorch program", "suffix": ".pte", "given_suffixes": (".pte",)},
     "openvino": {
         "title": "an OpenVINO IR",

@@ -60,10 +60,10 @@ def shares(products: list[MatrixProduct], of: str) -> dict[str, float]:
     total = sum(macs for _, macs in weighted)
     if not total:
         return {}
-    found: dict[str, float] = {}
+    summed: dict[str, int] = {}
     for kind, macs in weighted:
-        found[kind] = found.get(kind, 0) + macs / total
-    return dict(sorted(found.items(), key=lambda item: -item[1]))
+        summed[kind] = summed.get(kind, 0) + macs
+    return {kind: macs / total for kind, macs in sorted(summed.items(), key=lambda item: -item[1])}
 
 
 def accepted(claimed: str) -> tuple[str, ...]:
@@ -86,9 +86,18 @@ def judged(claimed: str, threshold: float) -> bool:
     return claimed not in ("fp32", "fp64") and threshold > 0
 
 
+def percent(share: float) -> str:
+    """'96.2%'; a share that is not all or nothing never reads as 100.0% or 0.0%."""
+    if 0 < share < 0.001:
+        return "<0.1%"
+    if 0.999 < share < 1:
+        return ">99.9%"
+    return f"{share:.1%}"
+
+
 def figure(found: dict[str, float]) -> str:
     """'int8 96.2%, fp32 3.8%'."""
-    return ", ".join(f"{kind} {share:.1%}" for kind, share in found.items() if share >= 0.0005) or "none"
+    return ", ".join(f"{kind} {percent(share)}" for kind, share in found.items()) or "none"
 
 
 class NotMeasured(Exception):

@@ -441,14 +441,17 @@ def _product_types(node, attributes: dict, types: dict, producer: dict, constant
         """The tensor a value is read from through layout ops (and casts: where a weight is stored), and the node that
         dequantizes it (None where none does)."""
         passing = (*_LAYOUT_OPS, "DequantizeLinear", *(("Cast",) if through_casts else ()))
+        dequantized = None
         for _ in range(8):
             node = producer.get(name)
             if node is None or node.op_type not in passing or not node.input:
-                return name, None
+                break
             if node.op_type == "DequantizeLinear":
-                return node.input[0], node
+                if dequantized is not None:
+                    break
+                dequantized = node
             name = node.input[0]
-        return name, None
+        return name, dequantized
 
     if node.op_type in _INTEGER_PRODUCTS:
         weight, _ = source(node.input[_INTEGER_PRODUCTS[node.op_type][1]], through_casts=True)

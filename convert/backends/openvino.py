@@ -17,6 +17,19 @@ DEQUANTIZING_OPS = ("Convert", "Subtract", "Multiply", "Reshape", "Transpose")
 WEIGHTED_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")
 # OpenVINO element types in the precision report's spelling
 _PRECISION_OF_TYPE = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "f64": "fp64", "i8": "int8", "u8": "int8", "i4": "int4", "u4": "int4"}
+# ops a quantized value passes through quantized (NNCF puts a FakeQuantize before a MaxPool, not after it)
+_QUANTIZATION_AGNOSTIC = (
+    "Reshape",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "MaxPool",
+    "Pad",
+    "StridedSlice",
+    "Split",
+    "VariadicSplit",
+    "Concat",
+)
 # the compiled CPU model's matrix products (the plugin fuses a MatMul with a constant weight into FullyConnected)
 _RUNTIME_PRODUCTS = ("Convolution", "FullyConnected", "MatMul", "Deconvolution")
 
@@ -82,7 +95,7 @@ def compute_precision(folder: Path, input_shapes: dict[str, list[int]]):
     for op in model.get_ordered_ops():
         if op.get_type_name() not in WEIGHTED_OPS:
             continue
-        activation = through(op.input_value(0).get_node(), ("Reshape", "Transpose"))
+        activation = through(op.input_value(0).get_node(), _QUANTIZATION_AGNOSTIC)
         weight = through(op.input_value(1).get_node(), ("Reshape", "Transpose"))
         low = stored_weight(op.input_value(1).get_node())
         stored_at = through(op.input_value(1).get_node(), DEQUANTIZING_OPS)

@@ -63,11 +63,19 @@ def interpreter_name(interpreter) -> str:
     return "TensorFlow's TFLite interpreter (tf.lite.Interpreter)"
 
 
-def tflite_interpreter(path: Path, allocate: bool = True, threads: int | None = None):
+def tflite_interpreter(path: Path, allocate: bool = True, threads: int | None = None, delegates: bool = True):
+    """The interpreter of a TFLite file; without ``delegates``, its builtin kernels alone (every tensor then has the
+    shape its kernel computed, where a delegate keeps the shapes of the tensors inside it to itself)."""
     interpreter_class = tflite_interpreter_class()
+    options = {}
+    if not delegates:
+        resolvers = (
+            getattr(sys.modules[interpreter_class.__module__], "OpResolverType", None) or tensorflow().lite.experimental.OpResolverType
+        )
+        options["experimental_op_resolver_type"] = resolvers.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tf.lite.Interpreter warns that it moves to the ai-edge-litert package
-        interpreter = interpreter_class(model_path=str(path), num_threads=threads)
+        interpreter = interpreter_class(model_path=str(path), num_threads=threads, **options)
     if allocate:
         try:
             with native_stderr_silenced():  # the first allocation prints an INFO line about the XNNPACK delegate
@@ -272,3 +280,65 @@ def _keras_layer(op_name: str, layer_names: list[str], scopes: dict[str, str]) -
     if not candidates:
         return scope
     return " or ".join(sorted(candidates, key=len, reverse=True))
+
+
+# TFLite tensor types in the precision report's spelling
+_TFLITE_TYPES = {"float32": "fp32", "float16": "fp16", "float64": "fp64", "int8": "int8", "uint8": "int8", "int16": "int16", "int4": "int4"}
+_TFLITE_PRODUCTS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "TRANSPOSE_CONV", "CONV_3D")
+
+
+def tflite_precision(path: Path, input_shapes: dict[str, list[int]]):
+    """What a TFLite model's matrix products compute in, from the interpreter's op and tensor details with the serving
+    signature's inputs resized to ``input_shapes``: an integer input is integer arithmetic (a float input with an
+    integer weight is a hybrid kernel, which quantizes the input as it runs); a weight is stored in its tensor's type,
+    or in the type a DEQUANTIZE op reads it from."""
+    import math
+
+    from convert.precision import MatrixProduct, Measured
+
+    interpreter = tflite_interpreter(path, delegates=False)
+    inputs, _ = signature_details(interpreter)
+    for name, shape in input_shapes.items():
+        if name in inputs:
+            interpreter.resize_tensor_input(inputs[name]["index"], shape, strict=True)
+    interpreter.allocate_tensors()
+    tensors = {d["index"]: d for d in interpreter.get_tensor_details()}
+    ops = interpreter._get_ops_details()
+    producer = {int(t): op for op in ops for t in op["outputs"]}
+    graph_inputs = {d["index"] for d in interpreter.get_input_details()}
+
+    def precision(index: int) -> str:
+        return _TFLITE_TYPES.get(np.dtype(tensors[index]["dtype"]).name, "other")
+
+    def shape(index: int) -> list[int]:
+        return [int(d) for d in tensors[index]["shape"]]
+
+    products = []
+    for op in ops:
+        kind = op["op_name"]
+        if kind not in _TFLITE_PRODUCTS:
+            continue
+        operands = [int(t) for t in op["inputs"]]
+        first, weight = (operands[2], operands[1]) if kind == "TRANSPOSE_CONV" else (operands[0], operands[1])
+        made = producer.get(weight)
+        stored = None
+        if made is not None and made["op_name"] == "DEQUANTIZE":
+            stored = precision(int(made["inputs"][0]))
+        elif made is None and weight not in graph_inputs:
+            stored = precision(weight)
+        compute = precision(first)
+        if compute in ("fp32", "fp16") and stored in ("int8", "int4") and made is None:
+            compute = "int8"  # a hybrid kernel: the float input is quantized as the op runs
+        output = shape(int(op["outputs"][0]))
+        macs = None
+        if output and all(size > 0 for size in output):
+            if kind in ("CONV_2D", "CONV_3D", "FULLY_CONNECTED"):
+                macs = math.prod(output) * math.prod(shape(weight)[1:])
+            elif kind == "DEPTHWISE_CONV_2D":
+                macs = math.prod(output) * math.prod(shape(weight)[1:-1])
+            elif kind == "TRANSPOSE_CONV":
+                macs = math.prod(shape(first)) * math.prod(shape(weight)[:-1])
+            else:
+                macs = math.prod(output) * shape(first)[-1]
+        products.append(MatrixProduct(kind, str(op["index"]), macs, compute, stored))
+    return Measured(products, how="the TFLite model's ops (the interpreter's op and tensor details)")

@@ -263,6 +263,9 @@ def _check_reasons(key: str, record: rm.ArtifactRecord) -> list[rm.GateReason]:
             )
         if check.status == "failed":
             reasons.append(rm.GateReason(code="failed_check", artifact=key, message=f"check failed: {where}: {check.reason}"))
+    attested = record.detail(rm.PrecisionAttestation)
+    if attested is not None and attested.status == "failed":
+        reasons.append(rm.GateReason(code="precision", artifact=key, message=attested.diagnosis()[0]))
     if any(detail.located() for detail in record.details):  # where it diverged, which nodes to keep in FP32
         reasons.append(rm.GateReason(code="diverged", artifact=key, message="; ".join(record.diagnosis())))
     return reasons

@@ -9,6 +9,7 @@ import math
 
 from convert.pipeline.context import RunContext
 from convert.pipeline.validate import publish
+from convert.precision import figure
 from convert.reports import model as rm
 from convert.text import first_line
 from convert.timing import describe_ratio, paired_ratio
@@ -32,7 +33,9 @@ def choose(ctx: RunContext) -> None:
         if not (record.candidate or (record.format == AUTO_BASE and not record.optimization)):
             continue
         name = record.optimization or "none"
-        entry = rm.AutoCandidate(name=name, format=record.format, precision=record.precision, status="lost")
+        attested = record.detail(rm.PrecisionAttestation)
+        computes = figure(attested.compute) if attested is not None and attested.compute else ""
+        entry = rm.AutoCandidate(name=name, format=record.format, precision=record.precision, computes=computes, status="lost")
         best = fastest_benchmark([b for b in record.benchmarks if b.status == "ok"])
         stage = stage_of.get(name)
         if best is not None:
@@ -56,6 +59,8 @@ def choose(ctx: RunContext) -> None:
             entry.reason = (
                 f"failed validation ({failing.runtime}, {failing.device}, {failing.shape}): {failing.reason}"
                 if failing
+                else f"failed its precision claim: it {attested.diagnosis()[0]}"
+                if attested is not None and attested.status == "failed"
                 else "no check passed"
                 if not record.passed
                 else "its benchmark failed: " + "; ".join(b.reason for b in record.benchmarks)

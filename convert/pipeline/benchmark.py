@@ -12,6 +12,7 @@ from convert.artifacts import Artifact
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_decode
 from convert.hardware import compute_limit
 from convert.pipeline.context import RunContext, crashed
+from convert.precision import figure
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import sha256_files
@@ -41,8 +42,11 @@ def benchmark(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings)
             for (records, *_), measured in zip(entries, _session(ctx, stage, device, entries, plan, settings)):
                 records.append(measured)
     for record in report.artifacts:
+        attested = record.detail(rm.PrecisionAttestation)
         for measured in record.benchmarks:
             measured.compute_limit = compute_limit(record.precision, measured.device, report.environment.cpu)
+            if attested is not None and measured.device == "cpu":
+                measured.computes = figure(attested.runtime_compute or attested.compute) if attested.compute else ""
 
 
 def _with_decode(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings, artifacts: list) -> BenchmarkPlan:

@@ -414,7 +414,17 @@ def _print_auto(report: Report, console: Console) -> None:
         return
     table = Table(title=_auto_title(report))
     decoding = any(c.decode_tokens_per_s for c in report.auto.candidates)  # ranked by decode speed
-    for column in ("rank", "candidate", "precision", "status", "p50 ms", *(("decode tok/s",) if decoding else ()), "vs source", "why"):
+    for column in (
+        "rank",
+        "candidate",
+        "precision",
+        "computes",
+        "status",
+        "p50 ms",
+        *(("decode tok/s",) if decoding else ()),
+        "vs source",
+        "why",
+    ):
         table.add_column(column, overflow="fold")
     for c in report.auto.candidates:
         style = "green" if c.status == "chosen" else "yellow" if c.status in ("lost", "skipped") else "bold red"
@@ -422,6 +432,7 @@ def _print_auto(report: Report, console: Console) -> None:
             str(c.rank or "-"),
             c.name,
             c.precision,
+            c.computes or "-",
             f"[{style}]{c.status}[/]",
             f"{c.latency_ms_p50:.3f}" if c.latency_ms_p50 else "-",
             *((_candidate_decode(c) or "-",) if decoding else ()),
@@ -443,7 +454,9 @@ def _print_auto_lines(report: Report, console: Console) -> None:
         console.out(
             f"candidate {c.rank or '-'} {c.name} {c.precision} {c.status} "
             f"p50_ms={f'{c.latency_ms_p50:.3f}' if c.latency_ms_p50 else '-'} {decode}"
-            f"vs_source={facts.times(c.speedup_vs_source) or '-'}" + _reason(c.reason),
+            f"vs_source={facts.times(c.speedup_vs_source) or '-'}"
+            + (f" computes={c.computes.replace(', ', ',').replace(' ', ':')}" if c.computes else "")
+            + _reason(c.reason),
             highlight=False,
         )
 
@@ -648,7 +661,7 @@ def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
     )
     if check is None and attested is not None and attested.status == "failed":
         return (
-            f"{attested.diagnosis()[0]}. {where} Its values passed their checks; a pass that leaves most of the model in "
+            f"the {key} artifact {attested.diagnosis()[0]}. {where} Its values passed their checks; a pass that leaves most of the model in "
             f"wider types is a pass that did not do what it says. Every figure is in {report_path}"
         )
     problem = (

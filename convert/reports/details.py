@@ -333,7 +333,7 @@ class PrecisionAttestation(ArtifactDetail):
     seconds: float = 0.0
 
     def describe(self) -> str:
-        from convert.precision import figure, macs_text
+        from convert.precision import figure, macs_text, percent
 
         if self.status == "skipped":
             return f"what it computes in was not measured: {self.reason}"
@@ -343,7 +343,7 @@ class PrecisionAttestation(ArtifactDetail):
             of = " (weights)" if self.claim == "weights" else ""
             verdict = (
                 f"{self.claimed}{of} claim {'met' if self.status == 'passed' else 'missed'}, "
-                f"{self.attested_share:.1%} {'>=' if self.status == 'passed' else '<'} {self.threshold:.0%}: "
+                f"{percent(self.attested_share)} {'>=' if self.status == 'passed' else '<'} {self.threshold:.0%}: "
             )
         weights = f"; weights {figure(self.weights)}" if self.weights else ""
         runtime = f"; {self.runtime}: {figure(self.runtime_compute)}" if self.runtime and self.runtime_compute else ""
@@ -360,14 +360,14 @@ class PrecisionAttestation(ArtifactDetail):
     def diagnosis(self) -> list[str]:
         if self.status != "failed" or self.attested_share is None:
             return []
-        from convert.precision import accepted
+        from convert.precision import accepted, percent
 
         found = self.weights if self.claim == "weights" else self.compute
         widest, share = next(((kind, share) for kind, share in found.items() if kind not in accepted(self.claimed)), ("fp32", 0.0))
         what = "stores the weights of" if self.claim == "weights" else "computes"
         return [
-            f"the {self.claimed} artifact {what} {share:.1%} of its multiply-accumulates in {widest} and {self.attested_share:.1%} in "
-            f"{self.claimed}, below the {self.threshold:.0%} required: it is not the {self.claimed} model it claims to be (lower "
+            f"{what} {percent(share)} of its multiply-accumulates in {widest} and {percent(self.attested_share)} in {self.claimed}, below the "
+            f"{self.threshold:.0%} its {self.claimed} claim needs: it is not the {self.claimed} model it says it is (lower "
             "--min-precision-share, or the policy's validation.min_precision_share, to accept it)"
         ]
 

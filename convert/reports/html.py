@@ -24,6 +24,7 @@ from convert.reports.model import (
     Check,
     Divergence,
     Environment,
+    PrecisionAttestation,
     Report,
     Stage,
     Verdict,
@@ -465,7 +466,11 @@ def _artifact_row(report: Report, index: int, artifact: ArtifactRecord) -> tuple
     made = f' <span class="muted">({_e(artifact.format)})</span>' if artifact.key != artifact.format else ""
     if artifact.checks:
         status = "passed" if artifact.passed else "failed"
-        why = "; ".join(f"failed: {facts.place(c)}" for c in facts.failed_checks(artifact))
+        attested = artifact.detail(PrecisionAttestation)
+        why = "; ".join(
+            [f"failed: {facts.place(c)}" for c in facts.failed_checks(artifact)]
+            + ([f"precision: {attested.diagnosis()[0]}"] if attested is not None and attested.status == "failed" else [])
+        )
     else:
         unchecked = facts.unchecked(report, artifact)
         status, why = unchecked.status, unchecked.reason
@@ -831,7 +836,11 @@ def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: li
                 + _td(throughput)
                 + _td(memory)
                 + generation
-                + _td("; ".join(t for t in (benchmark.reason, benchmark.compute_limit) if t)),
+                + _td(
+                    "; ".join(
+                        t for t in (benchmark.computes and f"computes {benchmark.computes}", benchmark.reason, benchmark.compute_limit) if t
+                    )
+                ),
             )
         )
     headers = [
@@ -960,6 +969,7 @@ def _auto_section(auto: AutoSelection) -> str:
             + _td(c.name)
             + _td(c.format)
             + _td(c.precision)
+            + _td(c.computes or "–")
             + f"<td>{_badge(c.status)}</td>"
             + _td(c.device or "–")
             + _p50_cell(c)
@@ -976,7 +986,19 @@ def _auto_section(auto: AutoSelection) -> str:
         )
         for c in auto.candidates
     ]
-    headers = ["rank", "candidate", "format", "precision", "status", "device", "p50 ms", "throughput / s", "vs source", "reason"]
+    headers = [
+        "rank",
+        "candidate",
+        "format",
+        "precision",
+        "computes",
+        "status",
+        "device",
+        "p50 ms",
+        "throughput / s",
+        "vs source",
+        "reason",
+    ]
     if decoding:  # a decoder's candidates, ranked by decode speed
         headers[-1:-1] = ["prefill ms", "decode tokens / s (95% interval)", "decode vs source"]
     chosen = f"chose <b>{_e(auto.chosen)}</b>" if auto.chosen else "<b>no candidate passed</b>"

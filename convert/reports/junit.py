@@ -147,7 +147,7 @@ def _precision_case(classname: str, attested: PrecisionAttestation, not_chosen: 
     if attested.status == "skipped":
         return _outcome(case, "skipped", attested.reason)
     if attested.status == "failed":
-        return _failed(case, not_chosen, attested.diagnosis()[0], "PrecisionNotAttested", attested.describe())
+        return _failed(case, not_chosen, f"the artifact {attested.diagnosis()[0]}", "PrecisionNotAttested", attested.describe())
     ET.SubElement(case, "system-out").text = _xml(attested.describe())
     return case
 

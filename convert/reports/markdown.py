@@ -265,7 +265,9 @@ def _benchmark_cells(name: str, benchmark: Benchmark, speedup: float | None, gen
         throughput,
         _number(benchmark.peak_memory_mb, ".4g"),
         *generation,
-        _cell("; ".join(t for t in (benchmark.compute_limit, benchmark.reason) if t)),
+        _cell(
+            "; ".join(t for t in (benchmark.computes and f"computes {benchmark.computes}", benchmark.compute_limit, benchmark.reason) if t)
+        ),
     ]
 
 

@@ -171,6 +171,11 @@ class Benchmark(BaseModel):
     session: str = Field("", description="benchmarks with the same session were timed interleaved, round by round, in one process")
     unstable: bool = Field(False, description="the p50's interval is too wide to rank it against another figure: wider than 20% of the p50")
     compute_limit: str = Field("", description="why this artifact's precision cannot compute faster than FP32 on this device's CPU")
+    computes: str = Field(
+        "",
+        description="what the runtime computes the artifact's matrix products in, measured on the CPU (its precision detail's "
+        "runtime shares, else the artifact's own), e.g. 'int8 96.2%, fp32 3.8%'",
+    )
     throughput_shape: str = ""
     throughput_per_s: float | None = Field(None, description="batch items per second at throughput_shape")
     throughput_interval: list[float] | None = Field(None, description="[low, high]: the 95% confidence interval of throughput_per_s")
@@ -242,6 +247,10 @@ class AutoCandidate(BaseModel):
     name: str = Field(description="the --optimize pass, or 'none' for the exported artifact itself")
     format: str
     precision: str = "fp32"
+    computes: str = Field(
+        "",
+        description="what its matrix products compute in, measured (its precision detail's compute shares, e.g. 'int8 96.2%, fp32 3.8%')",
+    )
     rank: int | None = None
     status: Literal["chosen", "lost", "failed", "skipped"]
     reason: str = ""
@@ -545,6 +554,7 @@ class GateReason(BaseModel):
         "regression",
         "run_failed",
         "diverged",
+        "precision",
         "missing_package",
         "failed_package",
         "missing_component",

@@ -30,8 +30,9 @@ SCHEMA_CHANGES: dict[str, str] = {
     "2.4": "Adds the `precision` detail of every validated artifact: what its matrix products compute in and their weights "
     "are stored in, as shares of multiply-accumulates by type, measured from the artifact (`compute`, `weights`) and its "
     "runtime (`runtime_compute`), and its pass's claim judged (`claimed`, `claim`, `attested_share`, `threshold`, "
-    "`status`); the `min_precision_share` option. A reduced-precision artifact whose attested share is below the "
-    "threshold fails (`passed` false, its checks as they were). A 2.3 report has no such detail (not measured).",
+    "`status`), with `computes` on each CPU benchmark and `auto` candidate; the `precision` gate reason; the "
+    "`min_precision_share` option. A reduced-precision artifact whose attested share is below the threshold fails "
+    "(`passed` false, its checks as they were). A 2.3 report has no such detail (not measured).",
     "2.3": "Adds a decoder's generation benchmarks: each benchmark's `prefill_length`, `prefill_ms_p50` and "
     "`prefill_ms_interval` (one call on a batch-1 prompt, the cache empty) and `decode_steps`, `decode_tokens_per_s`, "
     "`decode_tokens_per_s_interval` and `decode_round_ms` (one token a call, the cache fed back), the source's among them; "

@@ -42,6 +42,9 @@ def _task(artifact: dict) -> dict[str, dict]:
 
 
 def test_accuracy_control_meets_a_drop_budget_that_plain_int8_misses(made, tmp_path):
+    """Accuracy control meets the budget by putting layers back in FP32; on this small sensitive CNN it puts back most
+    of its multiply-accumulates, so each INT8 artifact fails its precision claim by default, and passes where
+    --min-precision-share accepts any share."""
     out, working = tmp_path / "out", tmp_path / "working"
     working.mkdir()
     metric = tmp_path / "metric.py"
@@ -52,7 +55,7 @@ def test_accuracy_control_meets_a_drop_budget_that_plain_int8_misses(made, tmp_p
         "    truth = np.concatenate(labels)\n"
         "    return float(np.mean([(predicted[truth == c] == c).mean() for c in np.unique(truth)]))\n"
     )
-    run = run_cli(
+    args = [
         str(made["sensitive"]),
         "--to",
         "onnx",
@@ -71,10 +74,14 @@ def test_accuracy_control_meets_a_drop_budget_that_plain_int8_misses(made, tmp_p
         "--trust-code",
         "--accuracy",
         "task_top1_drop<=2%",
-        "--out",
-        str(out),
-        cwd=working,
-    )
+    ]
+    strict = run_cli(*args, "--out", str(tmp_path / "strict"), cwd=working)
+    assert strict.returncode == 1, strict.output
+    judged = {a["optimization"]: detail(a, "precision") for a in load_report(tmp_path / "strict" / "report.json")["artifacts"]}
+    for name, fp32_at_least in (("int8", 0.99), ("openvino:int8", 0.5)):
+        assert judged[name]["status"] == "failed" and judged[name]["compute"]["fp32"] > fp32_at_least, judged[name]
+        assert f"error: the {name} artifact computes " in strict.output and "below the 50% its int8 claim needs" in strict.output
+    run = run_cli(*args, "--min-precision-share", "0", "--out", str(out), cwd=working)
     assert run.returncode == 0, run.output
     assert not any(working.iterdir())  # ONNX Runtime's shape inference leaves nothing in the working folder
     report = load_report(out / "report.json")

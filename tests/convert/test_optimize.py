@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from convert.registry import REGISTRY
-from tests.conftest import load_report, run_cli
+from tests.conftest import detail, load_report, run_cli
 
 # every pass that starts from the ONNX artifact (the runs below ask --to onnx); the others are tested with their formats'
 # exporters (tests/convert/exporters/test_executorch.py: executorch:int8)
@@ -45,7 +45,10 @@ def test_every_optimizer_on_a_torch_fixture(torch_optimized):
     # a pass asked for and not built here (TensorRT, without a GPU) fails the run, named in the report and the verdict
     unbuilt = [u["artifact"] for u in report["unbuilt"]]
     assert unbuilt in ([], [name for name in EVERY_OPTIMIZER if name.startswith("trt")])  # every TensorRT pass, or none
-    assert run.returncode == (1 if unbuilt else 0), run.output
+    # ONNX Runtime's weight-only passes store MatMul weights in fewer bits: on a CNN that is its head alone, so each
+    # artifact computes as it should but is not the INT4 / INT8 model it says it is, and fails its precision claim
+    convolutions_left = ["int4", "int8-weights"]
+    assert run.returncode == 1, run.output
     assert all(name in run.stdout for name in unbuilt) and ("requested but not built: " in run.stdout) == bool(unbuilt)
     optimized = _optimized(report)
     assert list(optimized) == EVERY_OPTIMIZER
@@ -57,7 +60,17 @@ def test_every_optimizer_on_a_torch_fixture(torch_optimized):
             assert stages[f"optimize:{name}"]["status"] == "skipped" and "TensorRT" in stages[f"optimize:{name}"]["reason"]
             assert artifact["checks"] == [] and artifact["path"] is None and artifact["passed"] is False
             continue
+        attested = detail(artifact, "precision")
+        assert attested["measured"] == ("the OpenVINO IR" if name.startswith("openvino") else "the ONNX graph")
+        if name in convolutions_left:
+            assert attested["status"] == "failed" and attested["claim"] == "weights" and attested["attested_share"] < 0.01, attested
+            assert attested["weights"]["fp32"] > 0.99 and "/failed/" in artifact["path"] and artifact["passed"] is False
+            assert all(c["status"] == "passed" for c in artifact["checks"] if c["device"] == "cpu")  # its values are right
+            assert f"{name}: stores the weights of >99.9% of its multiply-accumulates in fp32 and <0.1% in " in run.stdout
+            continue
         _assert_validated_on_cpu(artifact)
+        judged = artifact["precision"] != "fp32"
+        assert attested["status"] == ("passed" if judged else "measured") and attested["attested_share"] == 1.0, attested
         assert artifact["derived_from"] == onnx_path and len(artifact["sha256"]) == 64
         assert {c["runtime"] for c in artifact["checks"]} == {"openvino" if name.startswith("openvino") else "onnxruntime"}
     assert {n: a["precision"] for n, a in optimized.items() if a["checks"]} == {
