@@ -39,6 +39,7 @@ _FACTS = {
         "given_suffixes": (),
         "given_detect": "convert.safety:is_torchscript",
         "loading_runs_code": "it is TorchScript, whose code runs when it loads",
+        "localizable": True,  # its submodules, each run on the inputs its eager twin received
     },
     "torch_export": {
         "title": "a torch.export program",

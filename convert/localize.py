@@ -59,7 +59,7 @@ def locate(
 
     started = time.perf_counter()
     divergence = rm.Divergence(status="not-found", method=traced.method)
-    if artifact.format == "torch_export":  # the artifact is the captured program: capture is its one link
+    if artifact.format in ("torch_export", "torchscript"):  # the artifact is the captured program: capture is its one link
         if not _captured_differently(divergence, traced, feed, reference, tolerance, lambda: traced.outputs(feed)):
             divergence.reason = "the program's own outputs are within tolerance of the source model's on this sample"
         return _finish(divergence, started)

@@ -174,10 +174,11 @@ class Session:
         from convert.localize import locate
         from convert.registry import REGISTRY
 
-        if artifact.format == "torch_export":  # the artifact is the program the exporter captured: it is traced itself
-            from convert.backends.torch import TracedProgram
+        if artifact.format in ("torch_export", "torchscript"):  # the artifact is the program the exporter captured
+            from convert.backends.torch import TracedProgram, TracedScript
 
-            return locate(TracedProgram.of_file(self.source, artifact.path), artifact, feed, reference, tolerance, folder)
+            program = (TracedProgram if artifact.format == "torch_export" else TracedScript).of_file(self.source, artifact.path)
+            return locate(program, artifact, feed, reference, tolerance, folder)
         key = (exporter, strategy, tuple((name, value.shape) for name, value in job.feed.items()))
         with quiet(io.StringIO()):  # the exporter's chatter, as when it exported
             if key not in self._traced:

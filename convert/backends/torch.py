@@ -317,6 +317,67 @@ class TracedProgram:
         ]
 
 
+class TracedScript:
+    """A TorchScript artifact, its own captured program: its outputs, and each submodule run on the inputs the source's
+    same module received when the source ran eagerly (a forward pre-hook), beside that module's eager output."""
+
+    method = "the TorchScript archive, each submodule run on the inputs its eager twin received"
+
+    def __init__(self, source: CalledModel, scripted):
+        self.source, self.scripted = source, scripted
+
+    @classmethod
+    def of_file(cls, source: CalledModel, path: Path) -> TracedScript:
+        """A TorchScript artifact (validation has loaded it already, with the trust it needs)."""
+        return cls(source, require_torch().jit.load(str(path), map_location="cpu"))
+
+    def names(self, graph) -> dict[str, str]:
+        return {}
+
+    def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The archive's outputs for one feed, named as the source's."""
+        torch = require_torch()
+        with torch.inference_mode():
+            outputs = self.source.convention(self.scripted, to_tensors(self.source.signature.inputs, feed))
+        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+
+    def module_outputs(self, feed: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Each submodule called once, in the order the modules finish: its eager output beside the archive's same
+        submodule's on the same inputs. A module whose archive twin is missing, takes other arguments (a traced
+        submodule takes the positional tensors it was traced with) or gives another shape is left out."""
+        torch = require_torch()
+        module = self.source.module
+        calls: dict[str, list] = {}
+
+        def record(path, _module, args, output):
+            tensor = next(iter(flatten_outputs(output).values()), None) if not isinstance(output, torch.Tensor) else output
+            calls.setdefault(path, []).append((args, tensor if isinstance(tensor, torch.Tensor) else None))
+
+        hooks = [m.register_forward_hook(functools.partial(record, path)) for path, m in module.named_modules() if path]
+        try:
+            with torch.inference_mode():
+                self.source.convention(module, to_tensors(self.source.signature.inputs, feed))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        scripted = dict(self.scripted.named_modules())
+        kinds = {path: type(m).__name__ for path, m in module.named_modules()}
+        found = []
+        for path, made in calls.items():
+            (args, expected), twin = made[0], scripted.get(path)
+            if len(made) != 1 or expected is None or twin is None or not all(isinstance(a, torch.Tensor) for a in args):
+                continue
+            try:
+                with torch.inference_mode():
+                    actual = twin(*args)
+            except Exception:  # noqa: BLE001 - a submodule the archive calls with other arguments is not compared
+                continue
+            actual = actual if isinstance(actual, torch.Tensor) else next(iter(flatten_outputs(actual).values()), None)
+            if isinstance(actual, torch.Tensor) and actual.shape == expected.shape:
+                found.append((f"{path} ({kinds[path]})", to_numpy(expected), to_numpy(actual)))
+        return found
+
+
 def _module_path(node) -> str:
     """The innermost module a node of an exported program runs in, as ``path (Class)``."""
     stack = node.meta.get("nn_module_stack") or {}

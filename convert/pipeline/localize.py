@@ -55,7 +55,8 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
         record.add(
             rm.Divergence(
                 status="skipped",
-                reason=f"localisation reads ONNX graphs, OpenVINO IRs converted from one and torch.export programs, not {artifact.format} artifacts",
+                reason="localisation reads ONNX graphs, OpenVINO IRs converted from one, torch.export programs and TorchScript "
+                f"archives, not {artifact.format} artifacts (their intermediate values are not compared with the source's)",
             )
         )
         return

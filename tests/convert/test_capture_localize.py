@@ -39,6 +39,12 @@ class ScaledWhileExported(Block):
         return y * 1.1 if torch.compiler.is_exporting() else y
 
 
+class ScaledWhileTraced(Block):
+    def forward(self, x):
+        y = super().forward(x)
+        return y * 1.1 if torch.jit.is_tracing() else y
+
+
 class Stack(nn.Module):
     def __init__(self):
         super().__init__()
@@ -58,6 +64,12 @@ def build():
 def build_for_torch_export():
     model = build()
     model.blocks[2] = ScaledWhileExported(16)
+    return model.eval()
+
+
+def build_for_torchscript():
+    model = build()
+    model.blocks[2] = ScaledWhileTraced(16)
     return model.eval()
 """
 
@@ -148,9 +160,13 @@ def test_a_keras_layer_that_differs_only_when_traced_is_named(tmp_path):
     """tf2onnx's grappler pass folds block_1's constant into block_0's GELU, so no tensor of the frozen graph is
     block_0's output: that layer is not compared (not blamed), and block_1, whose one output leaves it, is named."""
     (tmp_path / "nets.py").write_text(KERAS)
-    args = ("--framework", "keras", "--input", "x:float32[B,8]", "--to", "onnx", "--out", str(tmp_path / "out"))
+    args = ("--framework", "keras", "--input", "x:float32[B,8]", "--to", "onnx,tflite", "--out", str(tmp_path / "out"))
     run = run_cli(f"{tmp_path / 'nets.py'}:build", *args)
     assert run.returncode == 1, run.output
+    # the TFLite converter traces the same tf.function: that model fails too, and its values are not traced
+    (tflite,) = [a for a in load_report(tmp_path / "out" / "report.json")["artifacts"] if a["format"] == "tflite"]
+    skipped = next(d for d in tflite["details"] if d["kind"] == "divergence")
+    assert not tflite["passed"] and skipped["status"] == "skipped" and "not tflite artifacts" in skipped["reason"]
     divergence = _divergence(tmp_path / "out")
     assert (divergence["stage"], divergence["layer"]) == ("capture", "block_1 (ScaledWhileTraced)"), divergence["probes"]
     assert [(p["value"], p["status"]) for p in divergence["probes"]] == [
@@ -163,12 +179,31 @@ def test_a_keras_layer_that_differs_only_when_traced_is_named(tmp_path):
 def test_a_torch_export_program_is_localised_module_by_module(tmp_path):
     """A .pt2 is the captured program itself: its modules, run node by node, beside the source's run eagerly."""
     (tmp_path / "nets.py").write_text(STACK)
-    args = ("--input", "x:float32[B,8]", "--to", "torch_export", "--out", str(tmp_path / "out"))
+    args = ("--input", "x:float32[B,8]", "--to", "torch_export,executorch", "--out", str(tmp_path / "out"))
     run = run_cli(f"{tmp_path / 'nets.py'}:build_for_torch_export", *args)
     assert run.returncode == 1, run.output
     report = load_report(tmp_path / "out" / "report.json")
-    (program,) = report["artifacts"]
+    program, edge = report["artifacts"]
     divergence = next(d for d in program["details"] if d["kind"] == "divergence")
     assert (divergence["stage"], divergence["layer"]) == ("capture", "blocks.2 (ScaledWhileExported)"), divergence
     assert [p["status"] for p in divergence["probes"]] == ["passed"] * 6 + ["failed"]
     assert "first in blocks.2 (ScaledWhileExported)" in run.stdout
+    # the .pte, lowered from the same program, fails as well; its values are not traced, and the report says so
+    assert edge["format"] == "executorch" and not edge["passed"]
+    skipped = next(d for d in edge["details"] if d["kind"] == "divergence")
+    assert skipped["status"] == "skipped" and "not executorch artifacts" in skipped["reason"]
+
+
+def test_a_torchscript_archive_is_localised_module_by_module(tmp_path):
+    """A TorchScript archive is the program torch.jit.trace captured: each of its submodules runs on the inputs its
+    eager twin received, beside that twin's output, and the first that departs is named."""
+    (tmp_path / "nets.py").write_text(STACK)
+    args = ("--input", "x:float32[B,8]", "--to", "torchscript", "--out", str(tmp_path / "out"))
+    run = run_cli(f"{tmp_path / 'nets.py'}:build_for_torchscript", *args)
+    assert run.returncode == 1, run.output
+    (archive,) = load_report(tmp_path / "out" / "report.json")["artifacts"]
+    divergence = next(d for d in archive["details"] if d["kind"] == "divergence")
+    assert (divergence["status"], divergence["stage"], divergence["layer"]) == ("found", "capture", "blocks.2 (ScaledWhileTraced)")
+    assert [p["status"] for p in divergence["probes"]] == ["passed"] * 6 + ["failed"], divergence["probes"]
+    assert divergence["method"].startswith("the TorchScript archive")
+    assert "first in blocks.2 (ScaledWhileTraced)" in run.stdout
