@@ -546,8 +546,9 @@ OPTIONS: tuple[RunOption, ...] = (
         "--min-precision-share",
         "The least share of multiply-accumulates a reduced-precision artifact must compute (weight-only: store) in its precision.",
         group="Validation",
-        details="Measured from the artifact and its runtime, not from the request; below it the artifact fails, and 0 judges "
-        "nothing. Each artifact's report says what its matrix products compute in, by type, and what its runtime runs them in.",
+        details="Measured from the artifact itself (its graph, IR or engine), not from the request; below it the artifact fails, "
+        "and 0 judges nothing. Each artifact's report says what its matrix products compute in and store their weights in, "
+        "by type, and, beside, what its runtime computes them in on the CPU.",
         type=float,
         default=0.5,
         show_default=True,

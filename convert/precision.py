@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 # the names a measuring function gives types, in the report's spelling
 INTEGER_TYPES = ("int8", "int4")
-FLOAT_TYPES = ("fp64", "fp32", "bf16", "fp16", "fp8")
 
 
 @dataclass
@@ -79,6 +78,14 @@ def attested_share(claimed: str, claim: str, products: list[MatrixProduct]) -> f
     if not found:
         return None
     return sum(share for kind, share in found.items() if kind in accepted(claimed))
+
+
+def unsized_for(claim: str, products: list[MatrixProduct]) -> int:
+    """How many of the products a claim counts have no known size (a weights claim counts those with a stored weight):
+    where some do and others do not, the shares leave them out, and the claim cannot be judged on them."""
+    counted = [p for p in products if claim != "weights" or p.weights is not None]
+    unsized = sum(1 for p in counted if p.macs is None)
+    return unsized if unsized < len(counted) else 0  # none sized: the shares are by layer, and judged so
 
 
 def judged(claimed: str, threshold: float) -> bool:

@@ -350,15 +350,15 @@ _PRECISION_OF_TYPE = {
     19: "fp8",
     20: "fp8",
 }
-# integer matrix products: (op type, index of the input whose last dim is the reduced one, index of the weight)
+# integer matrix products: op type -> the index of its weight input (its first input is the activation)
 _INTEGER_PRODUCTS = {
-    "MatMulInteger": (0, 1),
-    "QLinearMatMul": (0, 3),
-    "DynamicQuantizeMatMul": (0, 1),
-    "MatMulIntegerToFloat": (0, 1),
-    "QGemm": (0, 3),
-    "ConvInteger": (0, 1),
-    "QLinearConv": (0, 3),
+    "MatMulInteger": 1,
+    "QLinearMatMul": 3,
+    "DynamicQuantizeMatMul": 1,
+    "MatMulIntegerToFloat": 1,
+    "QGemm": 3,
+    "ConvInteger": 1,
+    "QLinearConv": 3,
 }
 _FLOAT_PRODUCTS = ("MatMul", "FusedMatMul", "Gemm", "Conv", "ConvTranspose", "MatMulNBits")
 # what stands between a quantized tensor and the product that takes it in a QDQ graph
@@ -454,7 +454,7 @@ def _product_types(node, attributes: dict, types: dict, producer: dict, constant
         return name, dequantized
 
     if node.op_type in _INTEGER_PRODUCTS:
-        weight, _ = source(node.input[_INTEGER_PRODUCTS[node.op_type][1]], through_casts=True)
+        weight, _ = source(node.input[_INTEGER_PRODUCTS[node.op_type]], through_casts=True)
         return "int8", precision(weight) if weight in constants else None
     if node.op_type == "MatMulNBits":
         stored = f"int{attributes.get('bits', 4)}"
@@ -464,7 +464,8 @@ def _product_types(node, attributes: dict, types: dict, producer: dict, constant
     stored_as, _ = source(node.input[1], through_casts=True)
     stored = precision(stored_as) if stored_as in constants else None
     if activation_dq is not None and weight_dq is not None:
-        return "int8", stored
+        # ONNX Runtime fuses 8-bit QDQ pairs into its integer kernels; a 16-bit or FP8 pair computes as its type says
+        return precision(activation), stored
     return precision(activation if activation_dq is None else node.input[0]), stored
 
 
@@ -473,22 +474,22 @@ def _macs(node, attributes: dict, shapes: dict) -> int | None:
     reduction (a convolution's: its kernel's size times its input channels per group)."""
     import math
 
+    first = shapes.get(node.input[0])
+    if node.op_type == "MatMulNBits":  # [..., K] by a K x N weight, from its attributes (no shape inference needed)
+        return math.prod(first[:-1]) * int(attributes["K"]) * int(attributes["N"]) if first else None
     output = shapes.get(node.output[0])
     if output is None:
         return None
-    if node.op_type == "MatMulNBits":
-        return math.prod(output) * int(attributes["K"])
     if node.op_type in ("Conv", "ConvInteger", "QLinearConv"):
-        weight = shapes.get(node.input[_INTEGER_PRODUCTS.get(node.op_type, (0, 1))[1]])
+        weight = shapes.get(node.input[_INTEGER_PRODUCTS.get(node.op_type, 1)])
         return math.prod(output) * math.prod(weight[1:]) if weight else None
-    first = shapes.get(node.input[0])
     if node.op_type == "ConvTranspose":
         weight = shapes.get(node.input[1])
         return math.prod(first) * math.prod(weight[1:]) if first and weight else None
     if not first:
         return None
-    if node.op_type in ("Gemm", "QGemm"):
-        return math.prod(output) * (first[0] if attributes.get("transA") else first[-1])
+    if node.op_type in ("Gemm", "QGemm", "FusedMatMul") and attributes.get("transA") and len(first) > 1:
+        return math.prod(output) * first[-2]
     return math.prod(output) * first[-1]
 
 

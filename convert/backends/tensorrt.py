@@ -136,9 +136,12 @@ def engine_products(information: dict) -> list:
         )
         macs = None
         dims, count = output.get("Dimensions"), weights.get("Count")
-        if kind in ("Convolution", "Deconvolution", "FullyConnected") and dims and count and len(dims) > 1 and dims[1] > 0:
-            macs = math.prod(dims) * count // dims[1]
-        elif kind == "MatrixMultiply" and dims and first.get("Dimensions"):
-            macs = math.prod(dims) * first["Dimensions"][-1]
+        into = first.get("Dimensions")
+        if kind in ("Convolution", "FullyConnected") and dims and count and len(dims) > 1 and dims[1] > 0:
+            macs = math.prod(dims) * count // dims[1]  # each output element: its weights over the output channels
+        elif kind == "Deconvolution" and into and count and len(into) > 1 and into[1] > 0:
+            macs = math.prod(into) * count // into[1]  # each input element spreads over its weights per input channel
+        elif kind == "MatrixMultiply" and dims and into:
+            macs = math.prod(dims) * into[-1]
         products.append(MatrixProduct(kind, layer.get("Name", ""), macs if macs and macs > 0 else None, compute, stored))
     return products

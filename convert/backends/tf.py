@@ -332,8 +332,10 @@ def tflite_precision(path: Path, input_shapes: dict[str, list[int]]):
         output = shape(int(op["outputs"][0]))
         macs = None
         if output and all(size > 0 for size in output):
-            if kind in ("CONV_2D", "CONV_3D", "FULLY_CONNECTED"):
+            if kind in ("CONV_2D", "FULLY_CONNECTED"):  # [Cout, kh, kw, Cin] / [N, K]
                 macs = math.prod(output) * math.prod(shape(weight)[1:])
+            elif kind == "CONV_3D":  # [kd, kh, kw, Cin, Cout]
+                macs = math.prod(output) * math.prod(shape(weight)[:-1])
             elif kind == "DEPTHWISE_CONV_2D":
                 macs = math.prod(output) * math.prod(shape(weight)[1:-1])
             elif kind == "TRANSPOSE_CONV":

@@ -267,7 +267,8 @@ def _check_reasons(key: str, record: rm.ArtifactRecord) -> list[rm.GateReason]:
     if attested is not None and attested.status == "failed":
         reasons.append(rm.GateReason(code="precision", artifact=key, message=attested.diagnosis()[0]))
     if any(detail.located() for detail in record.details):  # where it diverged, which nodes to keep in FP32
-        reasons.append(rm.GateReason(code="diverged", artifact=key, message="; ".join(record.diagnosis())))
+        located = [line for detail in record.details if detail.located() for line in detail.diagnosis()]
+        reasons.append(rm.GateReason(code="diverged", artifact=key, message="; ".join(located)))
     return reasons
 
 

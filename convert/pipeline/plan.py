@@ -51,6 +51,11 @@ def plan(request: ConvertRequest, hooks: RunHooks | None = None) -> Plan:
     targets = check_targets(request.to or default_targets(request.model)) if request.to or not given else []
     optimizations, auto = check_optimizations(request.optimize, targets)
     check_weight_options(request, optimizations)
+    if not 0 <= request.min_precision_share <= 1:
+        raise ConvertError(
+            f"--min-precision-share {request.min_precision_share:g} is not a share",
+            "Give a number from 0 (judge no precision claim) to 1 (every multiply-accumulate in the claimed precision); the default is 0.5.",
+        )
     formats = {**{t: t for t in targets}, **{o: REGISTRY.get("optimizer", o).format for o in optimizations}}
     packages = check_packages(request.package, {*formats.values(), *(fmt for _, fmt in given.values())})
     out_dir = Path(request.out)

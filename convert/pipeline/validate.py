@@ -18,6 +18,7 @@ from convert.pipeline.context import RunContext, crashed
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import FAILED_FOLDER, sha256_files, size_of
+from convert.text import first_line
 from convert.validation import ValidationCase, fixed_dims
 from convert.validators import TolerancePolicy
 from convert.validators.task_metrics import metric_drop
@@ -104,42 +105,56 @@ def validate(
 
 
 def attest(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> None:
-    """Record what the artifact's matrix products compute in, measured at the input shapes of its first CPU check that
-    ran, and judge its pass's precision claim against ``--min-precision-share`` (convert/precision.py)."""
+    """Record what the artifact's matrix products compute in, measured at the input shapes of its first check that
+    passed (else that ran), and judge its pass's precision claim against ``--min-precision-share``
+    (convert/precision.py). A measurement that fails or crashes is ``skipped`` with why: it fails nothing."""
     import time
 
-    from convert.precision import Measured, attested_share, judged, shares
+    from convert.precision import Measured, attested_share, judged, shares, unsized_for
 
     spec = REGISTRY.format(artifact.format)
-    claim = REGISTRY.get("optimizer", record.optimization).claim if record.optimization else "compute"
+    pass_spec = REGISTRY.get("optimizer", record.optimization) if record.optimization else None
+    # a pass claims its own precision (an FP32 pass on a BF16 base only changes the format); an export, the source's
+    claimed, claim = (pass_spec.precision, pass_spec.claim) if pass_spec else (record.precision, "compute")
     threshold = ctx.request.min_precision_share
-    found = rm.PrecisionAttestation(status="skipped", claimed=record.precision, claim=claim, threshold=threshold)
-    ran = next((c for c in record.checks if c.status != "skipped" and c.input_shapes and c.device == "cpu"), None)
+    attestation = rm.PrecisionAttestation(status="skipped", claimed=claimed, claim=claim, threshold=threshold)
+    ran = [c for c in record.checks if c.input_shapes and c.kind == "shape"]
+    sizing = next((c for c in ran if c.status == "passed"), None) or next((c for c in ran if c.status == "failed"), None)
     if spec.attest is None:
-        found.reason = f"the tool cannot read the types of {spec.title}'s matrix products"
-    elif ran is None:
-        found.reason = "no check ran on the CPU, whose input shapes would size its products"
+        attestation.reason = f"the tool cannot read the types of {spec.title}'s matrix products"
+    elif sizing is None:
+        attestation.reason = "no check ran, whose input shapes would size its products"
     else:
         started = time.perf_counter()
-        measured = ctx.worker.call(Session.attest, artifact.format, artifact.path, ran.input_shapes)
-        found.seconds = round(time.perf_counter() - started, 3)
+        try:
+            measured = ctx.worker.call(Session.attest, artifact.format, artifact.path, sizing.input_shapes)
+        except StageCrashed as exc:
+            measured = f"measuring it crashed the worker: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a measurement that fails is reported, never fails the run
+            measured = f"measuring it failed: {type(exc).__name__}: {first_line(str(exc))}"
+        attestation.seconds = round(time.perf_counter() - started, 3)
         if isinstance(measured, Measured):
             products = measured.products
-            found.shape, found.measured, found.casts = ran.shape, measured.how, measured.casts
-            found.products, found.macs = len(products), sum(p.macs or 0 for p in products)
-            found.unsized = sum(1 for p in products if p.macs is None)
-            found.compute, found.weights = shares(products, "compute"), shares(products, "weights")
-            found.runtime, found.runtime_compute, found.runtime_note = measured.runtime, measured.runtime_shares(), measured.runtime_reason
-            found.attested_share = attested_share(record.precision, claim, products)
+            attestation.shape, attestation.measured, attestation.casts = sizing.shape, measured.how, measured.casts
+            attestation.products, attestation.macs = len(products), sum(p.macs or 0 for p in products)
+            attestation.unsized = sum(1 for p in products if p.macs is None)
+            attestation.compute, attestation.weights = shares(products, "compute"), shares(products, "weights")
+            attestation.runtime, attestation.runtime_compute = measured.runtime, measured.runtime_shares()
+            attestation.runtime_note = measured.runtime_reason
+            attestation.attested_share = attested_share(claimed, claim, products)
+            unsized = unsized_for(claim, products)
             if not products:
-                found.status, found.reason = "skipped", "it has no matrix products (convolutions, matrix multiplications, Gemm)"
-            elif not judged(record.precision, threshold) or found.attested_share is None:
-                found.status = "measured"
+                attestation.reason = "it has no matrix products (convolutions, matrix multiplications, Gemm)"
+            elif not judged(claimed, threshold) or attestation.attested_share is None:
+                attestation.status = "measured"
+            elif unsized:
+                attestation.status = "measured"
+                attestation.reason = f"{unsized} of its products the claim counts could not be sized: the claim is not judged"
             else:
-                found.status = "passed" if found.attested_share >= threshold else "failed"
+                attestation.status = "passed" if attestation.attested_share >= threshold else "failed"
         else:
-            found.reason = measured
-    record.add(found)
+            attestation.reason = measured
+    record.add(attestation)
 
 
 def _repair(

@@ -661,8 +661,8 @@ def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
     )
     if check is None and attested is not None and attested.status == "failed":
         return (
-            f"the {key} artifact {attested.diagnosis()[0]}. {where} Its values passed their checks; a pass that leaves most of the model in "
-            f"wider types is a pass that did not do what it says. Every figure is in {report_path}"
+            f"the {key} artifact {attested.diagnosis()[0]}. {where} Its values passed their checks; a pass that leaves more of the model in "
+            f"wider types than that did not do what it says. Every figure is in {report_path}"
         )
     problem = (
         f"the {key} artifact failed validation on {check.runtime} ({check.device}, {check.shape}): {first_line(check.reason, 400).rstrip('.')}"

@@ -302,7 +302,8 @@ class PrecisionAttestation(ArtifactDetail):
     kind: Literal["precision"] = "precision"
     status: Literal["passed", "failed", "skipped", "measured"] = Field(
         description="passed / failed: a reduced-precision claim met or missed by attested_share against threshold; measured: "
-        "figures of an FP32 artifact, or with the threshold at 0, no claim judged; skipped: not measured (reason)"
+        "figures with no claim judged (an FP32 artifact, the threshold at 0, nothing the claim counts, or some of it unsized: "
+        "reason); skipped: not measured (reason)"
     )
     claimed: str = Field(description="the precision the artifact's pass claims (the record's precision)")
     claim: Literal["compute", "weights"] = Field(
@@ -329,7 +330,7 @@ class PrecisionAttestation(ArtifactDetail):
         {}, description="type -> share of multiply-accumulates the runtime computes in (it may cast what the artifact describes)"
     )
     runtime_note: str = Field("", description="why the runtime computes otherwise than the artifact describes, or was not measured")
-    reason: str = Field("", description="why it was skipped")
+    reason: str = Field("", description="why it was skipped, or why a measured claim was not judged")
     seconds: float = 0.0
 
     def describe(self) -> str:
@@ -343,18 +344,24 @@ class PrecisionAttestation(ArtifactDetail):
             of = " (weights)" if self.claim == "weights" else ""
             verdict = (
                 f"{self.claimed}{of} claim {'met' if self.status == 'passed' else 'missed'}, "
-                f"{percent(self.attested_share)} {'>=' if self.status == 'passed' else '<'} {self.threshold:.0%}: "
+                f"{percent(self.attested_share)} {'>=' if self.status == 'passed' else '<'} {self.threshold * 100:g}%: "
             )
         weights = f"; weights {figure(self.weights)}" if self.weights else ""
         runtime = f"; {self.runtime}: {figure(self.runtime_compute)}" if self.runtime and self.runtime_compute else ""
         note = f" ({self.runtime_note})" if self.runtime_note else ""
-        return f"{verdict}compute {figure(self.compute)}{weights}{runtime}{note}; {size} at {self.shape}, from {self.measured}"
+        unjudged = f"; {self.reason}" if self.reason else ""
+        return f"{verdict}compute {figure(self.compute)}{weights}{runtime}{note}; {size} at {self.shape}, from {self.measured}{unjudged}"
+
+    def testcase(self, checks: list[Check]) -> Check | None:
+        """None: JUnit has a test case of its own for the claim (``convert.KEY.precision``)."""
+        return None
 
     def notable(self) -> bool:
         """A claim judged, a reduced precision not measured, or a runtime that computes otherwise than the artifact
         describes; an FP32 artifact computing in FP32 says nothing worth a line."""
         if self.status == "measured":
-            return bool(self.runtime_compute) and self.runtime_compute.keys() != self.compute.keys()
+            differs = bool(self.runtime_compute) and self.runtime_compute.keys() != self.compute.keys()
+            return differs or bool(self.reason)
         return self.status != "skipped" or self.claimed not in ("fp32", "fp64")
 
     def diagnosis(self) -> list[str]:
@@ -363,11 +370,11 @@ class PrecisionAttestation(ArtifactDetail):
         from convert.precision import accepted, percent
 
         found = self.weights if self.claim == "weights" else self.compute
-        widest, share = next(((kind, share) for kind, share in found.items() if kind not in accepted(self.claimed)), ("fp32", 0.0))
+        other, share = next(((kind, share) for kind, share in found.items() if kind not in accepted(self.claimed)), ("fp32", 0.0))
         what = "stores the weights of" if self.claim == "weights" else "computes"
         return [
-            f"{what} {percent(share)} of its multiply-accumulates in {widest} and {percent(self.attested_share)} in {self.claimed}, below the "
-            f"{self.threshold:.0%} its {self.claimed} claim needs: it is not the {self.claimed} model it says it is (lower "
+            f"{what} {percent(share)} of its multiply-accumulates in {other} and {percent(self.attested_share)} in {self.claimed}, below the "
+            f"{self.threshold * 100:g}% its {self.claimed} claim needs: it is not the {self.claimed} model it says it is (lower "
             "--min-precision-share, or the policy's validation.min_precision_share, to accept it)"
         ]
 

@@ -143,7 +143,8 @@ def _task_case(classname: str, check: Check, metric: TaskMetric, not_chosen: boo
 
 def _precision_case(classname: str, attested: PrecisionAttestation, not_chosen: bool) -> ET.Element:
     """The precision claim judged: a failure when the artifact computes (or stores) less than the share asked in it."""
-    case = _testcase(classname, f"computes in {attested.claimed}" + facts.NOT_CHOSEN * not_chosen, attested.seconds)
+    claim = f"stores its weights in {attested.claimed}" if attested.claim == "weights" else f"computes in {attested.claimed}"
+    case = _testcase(classname, claim + facts.NOT_CHOSEN * not_chosen, attested.seconds)
     if attested.status == "skipped":
         return _outcome(case, "skipped", attested.reason)
     if attested.status == "failed":

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from convert.backends.onnx import compute_precision
 from convert.backends.tensorrt import engine_products
-from convert.precision import MatrixProduct, attested_share, judged, shares
+from convert.precision import MatrixProduct, attested_share, judged, shares, unsized_for
 
 pytestmark = pytest.mark.fast
 
@@ -78,6 +78,8 @@ def test_a_weight_only_pass_is_judged_on_the_products_that_have_a_stored_weight(
     stored = {p.name: (p.op, p.weights) for p in measured.products}
     assert stored["gram"] == ("MatMul", None) and {op for op, _ in stored.values()} == {"MatMulNBits", "MatMul"}
     assert shares(measured.products, "weights") == {"int4": 1.0}  # the gram matrix has no weight to store
+    # MatMulNBits is sized from its K and N attributes: the same multiply-accumulates as the MatMuls it replaced
+    assert sorted(p.macs for p in measured.products if p.op == "MatMulNBits") == [4 * 32 * 8, 4 * 16 * 32]
     assert attested_share("int4", "weights", measured.products) == 1.0
     assert attested_share("int4", "compute", measured.products) < 1.0
 
@@ -109,6 +111,17 @@ def test_shares_are_by_layer_where_no_product_is_sized_and_a_claim_accepts_any_i
     assert attested_share("int8", "compute", unsized) == 0.5
     assert attested_share("int8", "compute", []) is None
     assert not judged("fp32", 0.5) and not judged("int8", 0.0) and judged("fp16", 0.5)
+
+
+def test_a_claim_with_some_of_its_products_unsized_is_not_judged():
+    mixed = [
+        MatrixProduct("MatMul", "sized", 100, "fp32", "fp32"),
+        MatrixProduct("MatMulNBits", "unsized", None, "fp32", "int4"),
+        MatrixProduct("MatMul", "scores", None, "fp32", None),
+    ]
+    assert unsized_for("weights", mixed) == 1 and unsized_for("compute", mixed) == 2
+    assert unsized_for("weights", mixed[2:]) == 0  # nothing the weights claim counts
+    assert unsized_for("compute", [p for p in mixed if p.macs is None]) == 0  # none sized: shares by layer
 
 
 def test_an_engine_inspectors_layers_in_the_layout_tensorrt_documents():
