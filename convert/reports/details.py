@@ -357,12 +357,15 @@ class PrecisionAttestation(ArtifactDetail):
         return None
 
     def notable(self) -> bool:
-        """A claim judged, a reduced precision not measured, or a runtime that computes otherwise than the artifact
-        describes; an FP32 artifact computing in FP32 says nothing worth a line."""
+        """A claim missed, a reduced precision not measured or not judged, or an unjudged artifact whose runtime computes
+        otherwise than it describes. A claim met is in the JSON and HTML reports, the auto table and the benchmarks'
+        notes, not a line of its own: an FP32 artifact computing in FP32, or an INT8 one in INT8, says nothing new."""
         if self.status == "measured":
             differs = bool(self.runtime_compute) and self.runtime_compute.keys() != self.compute.keys()
             return differs or bool(self.reason)
-        return self.status != "skipped" or self.claimed not in ("fp32", "fp64")
+        if self.status == "skipped":
+            return self.claimed not in ("fp32", "fp64")
+        return self.status == "failed"
 
     def diagnosis(self) -> list[str]:
         if self.status != "failed" or self.attested_share is None:

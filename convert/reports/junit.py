@@ -92,7 +92,8 @@ def _validation_suite(report: Report) -> ET.Element:
                 _task_case(f"convert.{key}.task", check, m, not_chosen) for check in artifact.task_checks() for m in check.task.metrics
             ]
             attested = artifact.detail(PrecisionAttestation)
-            if attested is not None and attested.notable() and attested.status != "measured":
+            # a judged claim is a test case, passed or failed; a reduced precision not measured, a skipped one
+            if attested is not None and (attested.status in ("passed", "failed") or (attested.status == "skipped" and attested.notable())):
                 cases.append(_precision_case(f"convert.{key}.precision", attested, not_chosen))
         else:
             unchecked, missing = facts.unchecked(report, artifact), facts.unbuilt(report, artifact)
