@@ -185,7 +185,9 @@ class Session:
                 self._traced = {key: REGISTRY.get("exporter", exporter).load()().traced(replace(job, source=self.source), strategy)}
             traced = self._traced[key]
             if traced is None:
-                return rm.Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
+                from convert.reports.details import Divergence
+
+                return Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
             return locate(traced, artifact, feed, reference, tolerance, folder, graph)
 
     def attest(self, fmt: str, path, input_shapes: dict[str, list[int]]):
