@@ -337,18 +337,8 @@ def matching_nodes(graph, patterns: tuple[str, ...] | list[str]) -> list[str]:
 
 # ONNX tensor types in the precision report's spelling
 _PRECISION_OF_TYPE = {
-    1: "fp32",
-    10: "fp16",
-    16: "bf16",
-    11: "fp64",
-    3: "int8",
-    2: "int8",
-    22: "int4",
-    21: "int4",
-    17: "fp8",
-    18: "fp8",
-    19: "fp8",
-    20: "fp8",
+    **{1: "fp32", 10: "fp16", 16: "bf16", 11: "fp64", 3: "int8", 2: "int8", 5: "int16", 4: "int16", 22: "int4", 21: "int4"},
+    **dict.fromkeys((17, 18, 19, 20), "fp8"),
 }
 # integer matrix products: op type -> the index of its weight input (its first input is the activation)
 _INTEGER_PRODUCTS = {

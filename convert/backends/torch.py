@@ -319,7 +319,7 @@ class TracedProgram:
 
 class TracedScript:
     """A TorchScript artifact, its own captured program: its outputs, and each submodule run on the inputs the source's
-    same module received when the source ran eagerly (a forward pre-hook), beside that module's eager output."""
+    same module received when the source ran eagerly (a forward hook), beside that module's eager output."""
 
     method = "the TorchScript archive, each submodule run on the inputs its eager twin received"
 
@@ -331,9 +331,6 @@ class TracedScript:
         """A TorchScript artifact (validation has loaded it already, with the trust it needs)."""
         return cls(source, require_torch().jit.load(str(path), map_location="cpu"))
 
-    def names(self, graph) -> dict[str, str]:
-        return {}
-
     def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The archive's outputs for one feed, named as the source's."""
         torch = require_torch()
@@ -344,16 +341,18 @@ class TracedScript:
     def module_outputs(self, feed: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """Each submodule called once, in the order the modules finish: its eager output beside the archive's same
         submodule's on the same inputs. A module whose archive twin is missing, takes other arguments (a traced
-        submodule takes the positional tensors it was traced with) or gives another shape is left out."""
+        submodule takes the positional tensors it was traced with: a call with keyword arguments is not replayed) or
+        gives another shape is left out."""
         torch = require_torch()
         module = self.source.module
         calls: dict[str, list] = {}
 
-        def record(path, _module, args, output):
+        def record(path, _module, args, kwargs, output):
             tensor = next(iter(flatten_outputs(output).values()), None) if not isinstance(output, torch.Tensor) else output
-            calls.setdefault(path, []).append((args, tensor if isinstance(tensor, torch.Tensor) else None))
+            replayable = not kwargs and all(isinstance(a, torch.Tensor) for a in args)
+            calls.setdefault(path, []).append((args if replayable else None, tensor if isinstance(tensor, torch.Tensor) else None))
 
-        hooks = [m.register_forward_hook(functools.partial(record, path)) for path, m in module.named_modules() if path]
+        hooks = [m.register_forward_hook(functools.partial(record, path), with_kwargs=True) for path, m in module.named_modules() if path]
         try:
             with torch.inference_mode():
                 self.source.convention(module, to_tensors(self.source.signature.inputs, feed))
@@ -365,7 +364,7 @@ class TracedScript:
         found = []
         for path, made in calls.items():
             (args, expected), twin = made[0], scripted.get(path)
-            if len(made) != 1 or expected is None or twin is None or not all(isinstance(a, torch.Tensor) for a in args):
+            if len(made) != 1 or args is None or expected is None or twin is None:
                 continue
             try:
                 with torch.inference_mode():

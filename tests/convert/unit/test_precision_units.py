@@ -160,3 +160,26 @@ def test_an_engine_inspectors_layers_in_the_layout_tensorrt_documents():
         ("{ForeignNode[attention]}", None, "int8", None),
     ]
     assert shares(products, "compute") == pytest.approx({"fp32": 6912 / (6912 + 2560), "fp16": 2560 / (6912 + 2560)})
+
+
+def test_a_16_bit_qdq_product_computes_in_int16_not_int8(tmp_path):
+    """ONNX Runtime fuses 8-bit QDQ pairs into its integer kernels; a 16-bit pair is no INT8 arithmetic."""
+    weight = numpy_helper.from_array(np.arange(64, dtype=np.int16).reshape(16, 4), "w_q")
+    scale = numpy_helper.from_array(np.array(0.01, np.float32), "scale")
+    zero = numpy_helper.from_array(np.array(0, np.int16), "zero")
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["x_q"], name="q"),
+        helper.make_node("DequantizeLinear", ["x_q", "scale", "zero"], ["x_dq"], name="dq_x"),
+        helper.make_node("DequantizeLinear", ["w_q", "scale", "zero"], ["w"], name="dq_w"),
+        helper.make_node("MatMul", ["x_dq", "w"], ["y"], name="product"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [weight, scale, zero],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "q16.onnx")
+    (product,) = compute_precision(tmp_path / "q16.onnx", {"x": [2, 16]}).products
+    assert (product.compute, product.weights, product.macs) == ("int16", "int16", 2 * 16 * 4)
