@@ -47,7 +47,6 @@ def child(pt2: str, out: str, result: str, link: str, width: int, layers: int) -
     from convert.exporters.onnx import TorchToOnnx
     from convert.pipeline.context import ConvertRequest, Progress
     from convert.pipeline.runner import run
-    from convert.specs import parse_input_specs
     from fixtures.large_torch import INPUT_WIDTH, build_mlp
 
     real = TorchToOnnx._dynamo
@@ -87,9 +86,7 @@ def child(pt2: str, out: str, result: str, link: str, width: int, layers: int) -
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    request = ConvertRequest(
-        model=model, to=("onnx",), out=Path(out), inputs=parse_input_specs(inputs), isolate=False, cache=False, samples=1
-    )
+    request = ConvertRequest(model=model, to=("onnx",), out=Path(out), inputs=inputs, isolate=False, cache=False, samples=1)
     report = run(request, Stages()).report
     done.set()
     sampler.join()

@@ -364,6 +364,7 @@ def compute_precision(path: Path, input_shapes: dict[str, list[int]]):
     from convert.precision import MatrixProduct, Measured
 
     model = onnx.load(str(path), load_external_data=False)
+    _drop_weight_values(model)
     for graph_input in model.graph.input:
         if graph_input.name in input_shapes:
             dims = graph_input.type.tensor_type.shape.dim
@@ -404,6 +405,19 @@ def compute_precision(path: Path, input_shapes: dict[str, list[int]]):
         runtime="onnxruntime on cpu",
         runtime_reason=note,
     )
+
+
+# a tensor larger than this is a weight: its values size nothing (shape inference reads those of small constants)
+_SIZING_VALUE_BYTES = 2**16
+
+
+def _drop_weight_values(model) -> None:
+    """Clear the values of the graph's large initializers, in place, keeping their names, types and dims: shape
+    inference copies the model, and a model under the 2 GB protobuf limit holds its weights inline."""
+    for tensor in model.graph.initializer:
+        if tensor.ByteSize() > _SIZING_VALUE_BYTES:
+            for values in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+                tensor.ClearField(values)
 
 
 def _inferred(model):
