@@ -287,21 +287,11 @@ class TracedProgram:
         program (the last node the program runs inside that module), in the order the modules finish. A module called
         more than once, or whose values do not have the same shape on both sides, is left out: which value stands for
         it is not known."""
-        torch = require_torch()
         module = self.source.module
-        eager: dict[str, list] = {}
-
-        def record(path, _module, _inputs, output):
-            tensor = next(iter(flatten_outputs(output).values()), None) if not isinstance(output, torch.Tensor) else output
-            eager.setdefault(path, []).append(to_numpy(tensor) if isinstance(tensor, torch.Tensor) else None)
-
-        hooks = [m.register_forward_hook(functools.partial(record, path)) for path, m in module.named_modules() if path]
-        try:
-            with torch.inference_mode():
-                self.source.convention(module, to_tensors(self.source.signature.inputs, feed))
-        finally:
-            for hook in hooks:
-                hook.remove()
+        eager = {
+            path: [to_numpy(output) if output is not None else None for _, output in made]
+            for path, made in module_calls(self.source, feed).items()
+        }
         last: dict[str, str] = {}  # module path -> the last node run inside it
         for node in self.program.graph.nodes:
             if node.op == "call_function" and _is_tensor(node):
@@ -345,20 +335,7 @@ class TracedScript:
         gives another shape is left out."""
         torch = require_torch()
         module = self.source.module
-        calls: dict[str, list] = {}
-
-        def record(path, _module, args, kwargs, output):
-            tensor = next(iter(flatten_outputs(output).values()), None) if not isinstance(output, torch.Tensor) else output
-            replayable = not kwargs and all(isinstance(a, torch.Tensor) for a in args)
-            calls.setdefault(path, []).append((args if replayable else None, tensor if isinstance(tensor, torch.Tensor) else None))
-
-        hooks = [m.register_forward_hook(functools.partial(record, path), with_kwargs=True) for path, m in module.named_modules() if path]
-        try:
-            with torch.inference_mode():
-                self.source.convention(module, to_tensors(self.source.signature.inputs, feed))
-        finally:
-            for hook in hooks:
-                hook.remove()
+        calls = module_calls(self.source, feed)
         scripted = dict(self.scripted.named_modules())
         kinds = {path: type(m).__name__ for path, m in module.named_modules()}
         found = []
@@ -375,6 +352,29 @@ class TracedScript:
             if isinstance(actual, torch.Tensor) and actual.shape == expected.shape:
                 found.append((f"{path} ({kinds[path]})", to_numpy(expected), to_numpy(actual)))
         return found
+
+
+def module_calls(source: CalledModel, feed: dict[str, np.ndarray]) -> dict[str, list[tuple[tuple | None, Any]]]:
+    """Each submodule's calls while the source runs eagerly on one feed (a forward hook on every one), by module path:
+    the positional tensors it was called with (None where it took keyword or non-tensor arguments: not replayable) and
+    its first output tensor (None where it gave none)."""
+    torch = require_torch()
+    calls: dict[str, list] = {}
+
+    def record(path, _module, args, kwargs, output):
+        tensor = next(iter(flatten_outputs(output).values()), None) if not isinstance(output, torch.Tensor) else output
+        replayable = not kwargs and all(isinstance(a, torch.Tensor) for a in args)
+        calls.setdefault(path, []).append((args if replayable else None, tensor if isinstance(tensor, torch.Tensor) else None))
+
+    module = source.module
+    hooks = [m.register_forward_hook(functools.partial(record, path), with_kwargs=True) for path, m in module.named_modules() if path]
+    try:
+        with torch.inference_mode():
+            source.convention(module, to_tensors(source.signature.inputs, feed))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return calls
 
 
 def _module_path(node) -> str:
