@@ -1,10 +1,13 @@
 """JAX as the localisation of a jax2onnx export sees it: the program's equations run one by one, matched with the
 ONNX graph's nodes by the source line that called them (jax2onnx writes it on every node as ``pkg.jax2onnx.callsite``,
-``Class.method:line``, when its stack-trace metadata is on, as this tool's exporter turns it)."""
+``Class.method:line``, when its stack-trace metadata is on, as this tool's exporter turns it); and the program as it was
+captured, traced at the export's symbolic shapes, its module calls beside those of the program traced at the concrete
+shapes."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -14,6 +17,8 @@ STACKTRACE_ENV = "JAX2ONNX_ENABLE_STACKTRACE_METADATA"
 
 class TracedJaxpr:
     method = "the JAX program's equations run one by one, matched with jax2onnx's nodes by the source line that called them"
+    # A JAX program is captured at the export's symbolic shapes: a model that specialises on a concrete size (``if
+    # x.shape[0] == 1``) takes the other branch there, which the reference (jitted at the concrete shapes) does not.
 
     def __init__(self, source):
         self.source = source
@@ -53,6 +58,104 @@ class TracedJaxpr:
                         return found
                     found[wanted[var]], taken = array, taken + array.nbytes
         return found
+
+    def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The model's outputs as the exporter captured it: traced at the export's symbolic shapes, run at the feed's."""
+        from convert.sources.jax import named_outputs
+
+        outputs = _run_with(self._symbolic(), [], self._arrays(feed), self.source.symbolic_specs())
+        return {name: np.asarray(value) for name, value in named_outputs(_unflattened(self.source, feed, outputs)).items()}
+
+    def module_outputs(self, feed: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Each module call's result (a ``__call__`` in the equations' tracebacks, told apart by the lines that called
+        it) in the program traced at the feed's shapes, beside the same call's in the program traced at the export's
+        symbolic shapes, both run at the feed, in the order the calls finish. A call that gives more than one value to
+        the rest of the program, or that only one of the two programs makes, is left out."""
+        import jax
+
+        arrays = self._arrays(feed)
+        concrete_program, symbolic_program = jax.make_jaxpr(self.source.bound())(*arrays), self._symbolic()
+        concrete, symbolic = _module_calls(concrete_program), _module_calls(symbolic_program)
+        shared = [call for call in concrete if call in symbolic]
+        expected = _run_with(concrete_program, [concrete[call][1] for call in shared], arrays)
+        actual = _run_with(symbolic_program, [symbolic[call][1] for call in shared], arrays, self.source.symbolic_specs())
+        return [
+            (concrete[call][0], np.asarray(left), np.asarray(right))
+            for call, left, right in zip(shared, expected, actual)
+            if np.shape(left) == np.shape(right)
+        ]
+
+    def _arrays(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [feed[spec.name] for spec in self.source.signature.inputs]
+
+    def _symbolic(self):
+        import jax
+
+        return jax.make_jaxpr(self.source.bound())(*self.source.symbolic_specs())
+
+
+def _run_with(closed, extra: list, arrays: list[np.ndarray], specs: list | None = None) -> list:
+    """The program's outputs, or the ``extra`` values it makes where there are any, run on the arrays: compiled for
+    ``specs`` where given (symbolic shapes, through jax.export, which binds them to the arrays' sizes)."""
+    import jax
+    from jax.extend import core
+
+    extended = core.ClosedJaxpr(closed.jaxpr.replace(outvars=[*closed.jaxpr.outvars, *extra]), closed.consts)
+    function = jax.jit(core.jaxpr_as_fun(extended))
+    values = jax.export.export(function)(*specs).call(*arrays) if specs is not None else function(*arrays)
+    return list(values)[len(closed.jaxpr.outvars) :] if extra else list(values)
+
+
+def _unflattened(source, feed: dict[str, np.ndarray], leaves: list):
+    """The program's flat outputs in the structure the model returns them in."""
+    import jax
+
+    structure = jax.tree.structure(jax.eval_shape(source.bound(), *[feed[s.name] for s in source.signature.inputs]))
+    return jax.tree.unflatten(structure, leaves)
+
+
+def _module_calls(closed) -> dict[tuple, tuple[str, object]]:
+    """Each module call of the program, by (its chain of calling lines, which of its runs): its label and the one value
+    it gives to the rest of the program, in the order the calls finish. A call is a ``__call__`` frame of the
+    equations' user tracebacks (frames of this package left out); its run is the equations in a row inside it."""
+    from jax._src import source_info_util
+
+    runs: dict[tuple, int] = defaultdict(int)  # a chain → how many runs of it so far
+    current: dict[tuple, tuple] = {}  # a chain open at the previous equation → its call
+    calls: dict[tuple, dict] = {}
+    for index, eqn in enumerate(closed.jaxpr.eqns):
+        frames = [f for f in source_info_util.user_frames(eqn.source_info.traceback) if not f.file_name.startswith(_PACKAGE)]
+        chain = frames[::-1]  # outermost first
+        open_now: dict[tuple, tuple] = {}
+        for depth, frame in enumerate(chain):
+            if not frame.function_name.endswith("__call__"):
+                continue
+            key = (*((f.file_name, f.function_name, f.start_line) for f in chain[:depth]), (frame.file_name, frame.function_name))
+            call = current.get(key)
+            if call is None:
+                call = (key, runs[key])
+                runs[key] += 1
+                caller = chain[depth - 1] if depth else None
+                label = frame.function_name + (f" (called at {caller.function_name}, line {caller.start_line})" if caller else "")
+                calls[call] = {"label": label, "made": set(), "read_after": [], "last": index}
+            open_now[key] = call
+            calls[call]["made"].update(v for v in eqn.outvars if type(v).__name__ != "DropVar")
+            calls[call]["last"] = index
+        for value in eqn.invars:
+            if _hashable(value):
+                for call, found in calls.items():
+                    if call not in open_now.values() and value in found["made"] and value not in found["read_after"]:
+                        found["read_after"].append(value)
+        current = open_now
+    for value in closed.jaxpr.outvars:
+        for found in calls.values():
+            if _hashable(value) and value in found["made"] and value not in found["read_after"]:
+                found["read_after"].append(value)
+    ordered = sorted(calls.items(), key=lambda item: item[1]["last"])
+    return {call: (found["label"], found["read_after"][0]) for call, found in ordered if len(found["read_after"]) == 1}
+
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])
 
 
 def _callsite(node) -> str:

@@ -49,12 +49,10 @@ class JaxToOnnx(Exporter):
         return strategies
 
     def _jax2onnx(self, job: ExportJob, path: Path) -> Artifact:
-        import jax
         import jax2onnx
 
         source = job.source
-        symbolic = source.symbolic_dims()
-        inputs = [jax.ShapeDtypeStruct(tuple(symbolic.get(d, d) for d in s.dims), s.dtype) for s in source.signature.inputs]
+        inputs = source.symbolic_specs()
         with linen_pooling_by_position(), _call_sites_recorded():
             model = jax2onnx.to_onnx(
                 source.bound(),

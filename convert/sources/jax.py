@@ -105,6 +105,12 @@ class JaxSource(SourceModel):
         )
         return named_outputs(converted(self.trackable.params, *[tensors[s.name] for s in specs]))
 
+    def symbolic_specs(self) -> list[Any]:
+        """Each input as JAX traces it for export: every symbolic axis a symbolic dim that knows the constraints."""
+        jx = jax()
+        symbolic = self.symbolic_dims()
+        return [jx.ShapeDtypeStruct(tuple(symbolic.get(d, d) for d in s.dims), s.dtype) for s in self.signature.inputs]
+
     def constraints(self) -> tuple[str, ...]:
         """The --shape-range bounds as JAX shape constraints ("S <= 128"): a model that slices a table to a symbolic
         size (``positions[:S]``) broadcasts only where JAX knows the size fits the table."""

@@ -116,6 +116,45 @@ def build():
     return keras.Model(inputs, keras.layers.Dense(4, name="head")(hidden))
 """
 
+JAX = """
+import jax
+from flax import nnx
+
+
+class Block(nnx.Module):
+    def __init__(self, width, rngs):
+        self.linear = nnx.Linear(width, width, rngs=rngs)
+
+    def __call__(self, x):
+        return x + nnx.gelu(self.linear(x))
+
+
+class SpecialisedOnItsBatch(Block):
+    # a path taken only when the batch size is a concrete number, as code specialised on sizes does: the export
+    # traces the batch as a symbolic dim and captures the other path
+    def __call__(self, x):
+        y = super().__call__(x)
+        return y * 1.1 if jax.core.is_constant_dim(x.shape[0]) else y
+
+
+class Stack(nnx.Module):
+    def __init__(self, rngs):
+        self.embed = nnx.Linear(8, 16, rngs=rngs)
+        self.first = Block(16, rngs)
+        self.second = SpecialisedOnItsBatch(16, rngs)
+        self.head = nnx.Linear(16, 4, rngs=rngs)
+
+    def __call__(self, x):
+        x = self.embed(x)
+        x = self.first(x)
+        x = self.second(x)
+        return self.head(x)
+
+
+def build():
+    return Stack(nnx.Rngs(0))
+"""
+
 
 def _divergence(out: Path) -> dict:
     report = load_report(out / "report.json")
@@ -174,6 +213,22 @@ def test_a_keras_layer_that_differs_only_when_traced_is_named(tmp_path):
         ("block_1 (ScaledWhileTraced)", "failed"),
     ]
     assert "first in block_1 (ScaledWhileTraced)" in run.stdout
+
+
+def test_a_jax_module_that_differs_only_while_exported_is_named_with_the_capture_link(tmp_path):
+    """jax2onnx traces the model at symbolic shapes; the module call whose result departs there from the program
+    traced at the concrete shapes (the reference's) is named, by the line that called it."""
+    (tmp_path / "nets.py").write_text(JAX)
+    args = ("--framework", "jax", "--input", "x:float32[B,8]", "--to", "onnx", "--out", str(tmp_path / "out"))
+    run = run_cli(f"{tmp_path / 'nets.py'}:build", *args)
+    assert run.returncode == 1, run.output
+    line = next(i for i, text in enumerate(JAX.splitlines(), 1) if "self.second(x)" in text)
+    named = f"SpecialisedOnItsBatch.__call__ (called at Stack.__call__, line {line})"
+    divergence = _divergence(tmp_path / "out")
+    assert (divergence["status"], divergence["stage"], divergence["layer"]) == ("found", "capture", named), divergence["probes"]
+    assert [p["status"] for p in divergence["probes"]][-1] == "failed"
+    assert all(p["status"] == "passed" for p in divergence["probes"][:-1]) and len(divergence["probes"]) > 3
+    assert f"first in {named}" in run.stdout
 
 
 def test_a_torch_export_program_is_localised_module_by_module(tmp_path):
