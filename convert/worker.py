@@ -83,6 +83,9 @@ class Session:
     def __init__(self) -> None:
         self.source = None
         self._traced: dict = {}  # the source's program as an exporter traced it, by exporter, strategy and export shape
+        # the programs exporters captured while they exported (they share the source's weights), by the same key
+        self._captured: dict = {}
+        self._chain_outputs: dict = {}  # an artifact's outputs on the chain's sample, by its digest and that sample's shape
 
     def load(self, request) -> SourceSummary:
         from convert.sources.resolve import resolve_source
@@ -153,7 +156,11 @@ class Session:
     def export(self, exporter: str, job):
         from convert.registry import REGISTRY
 
-        return REGISTRY.get("exporter", exporter).load()().export(replace(job, source=self.source))
+        made = REGISTRY.get("exporter", exporter).load()()
+        outcome = made.export(replace(job, source=self.source))
+        if outcome.artifact is not None and made.captured is not None:
+            self._captured[_traced_key(exporter, outcome.artifact.strategy, job)] = made.captured
+        return outcome
 
     def optimize(self, name: str, job):
         from convert.registry import REGISTRY
@@ -172,23 +179,88 @@ class Session:
         ``strategy`` made the ONNX file it comes from, which is ``graph`` for an OpenVINO IR."""
         from convert.exporters.base import quiet
         from convert.localize import locate
-        from convert.registry import REGISTRY
 
         if artifact.format in ("torch_export", "torchscript"):  # the artifact is the program the exporter captured
             from convert.backends.torch import TracedProgram, TracedScript
 
             program = (TracedProgram if artifact.format == "torch_export" else TracedScript).of_file(self.source, artifact.path)
             return locate(program, artifact, feed, reference, tolerance, folder)
-        key = (exporter, strategy, tuple((name, value.shape) for name, value in job.feed.items()))
+        traced = self._traced_program(exporter, strategy, job)
+        if traced is None:
+            from convert.reports.details import Divergence
+
+            return Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
+        with quiet(io.StringIO()):  # the program's chatter, as when the exporter ran it
+            return locate(traced, artifact, feed, reference, tolerance, folder, graph)
+
+    def _traced_program(self, exporter: str, strategy: str, job):
+        """The source's program as the exporter's strategy captured it: the one kept from the export where the exporter
+        keeps it, else traced again (one at a time: a frozen graph holds a copy of the weights)."""
+        from convert.exporters.base import quiet
+        from convert.registry import REGISTRY
+
+        key = _traced_key(exporter, strategy, job)
+        if key in self._captured:
+            return self._captured[key]
         with quiet(io.StringIO()):  # the exporter's chatter, as when it exported
             if key not in self._traced:
                 self._traced = {key: REGISTRY.get("exporter", exporter).load()().traced(replace(job, source=self.source), strategy)}
-            traced = self._traced[key]
-            if traced is None:
-                from convert.reports.details import Divergence
+        return self._traced[key]
 
-                return Divergence(status="skipped", reason=f"the graph {strategy} wrote keeps no names of the source's values")
-            return locate(traced, artifact, feed, reference, tolerance, folder, graph)
+    def chain(self, artifact, exporter: str, strategy: str, job, feed, reference, policy, base=None) -> rm.ChainLinks:
+        """The error each link of the artifact's chain adds on one sample (convert/chain.py): for an exported artifact its
+        capture and conversion links, for an optimized one (``base``: the artifact the pass started from) its pass's."""
+        from convert import chain
+        from convert.exporters.base import quiet
+        from convert.reports.details import ChainLinks
+        from convert.text import first_line
+
+        shape = tuple((name, value.shape) for name, value in feed.items())
+        found = ChainLinks()
+        outputs = chain.outputs_on_cpu(artifact, feed)
+        if not isinstance(outputs, str):
+            self._chain_outputs = {k: v for k, v in self._chain_outputs.items() if k[0] != artifact.sha256}
+            self._chain_outputs[(artifact.sha256, shape)] = outputs
+        if base is not None:
+            step, compares = strategy, f"the {base.format} artifact it was made from against this artifact"
+            before = self._chain_outputs.get((base.sha256, shape)) or chain.outputs_on_cpu(base, feed)
+            if isinstance(before, str) or isinstance(outputs, str):
+                found.links = [chain.skipped("optimization", step, compares, before if isinstance(before, str) else outputs)]
+            else:
+                found.links = [chain.link("optimization", step, compares, before, outputs, feed, policy, artifact.precision)]
+            return found
+        if artifact.format in chain.CAPTURED_FORMATS:
+            compares = "the source model against the program the exporter captured (this artifact)"
+            if isinstance(outputs, str):
+                found.links = [chain.skipped("capture", strategy, compares, outputs)]
+            else:
+                found.links = [chain.link("capture", strategy, compares, reference, outputs, feed, policy, artifact.precision)]
+            return found
+        traced = self._traced_program(exporter, strategy, job)
+        program = getattr(traced, "outputs", None)
+        capture = "the source model against the program the exporter captured"
+        conversion = f"the captured program against the {artifact.format} artifact"
+        if program is None:
+            reason = f"{strategy} keeps no program of its own that runs apart from the artifact"
+            captured = reason
+        else:
+            try:
+                with quiet(io.StringIO()):
+                    captured = program(feed)
+            except Exception as exc:  # noqa: BLE001 - a link that cannot be run is reported, never fails the run
+                captured = f"running the captured program failed: {type(exc).__name__}: {first_line(str(exc))}"
+        if isinstance(captured, str):
+            found.links = [
+                chain.skipped("capture", strategy, capture, captured),
+                chain.skipped("conversion", strategy, conversion, captured),
+            ]
+            return found
+        found.links = [chain.link("capture", strategy, capture, reference, captured, feed, policy, artifact.precision)]
+        if isinstance(outputs, str):
+            found.links.append(chain.skipped("conversion", strategy, conversion, outputs))
+        else:
+            found.links.append(chain.link("conversion", strategy, conversion, captured, outputs, feed, policy, artifact.precision))
+        return found
 
     def attest(self, fmt: str, path, input_shapes: dict[str, list[int]]):
         """What the artifact's matrix products compute in (convert/precision.py ``Measured``), as its format's spec
@@ -223,6 +295,10 @@ class Session:
             Entry(REGISTRY.get("runtime", runtime).load() if runtime else None, artifact, device) for runtime, artifact, device in entries
         ]
         return benchmark_session(self.source, resolved, plan, settings, session)
+
+
+def _traced_key(exporter: str, strategy: str, job) -> tuple:
+    return (exporter, strategy, tuple((name, value.shape) for name, value in job.feed.items()))
 
 
 def new_log() -> IO[bytes]:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from convert.errors import ConvertError
 
 CALLSITE_KEY = "pkg.jax2onnx.callsite"
 STACKTRACE_ENV = "JAX2ONNX_ENABLE_STACKTRACE_METADATA"
@@ -61,8 +64,6 @@ class TracedJaxpr:
 
     def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The model's outputs as the exporter captured it: traced at the export's symbolic shapes, run at the feed's."""
-        from convert.sources.jax import named_outputs
-
         outputs = _run_with(self._symbolic(), [], self._arrays(feed), self.source.symbolic_specs())
         return {name: np.asarray(value) for name, value in named_outputs(_unflattened(self.source, feed, outputs)).items()}
 
@@ -92,6 +93,34 @@ class TracedJaxpr:
         import jax
 
         return jax.make_jaxpr(self.source.bound())(*self.source.symbolic_specs())
+
+
+def named_outputs(outputs: Any) -> dict[str, Any]:
+    """Name every array a JAX model returns, in JAX's own flattening order (the order exporters see):
+    dict keys and attributes joined by dots, ``output_K`` for the K-th element of a returned tuple, ``output`` for one array."""
+    import jax
+
+    leaves = jax.tree_util.tree_flatten_with_path(outputs)[0]
+    named: dict[str, Any] = {}
+    for path, leaf in leaves:
+        if not hasattr(leaf, "shape"):
+            raise ConvertError(
+                f"the model returns a {type(leaf).__name__}, which is not an array",
+                "Return arrays (alone, or in tuples, lists or dicts) from the model.",
+            )
+        parts = [key_name(key) for key in path]
+        if parts and isinstance(path[0], jax.tree_util.SequenceKey):
+            parts[0] = f"output_{parts[0]}"
+        named[".".join(parts) or "output"] = leaf
+    return named
+
+
+def key_name(key: Any) -> str:
+    """A pytree key's own name: a dict key, an attribute, or a sequence index."""
+    for attribute in ("key", "name", "idx"):
+        if hasattr(key, attribute):
+            return str(getattr(key, attribute))
+    return str(key)
 
 
 def _run_with(closed, extra: list, arrays: list[np.ndarray], specs: list | None = None) -> list:

@@ -115,9 +115,12 @@ class Exporter(abc.ABC):
         names."""
         return None
 
+    captured = None  # the program the strategy that wrote the artifact captured, where it keeps one (see traced)
+
     def export(self, job: ExportJob) -> ExportOutcome:
         attempts: list[Attempt] = []
         for strategy, run in self.strategies(job):
+            self.captured = None
             path = job.folder / f"{job.stem}{self.artifact_suffix()}"
             log = io.StringIO()
             started = time.perf_counter()

@@ -16,6 +16,7 @@ from convert.backends.executorch import (
     lower,
     require_executorch,
 )
+from convert.backends.torch import TracedProgram
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.torch_common import export_program, record_bounds
 
@@ -30,6 +31,7 @@ class TorchToExecuTorch(Exporter):
         defaults = default_bounds(job.source.signature.inputs, job.feed, job.dim_ranges)
         bounded = replace(job, dim_ranges={**job.dim_ranges, **defaults})
         program, why = export_program(bounded)
+        self.captured = TracedProgram(job.source, program)  # the chain's capture link (it shares the source's weights)
         taken = record_bounds(Artifact(format=self.format, path=path), program, bounded).dim_bounds  # the program's sizes
         kept = [symbol for symbol, (_, high) in defaults.items() if taken.get(symbol, (0, None))[1] == high]
         if kept:  # the defaults that torch did not narrow

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.backends.onnx import onnx_artifact, outputs_apart
+from convert.backends.torch import TracedProgram
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.torch_common import dynamic_axes, dynamic_shapes, example_arguments, export_program, exportable_module, record_bounds
 
@@ -71,6 +72,7 @@ class TorchToOnnx(Exporter):
             **self._names(job),
         )
         program.save(str(path), external_data=None)  # None: external data only past the 2 GB limit
+        self.captured = TracedProgram(job.source, program.exported_program)  # it shares the source's weights
         _dims_named_after_specs(path, job)
         # torch.onnx applies torch.export's suggested fixes on its own (a bound on a dim): its program tells which
         return record_bounds(onnx_artifact(path, job.opset), program.exported_program, job)
@@ -86,6 +88,7 @@ class TorchToOnnx(Exporter):
             program.run_decompositions(), dynamo=True, opset_version=job.opset, optimize=True, **self._names(job)
         )
         onnx_program.save(str(path), external_data=None)
+        self.captured = TracedProgram(job.source, onnx_program.exported_program)
         _dims_named_after_specs(path, job)
         return record_bounds(onnx_artifact(path, job.opset), program, job, bounded)
 

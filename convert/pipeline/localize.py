@@ -62,9 +62,7 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
         return
     graph = Path(record.derived_from) if artifact.format == "openvino" and record.derived_from else None
     output = next((o.name for o in check.outputs if o.status == "failed"), "")
-    job = ExportJob(
-        source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=ctx.source.dim_ranges
-    )
+    job = export_job(ctx)
     exported = _exported(ctx.report, record)
     divergence = diagnosis(
         ctx,
@@ -83,6 +81,13 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
     )
     divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
     record.add(divergence)
+
+
+def export_job(ctx: RunContext) -> ExportJob:
+    """The export's job as the worker traces the source again (the worker fills in its source)."""
+    return ExportJob(
+        source=None, feed=ctx.export_feed, folder=ctx.staging.path, stem=ctx.stem, opset=ctx.request.opset, dim_ranges=ctx.source.dim_ranges
+    )
 
 
 def _exported(report: rm.Report, record: rm.ArtifactRecord) -> rm.ArtifactRecord:

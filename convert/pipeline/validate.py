@@ -100,6 +100,7 @@ def validate(
         if repairs:
             _repair(ctx, stage, key, artifact, record, cases, repairs)
         attest(ctx, artifact, record)
+        chain(ctx, artifact, record)
     record.fixed_dims = list(fixed_dims(artifact, cases))
     record.passed = artifact_passed(record)
 
@@ -155,6 +156,49 @@ def attest(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> No
         else:
             attestation.reason = measured
     record.add(attestation)
+
+
+def chain(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> None:
+    """Record the error each link of the artifact's chain adds (convert/chain.py), on the first sample of its first
+    shape check that ran: an optimized artifact's base's links, then its pass's. A given artifact has no chain."""
+    import time
+
+    from convert.pipeline.localize import export_job
+
+    cases = {c.shape.describe(): c for c in ctx.cases if c.feeds and c.padding is None}
+    ran = next((c for c in record.checks if c.kind == "shape" and c.status in ("passed", "failed") and c.shape in cases), None)
+    if record.exporter == "given" or ran is None:
+        return
+    case = cases[ran.shape]
+    by_path = {r.path: r for r in ctx.report.artifacts if r.path}
+    base_record = by_path.get(record.derived_from) if record.derived_from else None
+    base = next((a for a in ctx.artifacts.values() if str(a.path) == record.derived_from), None) if base_record else None
+    started = time.perf_counter()
+    try:
+        found = ctx.worker.call(
+            Session.chain,
+            artifact,
+            record.exporter,
+            record.optimization or record.strategy,
+            export_job(ctx),
+            case.feeds[0],
+            case.references[0],
+            ctx.policy,
+            base,
+        )
+    except StageCrashed as exc:
+        found = rm.ChainLinks(links=[_chain_failed(record, f"measuring it crashed the worker: {exc}")])
+    except Exception as exc:  # noqa: BLE001 - figures that cannot be measured are reported, never fail the run
+        found = rm.ChainLinks(links=[_chain_failed(record, f"measuring it failed: {type(exc).__name__}: {first_line(str(exc))}")])
+    before = base_record.detail(rm.ChainLinks) if base_record is not None else None
+    found.links = [*(before.links if before is not None else []), *found.links]
+    found.shape, found.runtime, found.seconds = ran.shape, ran.runtime, round(time.perf_counter() - started, 3)
+    record.add(found)
+
+
+def _chain_failed(record: rm.ArtifactRecord, reason: str) -> rm.ChainLink:
+    kind = "optimization" if record.derived_from else "capture"
+    return rm.ChainLink(link=kind, step=record.optimization or record.strategy, compares="", status="skipped", reason=reason)
 
 
 def _repair(

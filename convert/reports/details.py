@@ -383,8 +383,59 @@ class PrecisionAttestation(ArtifactDetail):
 
 
 # every kind, told apart by its ``kind`` field in the report's JSON
+class ChainLink(BaseModel):
+    """One link of an artifact's chain: the error its step adds, its two ends run on the same sample."""
+
+    link: Literal["capture", "conversion", "optimization"] = Field(
+        description="capture: the source model → the program its exporter captured; conversion: that program → the exported "
+        "artifact (the artifact itself where it is that program: capture is then its one link); optimization: the pass's "
+        "base artifact → its output"
+    )
+    step: str = Field(description="what made the link's end: the export strategy, or the pass")
+    compares: str = Field(description="the link's two ends, in words")
+    status: Literal["measured", "skipped"]
+    reason: str = Field("", description="why it was skipped, or what an end lacked (an output missing on one side)")
+    max_abs_error: float | None = Field(None, description="the largest absolute difference over every output")
+    worst_output: str = Field("", description="the output with that difference")
+    cosine_similarity: float | None = Field(None, description="the lowest over the outputs")
+    within_tolerance: bool | None = Field(
+        None, description="every output within the tolerance of the link's end (its precision's), as validation judges one"
+    )
+
+    def text(self) -> str:
+        label = self.step if self.link == "optimization" else self.link
+        if self.status == "skipped":
+            return f"{label} not measured ({self.reason})"
+        error = "no float output" if self.max_abs_error is None else f"{self.max_abs_error:.3g}"
+        beyond = "" if self.within_tolerance else " (out of tolerance)"
+        return f"{label} {error}{beyond}"
+
+
+class ChainLinks(ArtifactDetail):
+    """The error each link of the artifact's chain adds (source → captured program → artifact → each optimization), on
+    the first sample of its first shape case that ran: which link made what its checks saw. Figures, never a verdict."""
+
+    title: ClassVar[str] = "error link by link"
+    kind: Literal["chain"] = "chain"
+    shape: str = Field("", description="the shape case whose first sample ran through every link")
+    runtime: str = Field("", description="the runtime that ran the artifact's end (on the CPU)")
+    links: list[ChainLink] = Field([], description="from the source to this artifact; an optimized artifact's base's links first")
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        return f"max abs error each link adds, at {self.shape}: " + ", ".join(link.text() for link in self.links)
+
+    def notable(self) -> bool:
+        """A link out of tolerance: which one made the difference. A chain within tolerance is in the JSON and HTML."""
+        return any(link.status == "measured" and not link.within_tolerance for link in self.links)
+
+    def testcase(self, checks: list[Check]) -> Check | None:
+        return next((c for c in checks if c.status == "failed"), None)
+
+
 Detail = Annotated[
-    AccuracyControl | Delegation | Divergence | PrecisionAttestation | Sensitivity | WeightCompression, Field(discriminator="kind")
+    AccuracyControl | ChainLinks | Delegation | Divergence | PrecisionAttestation | Sensitivity | WeightCompression,
+    Field(discriminator="kind"),
 ]
 _DETAIL: TypeAdapter[ArtifactDetail] = TypeAdapter(Detail)
 KINDS: tuple[str, ...] = tuple(kind.model_fields["kind"].default for kind in get_args(get_args(Detail)[0]))

@@ -15,6 +15,8 @@ from pydantic import BaseModel, Field, computed_field, field_validator
 from convert.reports.details import (  # noqa: F401 (the details of an artifact, each kind with its render hooks, are the report's too)
     AccuracyControl,
     ArtifactDetail,
+    ChainLink,
+    ChainLinks,
     Delegation,
     Detail,
     Divergence,
@@ -30,7 +32,7 @@ from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 from convert.validators.task_metrics import describe_drop
 
-SCHEMA_VERSION = "2.4"
+SCHEMA_VERSION = "2.5"
 D = TypeVar("D", bound=ArtifactDetail)
 
 

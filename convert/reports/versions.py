@@ -27,6 +27,11 @@ from convert.timing import is_unstable
 # What each schema version changed, newest first: the documentation's changelog is generated from it, and a test keeps
 # it complete (every version from 1.0 to SCHEMA_VERSION, with no gap).
 SCHEMA_CHANGES: dict[str, str] = {
+    "2.5": "Adds the `chain` detail of every validated artifact: the error each link adds on one sample (`links`: "
+    "`capture`, the source model against the program its exporter captured; `conversion`, that program against the "
+    "artifact; `optimization`, a pass's base artifact against its output), each `measured` with its largest absolute "
+    "error, worst output, lowest cosine and whether it is within the tolerance of its end, or `skipped` with the reason. "
+    "Figures only: no verdict changes.",
     "2.4": "Adds the `precision` detail of every validated artifact: what its matrix products compute in and their weights "
     "are stored in, as shares of multiply-accumulates by type, measured from the artifact (`compute`, `weights`) and its "
     "runtime (`runtime_compute`), and its pass's claim judged (`claimed`, `claim`, `attested_share`, `threshold`, "
@@ -127,6 +132,11 @@ def upgrade_2_2_to_2_3(data: dict) -> dict:
     return {**data, "schema_version": "2.3"}
 
 
+def upgrade_2_4_to_2_5(data: dict) -> dict:
+    """2.5 added the ``chain`` detail: a 2.4 report's artifacts have none (their links were not measured)."""
+    return {**data, "schema_version": "2.5"}
+
+
 def upgrade_2_3_to_2_4(data: dict) -> dict:
     """2.4 added the ``precision`` detail: a 2.3 report's artifacts have none (what they compute in was not measured)."""
     return {**data, "schema_version": "2.4"}
@@ -164,6 +174,7 @@ UPGRADES: dict[str, Callable[[dict], dict]] = {
     "2.1": upgrade_2_1_to_2_2,
     "2.2": upgrade_2_2_to_2_3,
     "2.3": upgrade_2_3_to_2_4,
+    "2.4": upgrade_2_4_to_2_5,
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from convert.backends.jax import key_name, named_outputs
 from convert.errors import ConvertError, require
 from convert.safety import sha256_files
 from convert.sources.base import SourceInfo, SourceModel, example_arrays
@@ -138,37 +139,12 @@ class JaxSource(SourceModel):
         return fixed
 
 
-def named_outputs(outputs: Any) -> dict[str, Any]:
-    """Name every array a JAX model returns, in JAX's own flattening order (the order exporters see):
-    dict keys and attributes joined by dots, ``output_K`` for the K-th element of a returned tuple, ``output`` for one array."""
-    leaves = jax().tree_util.tree_flatten_with_path(outputs)[0]
-    named: dict[str, Any] = {}
-    for path, leaf in leaves:
-        if not hasattr(leaf, "shape"):
-            raise ConvertError(
-                f"the model returns a {type(leaf).__name__}, which is not an array",
-                "Return arrays (alone, or in tuples, lists or dicts) from the model.",
-            )
-        parts = [_key_name(key) for key in path]
-        if parts and isinstance(path[0], jax().tree_util.SequenceKey):
-            parts[0] = f"output_{parts[0]}"
-        named[".".join(parts) or "output"] = leaf
-    return named
-
-
 def path_string(path: tuple) -> str:
     """A pytree key path as ``a/b/0/c``; the ``value`` attribute of a flax NNX Variable is left out."""
-    parts = [_key_name(key) for key in path]
+    parts = [key_name(key) for key in path]
     if parts and type(path[-1]).__name__ == "GetAttrKey" and parts[-1] in ("value", "raw_value"):
         parts = parts[:-1]
     return "/".join(parts)
-
-
-def _key_name(key: Any) -> str:
-    for attribute in ("key", "name", "idx"):
-        if hasattr(key, attribute):
-            return str(getattr(key, attribute))
-    return str(key)
 
 
 def load_jax_source(request: SourceRequest) -> JaxSource:

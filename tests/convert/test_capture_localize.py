@@ -156,6 +156,18 @@ def build():
 """
 
 
+def _assert_the_capture_link_made_it(out: Path, console: str) -> None:
+    """The chain's figures, measured apart from the localisation, say the same: the captured program departs from the
+    source, and the graph computes what that program does."""
+    (onnx,) = [a for a in load_report(out / "report.json")["artifacts"] if a["format"] == "onnx"]
+    capture, conversion = next(d for d in onnx["details"] if d["kind"] == "chain")["links"]
+    assert (capture["link"], capture["status"], capture["within_tolerance"]) == ("capture", "measured", False), capture
+    assert capture["max_abs_error"] > 1e-2
+    assert (conversion["link"], conversion["status"], conversion["within_tolerance"]) == ("conversion", "measured", True), conversion
+    assert conversion["max_abs_error"] < 1e-4
+    assert "(out of tolerance), conversion" in console
+
+
 def _divergence(out: Path) -> dict:
     report = load_report(out / "report.json")
     (onnx,) = [a for a in report["artifacts"] if a["format"] == "onnx"]
@@ -181,6 +193,7 @@ def test_the_module_that_differs_only_while_exported_is_named_with_the_capture_l
         ("blocks.2 (ShiftedWhileExported)", "failed"),
     ]
     assert "first in blocks.2 (ShiftedWhileExported)" in run.stdout
+    _assert_the_capture_link_made_it(tmp_path / "out", run.stdout)
 
 
 @pytest.mark.slow
@@ -213,6 +226,7 @@ def test_a_keras_layer_that_differs_only_when_traced_is_named(tmp_path):
         ("block_1 (ScaledWhileTraced)", "failed"),
     ]
     assert "first in block_1 (ScaledWhileTraced)" in run.stdout
+    _assert_the_capture_link_made_it(tmp_path / "out", run.stdout)
 
 
 def test_a_jax_module_that_differs_only_while_exported_is_named_with_the_capture_link(tmp_path):
@@ -229,6 +243,7 @@ def test_a_jax_module_that_differs_only_while_exported_is_named_with_the_capture
     assert [p["status"] for p in divergence["probes"]][-1] == "failed"
     assert all(p["status"] == "passed" for p in divergence["probes"][:-1]) and len(divergence["probes"]) > 3
     assert f"first in {named}" in run.stdout
+    _assert_the_capture_link_made_it(tmp_path / "out", run.stdout)
 
 
 def test_a_torch_export_program_is_localised_module_by_module(tmp_path):

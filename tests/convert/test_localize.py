@@ -66,6 +66,10 @@ def test_an_op_replaced_in_a_torch_export_is_named_with_its_module_and_reproduce
     assert [p.status for p in found.probes][:2] == ["passed", "failed"]
     assert found.metrics.status == "failed" and found.metrics.max_abs_error > 0.1
     assert f"first diverged at node {injected['node']} (Sigmoid) in layer features.2 (ReLU)" in render_junit(result.report)
+    # the chain puts the fault at the link it was put in: the captured program agrees with the source, the graph does not
+    capture, conversion = record.detail(rm.ChainLinks).links
+    assert (capture.link, capture.within_tolerance, capture.max_abs_error) == ("capture", True, 0.0)
+    assert (conversion.link, conversion.within_tolerance) == ("conversion", False) and conversion.max_abs_error > 0.1
     page = render_html(result.report)  # the error along the graph: a point per compared value, the divergent one red
     chart = page[page.index('data-chart="divergence"') :]
     assert chart[: chart.index("</svg>")].count("<circle") == len(found.probes)
@@ -158,6 +162,13 @@ def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_
     )
     int8 = next(a for a in plain.report.artifacts if a.optimization == "int8-dynamic")
     assert plain.exit_code == 1 and not int8.passed, "plain INT8 misses the default budget"
+    links = int8.detail(rm.ChainLinks).links  # the exported graph's links hold; the pass's link makes the difference
+    assert [(link.link, link.step, link.within_tolerance) for link in links] == [
+        ("capture", "torch.onnx.export(dynamo=True)", True),
+        ("conversion", "torch.onnx.export(dynamo=True)", True),
+        ("optimization", "int8-dynamic", False),
+    ]
+    assert links[2].max_abs_error > 100 * links[1].max_abs_error
     ranked = int8.detail(rm.Sensitivity)
     assert ranked.status == "found" and [row.layer for row in ranked.rows][0] == "middle"
     assert ranked.rows[0].rel_rms_error > 2 * ranked.rows[1].rel_rms_error
@@ -177,7 +188,8 @@ def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_
         cache=False,
     )
     int8 = next(a for a in kept.report.artifacts if a.optimization == "int8-dynamic")
-    assert kept.exit_code == 0 and int8.passed and [d.kind for d in int8.details] == ["precision"]
+    assert kept.exit_code == 0 and int8.passed and [d.kind for d in int8.details] == ["precision", "chain"]
+    assert all(link.within_tolerance for link in int8.detail(rm.ChainLinks).links)
     attested = int8.detail(rm.PrecisionAttestation)
     assert attested.status == "passed" and attested.attested_share == pytest.approx((1024 + 512) / (1024 + 4096 + 512))
 

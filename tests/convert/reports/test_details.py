@@ -102,6 +102,15 @@ def _precision() -> rm.PrecisionAttestation:
     )
 
 
+def _chain() -> rm.ChainLinks:
+    def measured(kind: str, error: float, within: bool) -> rm.ChainLink:
+        return rm.ChainLink(
+            link=kind, step="torch.onnx.export(dynamo=True)", compares="", status="measured", max_abs_error=error, within_tolerance=within
+        )
+
+    return rm.ChainLinks(shape="B=2", runtime="onnxruntime", links=[measured("capture", 0.0, True), measured("conversion", 2.16, False)])
+
+
 def _report(later_kinds: bool = True) -> rm.Report:
     """A failing ONNX artifact that was localised and ranked, and a passing INT8 IR with accuracy control, delegation
     and weight compression (kinds no IR has together: the renderings do not care which format a detail comes from)."""
@@ -121,6 +130,7 @@ def _report(later_kinds: bool = True) -> rm.Report:
     passing.add(_accuracy_control())
     passing.add(_delegation())
     if later_kinds:  # kinds 1.9 did not have
+        failing.add(_chain())
         passing.add(_precision())
         passing.add(_weight_compression())
     return rm.Report(
@@ -150,7 +160,8 @@ def test_the_report_holds_one_detail_of_each_kind_and_reads_them_back_by_kind():
     assert passing.detail(rm.Delegation).share == 0.67 and failing.detail(rm.Delegation) is None
     assert failing.diagnosis() == [_divergence().describe(), _sensitivity().describe()]
     failing.add(rm.Divergence(status="skipped", reason="again"))  # one of each kind: the newer replaces the older
-    assert [d.kind for d in failing.details] == ["sensitivity", "divergence"] and failing.detail(rm.Divergence).reason == "again"
+    assert [d.kind for d in failing.details] == ["sensitivity", "chain", "divergence"]
+    assert failing.detail(rm.Divergence).reason == "again"
 
 
 def test_the_console_summary_shows_every_detail_sentence():
@@ -183,6 +194,7 @@ def test_html_gives_every_detail_its_section_in_its_artifact():
         "Delegated operators",
         "What it computes in",
         "Weight compression",
+        "Error link by link",
     ):
         assert f"<h3>{title}</h3>" in page
     chart = page[page.index('data-chart="divergence"') :]
@@ -199,6 +211,7 @@ def test_junit_puts_each_detail_on_its_check():
     }
     traced = texts[("convert.onnx", "onnxruntime on cpu at B=2")]
     assert f"where it diverged: {_divergence().describe()}" in traced and f"sensitivity: {_sensitivity().describe()}" in traced
+    assert f"error link by link: {_chain().describe()}" in traced
     assert "where it diverged" not in texts[("convert.onnx", "onnxruntime on cpu at B=1")]
     passed = texts[("convert.openvino:int8", "onnxruntime on cpu at B=2")]
     assert f"accuracy control: {_accuracy_control().describe()}" in passed and f"delegated operators: {_delegation().describe()}" in passed

@@ -89,10 +89,11 @@ def test_a_failed_report_lists_what_failed_first(failed_report):
     assert rendered.headings[0] == "❌ FAILED: OffInOnnxExport"
     onnx = next(a for a in report.artifacts if a.format == "onnx")
     failed = [c for c in onnx.checks if c.status == "failed"]
-    assert len(rendered.items) == 2
+    assert len(rendered.items) == 3
     assert rendered.items[0].startswith(f"onnx: {len(failed)} of {len(onnx.checks)} checks failed, first onnxruntime on cpu at B=2")
     # the shift is made under torch.onnx.is_in_onnx_export(): the program torch.onnx captured already has it
     assert rendered.items[1].startswith("onnx: the program the exporter captured already differs from the source model at output 'scores'")
+    assert rendered.items[2].startswith("onnx: error link by link: max abs error each link adds, at B=2: capture 0.05 (out of tolerance)")
     rows = rendered.tables[0][1:]
     assert [row[4] for row in rows[: len(failed)]] == ["❌ failed"] * len(failed) and all(row[5] == "scores" for row in rows[:3])
     assert rows[0][6] == "5.00e-02" and rows[0][8].startswith("output 'scores': 24 of 24 values differ")
