@@ -61,7 +61,12 @@ _FACTS = {
         "given_suffixes": (".tflite",),
         "attest": "convert.backends.tf:tflite_precision",
     },
-    "executorch": {"title": "an ExecuTorch program", "suffix": ".pte", "given_suffixes": (".pte",)},
+    "executorch": {
+        "title": "an ExecuTorch program",
+        "suffix": ".pte",
+        "given_suffixes": (".pte",),
+        "attest": "convert.backends.executorch:pte_precision",
+    },
     "openvino": {
         "title": "an OpenVINO IR",
         "suffix": "_openvino",

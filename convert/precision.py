@@ -40,6 +40,8 @@ class Measured:
     # the runtime's own products where it rewrites the graph (OpenVINO's compiled model): its view is read from them
     # instead of from each product's runtime_compute
     runtime_products: list[MatrixProduct] | None = None
+    # the sizes the products were sized at where they are not the validated case's (a program that stores its own)
+    sized_at: str = ""
 
     def runtime_shares(self) -> dict[str, float]:
         if not self.runtime:

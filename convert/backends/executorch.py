@@ -213,3 +213,128 @@ def in_call_order(artifact: Artifact, program, convention, planned: list[list[in
         artifact.dim_bounds[symbol] = (low, high)
         artifact.notes.append(f"{symbol} takes {low} to {high} in the .pte's memory plan: the artifact is checked at those sizes only")
     return artifact
+
+
+# XNNPACK's value types (runtime_schema.fbs XNNDatatype), in the report's spelling: a quantized type by its width
+_XNN_TYPES = {
+    "xnn_datatype_fp32": "fp32",
+    "xnn_datatype_pfp32": "fp32",
+    "xnn_datatype_fp16": "fp16",
+    "xnn_datatype_bf16": "bf16",
+    "xnn_datatype_qint8": "int8",
+    "xnn_datatype_quint8": "int8",
+    "xnn_datatype_qcint8": "int8",
+    "xnn_datatype_qdint8": "int8",
+    "xnn_datatype_qpint8": "int8",
+    "xnn_datatype_qcint4": "int4",
+    "xnn_datatype_qbint4": "int4",
+}
+# ExecuTorch's ScalarType codes (scalar_type.fbs) of the float and 8-bit types an undelegated product can take
+_SCALAR_TYPES = {0: "int8", 1: "int8", 5: "fp16", 6: "fp32", 7: "fp64", 15: "bf16"}
+_XNN_PRODUCTS = ("XNNFullyConnected", "XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNBatchMatrixMultiply")
+_ATEN_PRODUCTS = ("aten::convolution", "aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")
+
+
+def pte_precision(path: Path, input_shapes: dict[str, list[int]]):
+    """What an ExecuTorch program's matrix products compute in: each XNNPACK delegate's graph (its flatbuffer, read with
+    the schema and flatc ExecuTorch ships), where a product's input type is its arithmetic's and its filter's type its
+    weight's (an FP32 input with an INT8 filter is XNNPACK's weight-only kernel: FP32 arithmetic); and the products left
+    on the portable kernels, from the program's own tensors. Both are sized at the dims the program stores, a dynamic
+    dim at the upper bound ExecuTorch plans its memory for, not at ``input_shapes``: the program holds no shape
+    function to size them at another."""
+    import math
+
+    from convert.precision import MatrixProduct, Measured
+
+    with native_stderr_silenced():
+        from executorch.exir._serialize._program import deserialize_pte_binary
+
+    data = path.read_bytes()
+    program = deserialize_pte_binary(data).program
+    plan = program.execution_plan[0]
+    products = []
+    for index, delegate in enumerate(plan.delegates):
+        if delegate.id != BACKEND:
+            continue
+        graph = _xnnpack_graph(_delegate_bytes(program, data, delegate.processed))
+        values = {}
+        for value in graph["xvalues"]:
+            found = value["xvalue_union"]
+            tensor = found.get("tensor_value", found)
+            values[tensor["id_out"]] = tensor
+        for number, node in enumerate(graph["xnodes"]):
+            kind, fields = node["xnode_union_type"], node["xnode_union"]
+            if kind not in _XNN_PRODUCTS:
+                continue
+            first, output = values[fields["input1_id"]], values[fields["output_id"]]
+            weight = values[fields["filter_id"] if "filter_id" in fields else fields["input2_id"]]
+            stored = _XNN_TYPES.get(weight["datatype"], "other") if _is_constant(weight) else None
+            compute = _XNN_TYPES.get(first["datatype"], "other")
+            dims, filter_dims = output["dims"], weight["dims"]
+            if kind == "XNNConvTranspose2d":  # every input element meets kh × kw × Cout weights
+                macs = math.prod(first["dims"]) * math.prod(filter_dims[:-1])
+            elif kind in ("XNNConv2d", "XNNDepthwiseConv2d"):  # [Cout, kh, kw, Cin] / [1, kh, kw, C]
+                macs = math.prod(dims) * math.prod(filter_dims[1:] if kind == "XNNConv2d" else filter_dims[1:-1])
+            else:  # [.., M, K] times a [N, K] filter or a [.., K, N] operand
+                macs = math.prod(dims) * first["dims"][-1]
+            products.append(MatrixProduct(kind.removeprefix("XNN"), f"delegate {index} node {number}", macs or None, compute, stored))
+    operators = [f"{op.name}" for op in plan.operators]
+    for chain in plan.chains:
+        for number, instruction in enumerate(chain.instructions):
+            call = instruction.instr_args
+            if type(call).__name__ != "KernelCall" or operators[call.op_index] not in _ATEN_PRODUCTS:
+                continue
+            tensors = [plan.values[i].val for i in call.args]
+            tensors = [t for t in tensors if type(t).__name__ == "Tensor"]
+            first, weight, output = tensors[0], tensors[1], tensors[-1]
+            out_elements = math.prod(output.sizes)
+            if operators[call.op_index] == "aten::convolution":
+                macs = out_elements * math.prod(weight.sizes[1:])
+            else:
+                macs = out_elements * first.sizes[-1]
+            stored = _SCALAR_TYPES.get(weight.scalar_type, "other") if weight.constant_buffer_idx else None
+            compute = _SCALAR_TYPES.get(first.scalar_type, "other")
+            products.append(MatrixProduct(operators[call.op_index], f"instruction {number}", macs or None, compute, stored))
+    return Measured(
+        products,
+        how="the .pte's XNNPACK graphs and portable kernels",
+        sized_at="the dims the program's graphs store (each dynamic one at a bound the program planned)",
+    )
+
+
+def _is_constant(tensor: dict) -> bool:
+    """A value the graph stores (a weight): it has constant data, in the delegate's buffer or named in the program's."""
+    return bool(tensor.get("constant_buffer_idx") or tensor.get("named_key"))
+
+
+def _delegate_bytes(program, data: bytes, processed) -> bytes:
+    """A delegate's payload: inline in the program, or in a segment after it (offsets from the extended header)."""
+    from executorch.exir._serialize._program import _get_extended_header
+
+    if processed.location.name == "INLINE":
+        return program.backend_delegate_data[processed.index].data
+    segment = program.segments[processed.index]
+    base = _get_extended_header(data).segment_base_offset
+    return data[base + segment.offset : base + segment.offset + segment.size]
+
+
+def _xnnpack_graph(payload: bytes) -> dict:
+    """An XNNPACK payload's graph as JSON, decoded by flatc (ExecuTorch's own) with XNNPACK's schema."""
+    import json
+    import re
+    import tempfile
+
+    with native_stderr_silenced():  # torchao, which the XNNPACK backend imports, reports on fd 2 what it cannot load
+        import executorch.backends.xnnpack as xnnpack
+        from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
+        from executorch.exir._serialize._flatbuffer import _flatc_decompile
+
+    header = XNNHeader.from_bytes(payload[: XNNHeader.EXPECTED_LENGTH])
+    graph = payload[header.flatbuffer_offset : header.flatbuffer_offset + header.flatbuffer_size]
+    with tempfile.TemporaryDirectory() as folder:
+        binary = Path(folder) / "graph.bin"
+        binary.write_bytes(graph)
+        schema = Path(xnnpack.__file__).parent / "serialization" / "schema.fbs"
+        _flatc_decompile(folder, str(schema), str(binary), ["--raw-binary"])
+        text = (Path(folder) / "graph.json").read_text()
+    return json.loads(re.sub(r"(:\s*)(-?)inf\b", r"\1\2Infinity", text))  # flatc writes infinite bounds bare

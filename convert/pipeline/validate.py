@@ -136,7 +136,7 @@ def attest(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> No
         attestation.seconds = round(time.perf_counter() - started, 3)
         if isinstance(measured, Measured):
             products = measured.products
-            attestation.shape, attestation.measured, attestation.casts = sizing.shape, measured.how, measured.casts
+            attestation.shape, attestation.measured, attestation.casts = measured.sized_at or sizing.shape, measured.how, measured.casts
             attestation.products, attestation.macs = len(products), sum(p.macs or 0 for p in products)
             attestation.unsized = sum(1 for p in products if p.macs is None)
             attestation.compute, attestation.weights = shares(products, "compute"), shares(products, "weights")

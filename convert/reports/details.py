@@ -316,7 +316,11 @@ class PrecisionAttestation(ArtifactDetail):
     )
     threshold: float = Field(0.0, description="the least attested_share that passes (--min-precision-share)")
     measured: str = Field("", description="what was read: the artifact's graph or program, and at which shapes")
-    shape: str = Field("", description="the validated shape case whose input shapes the products were sized at")
+    shape: str = Field(
+        "",
+        description="the validated shape case whose input shapes the products were sized at, or the sizes an artifact that "
+        "stores its own was sized at (a .pte: its dims, each dynamic one at its bound)",
+    )
     macs: int = Field(0, description="multiply-accumulates of the counted products at that shape")
     products: int = Field(0, description="matrix products (convolutions, matrix multiplications, Gemm, quantized forms) counted")
     unsized: int = Field(0, description="products whose size is not known: shares are by layer where none is")

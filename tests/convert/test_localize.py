@@ -69,7 +69,7 @@ def test_an_op_replaced_in_a_torch_export_is_named_with_its_module_and_reproduce
     # the chain puts the fault at the link it was put in: the captured program agrees with the source, the graph does not
     capture, conversion = record.detail(rm.ChainLinks).links
     assert (capture.link, capture.within_tolerance, capture.max_abs_error) == ("capture", True, 0.0)
-    assert (conversion.link, conversion.within_tolerance) == ("conversion", False) and conversion.max_abs_error > 0.1
+    assert (conversion.link, conversion.within_tolerance) == ("conversion", False) and conversion.max_abs_error > 0.01
     page = render_html(result.report)  # the error along the graph: a point per compared value, the divergent one red
     chart = page[page.index('data-chart="divergence"') :]
     assert chart[: chart.index("</svg>")].count("<circle") == len(found.probes)
@@ -162,13 +162,16 @@ def test_the_layer_with_an_outlier_channel_is_the_most_sensitive_and_keeping_it_
     )
     int8 = next(a for a in plain.report.artifacts if a.optimization == "int8-dynamic")
     assert plain.exit_code == 1 and not int8.passed, "plain INT8 misses the default budget"
-    links = int8.detail(rm.ChainLinks).links  # the exported graph's links hold; the pass's link makes the difference
-    assert [(link.link, link.step, link.within_tolerance) for link in links] == [
-        ("capture", "torch.onnx.export(dynamo=True)", True),
-        ("conversion", "torch.onnx.export(dynamo=True)", True),
-        ("optimization", "int8-dynamic", False),
+    # the exported graph's links hold; the pass's link makes the difference (its budget is judged over every sample and
+    # shape: on the chain's one sample it may still be within)
+    links = int8.detail(rm.ChainLinks).links
+    assert [(link.link, link.step) for link in links] == [
+        ("capture", "torch.onnx.export(dynamo=True)"),
+        ("conversion", "torch.onnx.export(dynamo=True)"),
+        ("optimization", "int8-dynamic"),
     ]
-    assert links[2].max_abs_error > 100 * links[1].max_abs_error
+    assert links[0].within_tolerance and links[1].within_tolerance
+    assert links[2].max_abs_error > 1000 * links[1].max_abs_error
     ranked = int8.detail(rm.Sensitivity)
     assert ranked.status == "found" and [row.layer for row in ranked.rows][0] == "middle"
     assert ranked.rows[0].rel_rms_error > 2 * ranked.rows[1].rel_rms_error
@@ -212,13 +215,16 @@ def test_an_openvino_int8_ir_is_traced_along_the_onnx_graph_it_came_from(tmp_pat
 
 
 def test_a_localisation_that_fails_is_reported_and_the_run_goes_on(tmp_path, monkeypatch):
-    from convert.exporters.onnx import TorchToOnnx
+    from convert.backends.torch import TracedProgram
 
-    def fake_traced_that_raises(self, job, strategy):  # a fake, for this tool's own error handling
+    def fake_outputs_that_raise(self, feed):  # a fake, for this tool's own error handling
         raise RuntimeError("capture broke\nline two of its traceback")
 
-    monkeypatch.setattr(TorchToOnnx, "traced", fake_traced_that_raises)
+    monkeypatch.setattr(TracedProgram, "outputs", fake_outputs_that_raise)
     result, record = _run(tmp_path, "fixtures.torch_models:build_off_in_onnx", inputs=["x:float32[B,8]"])
+    capture, conversion = record.detail(rm.ChainLinks).links  # the chain says so too, and measures nothing it cannot
+    assert capture.status == conversion.status == "skipped"
+    assert capture.reason == "running the captured program failed: RuntimeError: capture broke"
     assert record.detail(rm.Divergence).status == "skipped"
     assert record.detail(rm.Divergence).reason == "localisation failed: RuntimeError: capture broke"
     stage = next(s for s in result.report.stages if s.name == "localize:onnx")

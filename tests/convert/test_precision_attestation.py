@@ -120,3 +120,31 @@ def test_a_tflite_model_is_sized_as_its_onnx_twin_and_a_dynamic_range_one_comput
     ]
     assert sum(p.macs for p in measured.products) == attested["onnx"]["macs"]
     assert shares(measured.products, "compute") == shares(measured.products, "weights")
+
+
+def test_an_executorch_program_is_read_from_its_xnnpack_graphs_at_the_bounds_it_planned(tmp_path):
+    """A .pte's XNNPACK payload, decoded with XNNPACK's schema, counts BERT's products as its config gives them, at the
+    dims the program stores (each dynamic one at its bound); the PT2E INT8 pass's CNN computes every product in INT8."""
+    folder = write_folder("bert", tmp_path / "bert")
+    config = json.loads((folder / "config.json").read_text())
+    run = run_cli(str(folder), "--to", "executorch", "--out", str(tmp_path / "bert-out"))
+    assert run.returncode == 0, run.output
+    (program,) = load_report(tmp_path / "bert-out" / "report.json")["artifacts"]
+    attested = detail(program, "precision")
+    (_, batch), (_, length) = program["dim_bounds"]["B"], program["dim_bounds"]["S"]
+    assert attested["macs"] == sum(_config_macs(config, batch, length).values()) and attested["products"] == 6 * 2 + 2 * 2 + 2
+    assert attested["status"] == "measured" and attested["compute"] == attested["weights"] == {"fp32": 1.0}
+    assert attested["shape"].startswith("the dims the program's graphs store")
+
+    out = tmp_path / "cnn-out"
+    run = run_cli(
+        "fixtures.torch_models:build_cnn", "--trust-code", "--input", "x:float32[B,3,32,32]", "--to", "executorch", "--optimize",
+        "executorch:int8", "--out", str(out),
+    )  # fmt: skip
+    assert run.returncode == 0, run.output
+    attested = {a["optimization"] or a["format"]: detail(a, "precision") for a in load_report(out / "report.json")["artifacts"]}
+    quantized = attested["executorch:int8"]
+    assert quantized["status"] == "passed" and quantized["compute"] == quantized["weights"] == {"int8": 1.0}
+    assert quantized["macs"] == attested["executorch"]["macs"] and quantized["products"] == 3
+    per_image = 32 * 32 * 16 * 3 * 3 * 3 + 16 * 16 * 32 * 3 * 3 * 16 + 32 * 10  # two convolutions and the head
+    assert quantized["macs"] % per_image == 0 and 1 <= quantized["macs"] // per_image <= 64
