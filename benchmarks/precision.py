@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS = Path(__file__).parent / "results" / "precision.md"
+EXECUTORCH_PASSES = "executorch:int8"
 PASSES = "simplify,fp16,int8,int8-dynamic,int4,int8-weights,openvino,openvino:fp16,openvino:int8,openvino:int4,openvino:int8-weights"
 
 
@@ -43,9 +44,15 @@ def models(folder: Path) -> dict[str, list[str]]:
 
 
 def convert(arguments: list[str], out: Path) -> dict:
-    command = [str(Path(sys.executable).with_name("convert")), *arguments, "--to", "onnx", "--optimize", PASSES, "--out", str(out)]
-    subprocess.run(command, cwd=REPO, check=False, capture_output=True, text=True)
-    return json.loads((out / "report.json").read_text())
+    """Every pass from the ONNX export, then the ExecuTorch program and its INT8 pass, in one report's artifacts."""
+    found: dict = {"artifacts": []}
+    for targets, passes, folder in (("onnx", PASSES, out), ("executorch", EXECUTORCH_PASSES, out.with_name(f"{out.name}-pte"))):
+        command = [str(Path(sys.executable).with_name("convert")), *arguments, "--to", targets, "--optimize", passes, "--out", str(folder)]
+        subprocess.run(command, cwd=REPO, check=False, capture_output=True, text=True)
+        report = json.loads((folder / "report.json").read_text())
+        found["artifacts"] += report["artifacts"]
+        found.setdefault("unbuilt", []).extend(report.get("unbuilt") or [])
+    return found
 
 
 def rows(report: dict) -> list[list[str]]:
@@ -66,9 +73,11 @@ def rows(report: dict) -> list[list[str]]:
                 figure(attested["runtime_compute"]) + (" *" if attested["runtime_note"] else ""),
                 share,
                 attested["status"] + ("" if artifact["passed"] or attested["status"] == "failed" else ", values failed"),
-                macs_text(attested["macs"]),
+                macs_text(attested["macs"]) + (" †" if attested["shape"].startswith("the dims") else ""),
             ]
         )
+    for unbuilt in report.get("unbuilt") or []:
+        found.append([unbuilt["artifact"], "-", "-", "-", "-", "-", f"not built: {unbuilt['reason']}", "-"])
     return found
 
 
@@ -80,14 +89,15 @@ def render(tables: dict[str, tuple[dict, list[list[str]]]]) -> str:
         f"{platform.python_version()}. Every pass this machine builds (TensorRT needs an NVIDIA GPU), each artifact's "
         "`precision` detail from its report: the share of its multiply-accumulates (convolutions, matrix products, Gemm and "
         "their quantized forms, sized at the first validated shape) by the type the artifact computes them in and the type "
-        "it stores their weights in, read from the ONNX graph or the OpenVINO IR; what the runtime computes them in on "
+        "it stores their weights in, read from the ONNX graph, the OpenVINO IR or the .pte's XNNPACK graphs; what the runtime computes them in on "
         "the CPU (ONNX Runtime's CPU provider, OpenVINO's compiled CPU model at the f32 inference precision the runners "
         "use); and the claim judged at the default `--min-precision-share` 0.5. A claim is `compute` or `weights` "
         "(weight-only passes, and OpenVINO's FP16 compression, whose arithmetic the runtime chooses).",
         "",
         "`*`: the runtime computes otherwise than the artifact describes (ONNX Runtime's CPU provider has no FP16 "
         "MatMul, Conv or Gemm kernel and casts their inputs to FP32). `values failed`: the artifact missed its accuracy "
-        "budget as well.",
+        "budget as well. `†`: a .pte is sized at the dims it stores, each dynamic one at the bound ExecuTorch planned "
+        "(its shares, not its count, compare with the ONNX rows).",
         "",
     ]
     for title, (report, table) in tables.items():

@@ -125,14 +125,20 @@ def key_name(key: Any) -> str:
 
 def _run_with(closed, extra: list, arrays: list[np.ndarray], specs: list | None = None) -> list:
     """The program's outputs, or the ``extra`` values it makes where there are any, run on the arrays: compiled for
-    ``specs`` where given (symbolic shapes, through jax.export, which binds them to the arrays' sizes)."""
+    ``specs`` where given (symbolic shapes, through jax.export, which binds them to the arrays' sizes). The program's
+    constants (the params it closes over) are passed as arguments, not compiled in as constants of the module."""
     import jax
     from jax.extend import core
 
-    extended = core.ClosedJaxpr(closed.jaxpr.replace(outvars=[*closed.jaxpr.outvars, *extra]), closed.consts)
-    function = jax.jit(core.jaxpr_as_fun(extended))
-    values = jax.export.export(function)(*specs).call(*arrays) if specs is not None else function(*arrays)
-    return list(values)[len(closed.jaxpr.outvars) :] if extra else list(values)
+    jaxpr = closed.jaxpr
+    opened = jaxpr.replace(constvars=[], invars=[*jaxpr.constvars, *jaxpr.invars], outvars=[*jaxpr.outvars, *extra])
+    function = jax.jit(core.jaxpr_as_fun(core.ClosedJaxpr(opened, [])))
+    if specs is None:
+        values = function(*closed.consts, *arrays)
+    else:
+        constants = [jax.ShapeDtypeStruct(np.shape(c), c.dtype) for c in closed.consts]
+        values = jax.export.export(function)(*constants, *specs).call(*closed.consts, *arrays)
+    return list(values)[len(jaxpr.outvars) :] if extra else list(values)
 
 
 def _unflattened(source, feed: dict[str, np.ndarray], leaves: list):
