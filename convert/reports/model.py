@@ -339,7 +339,8 @@ class ArtifactRecord(BaseModel):
         "divergence (where a failing artifact first goes wrong), sensitivity (a failing reduced-precision artifact's "
         "most sensitive nodes), accuracy_control (what an INT8 pass kept in FP32 for a task budget), delegation (an "
         "edge program's operators a backend runs, and those left portable), weight_compression (what a weight-only pass "
-        "stored in how many bits), precision (what its matrix products compute in, and its pass's claim judged)",
+        "stored in how many bits), precision (what its matrix products compute in, and its pass's claim judged), chain (the "
+        "error each link adds: source, captured program, artifact, each optimization)",
     )
 
     @field_validator("details", mode="before")
