@@ -7,6 +7,8 @@ end-to-end checks saw. The figures judge nothing: the checks judge the artifact.
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
 from convert.artifacts import Artifact
@@ -16,6 +18,61 @@ from convert.validators import TolerancePolicy
 from convert.validators.compare import compare_outputs
 
 CAPTURED_FORMATS = ("torch_export", "torchscript")  # the artifact is the program its exporter captured
+
+
+def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: TolerancePolicy, base, traced, kept: dict):
+    """The links this artifact adds to its chain (``base``'s are its base's record's): for an artifact made by a pass
+    from ``base``, that pass's; for a captured program (.pt2, TorchScript), capture; for any other export, capture and
+    conversion, through the program ``traced()`` gives (None, or one without ``outputs``: not measured). ``kept`` holds
+    each artifact's outputs on a sample, by digest and the sample's shapes: a base is not run again for its passes."""
+    from convert.exporters.base import quiet
+    from convert.text import first_line
+
+    shapes = tuple((name, value.shape) for name, value in feed.items())
+    found = rm.ChainLinks()
+    outputs = outputs_on_cpu(artifact, feed)
+    if not isinstance(outputs, str):
+        for stale in [key for key in kept if key[0] == artifact.sha256]:
+            del kept[stale]
+        kept[(artifact.sha256, shapes)] = outputs
+    if base is not None:
+        compares = f"the {base.format} artifact it was made from against this artifact"
+        before = kept.get((base.sha256, shapes)) or outputs_on_cpu(base, feed)
+        unmeasured = next((ends for ends in (before, outputs) if isinstance(ends, str)), "")
+        found.links = [
+            skipped("optimization", step, compares, unmeasured)
+            if unmeasured
+            else link("optimization", step, compares, before, outputs, feed, policy, artifact.precision)
+        ]
+        return found
+    if artifact.format in CAPTURED_FORMATS:
+        compares = "the source model against the program the exporter captured (this artifact)"
+        found.links = [
+            skipped("capture", step, compares, outputs)
+            if isinstance(outputs, str)
+            else link("capture", step, compares, reference, outputs, feed, policy, artifact.precision)
+        ]
+        return found
+    capture = "the source model against the program the exporter captured"
+    conversion = f"the captured program against the {artifact.format} artifact"
+    program = getattr(traced(), "outputs", None)
+    captured = f"{step} keeps no program of its own that runs apart from the artifact"
+    if program is not None:
+        try:
+            with quiet(io.StringIO()):  # the program's chatter, as when the exporter ran it
+                captured = program(feed)
+        except Exception as exc:  # noqa: BLE001 - a link that cannot be run is reported, never fails the run
+            captured = f"running the captured program failed: {type(exc).__name__}: {first_line(str(exc))}"
+    if isinstance(captured, str):
+        found.links = [skipped("capture", step, capture, captured), skipped("conversion", step, conversion, captured)]
+        return found
+    found.links = [
+        link("capture", step, capture, reference, captured, feed, policy, artifact.precision),
+        skipped("conversion", step, conversion, outputs)
+        if isinstance(outputs, str)
+        else link("conversion", step, conversion, captured, outputs, feed, policy, artifact.precision),
+    ]
+    return found
 
 
 def link(kind: str, step: str, compares: str, expected: dict, actual: dict, feed: dict, policy: TolerancePolicy, precision: str):

@@ -209,58 +209,13 @@ class Session:
 
     def chain(self, artifact, exporter: str, strategy: str, job, feed, reference, policy, base=None) -> rm.ChainLinks:
         """The error each link of the artifact's chain adds on one sample (convert/chain.py): for an exported artifact its
-        capture and conversion links, for an optimized one (``base``: the artifact the pass started from) its pass's."""
-        from convert import chain
-        from convert.exporters.base import quiet
-        from convert.reports.details import ChainLinks
-        from convert.text import first_line
+        capture and conversion links, for an optimized one (``base``: the artifact the pass started from) its pass's.
+        Each artifact's outputs are kept for the passes made from it (one sample per artifact)."""
+        from convert.chain import measure
 
-        shape = tuple((name, value.shape) for name, value in feed.items())
-        found = ChainLinks()
-        outputs = chain.outputs_on_cpu(artifact, feed)
-        if not isinstance(outputs, str):
-            self._chain_outputs = {k: v for k, v in self._chain_outputs.items() if k[0] != artifact.sha256}
-            self._chain_outputs[(artifact.sha256, shape)] = outputs
-        if base is not None:
-            step, compares = strategy, f"the {base.format} artifact it was made from against this artifact"
-            before = self._chain_outputs.get((base.sha256, shape)) or chain.outputs_on_cpu(base, feed)
-            if isinstance(before, str) or isinstance(outputs, str):
-                found.links = [chain.skipped("optimization", step, compares, before if isinstance(before, str) else outputs)]
-            else:
-                found.links = [chain.link("optimization", step, compares, before, outputs, feed, policy, artifact.precision)]
-            return found
-        if artifact.format in chain.CAPTURED_FORMATS:
-            compares = "the source model against the program the exporter captured (this artifact)"
-            if isinstance(outputs, str):
-                found.links = [chain.skipped("capture", strategy, compares, outputs)]
-            else:
-                found.links = [chain.link("capture", strategy, compares, reference, outputs, feed, policy, artifact.precision)]
-            return found
-        traced = self._traced_program(exporter, strategy, job)
-        program = getattr(traced, "outputs", None)
-        capture = "the source model against the program the exporter captured"
-        conversion = f"the captured program against the {artifact.format} artifact"
-        if program is None:
-            reason = f"{strategy} keeps no program of its own that runs apart from the artifact"
-            captured = reason
-        else:
-            try:
-                with quiet(io.StringIO()):
-                    captured = program(feed)
-            except Exception as exc:  # noqa: BLE001 - a link that cannot be run is reported, never fails the run
-                captured = f"running the captured program failed: {type(exc).__name__}: {first_line(str(exc))}"
-        if isinstance(captured, str):
-            found.links = [
-                chain.skipped("capture", strategy, capture, captured),
-                chain.skipped("conversion", strategy, conversion, captured),
-            ]
-            return found
-        found.links = [chain.link("capture", strategy, capture, reference, captured, feed, policy, artifact.precision)]
-        if isinstance(outputs, str):
-            found.links.append(chain.skipped("conversion", strategy, conversion, outputs))
-        else:
-            found.links.append(chain.link("conversion", strategy, conversion, captured, outputs, feed, policy, artifact.precision))
-        return found
+        return measure(
+            artifact, strategy, feed, reference, policy, base, lambda: self._traced_program(exporter, strategy, job), self._chain_outputs
+        )
 
     def attest(self, fmt: str, path, input_shapes: dict[str, list[int]]):
         """What the artifact's matrix products compute in (convert/precision.py ``Measured``), as its format's spec
