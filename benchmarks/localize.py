@@ -147,9 +147,10 @@ def render(rows: list[dict]) -> str:
     lines += [
         "",
         "Peak RSS is the whole process's (the source model, the ONNX graph in memory and ONNX Runtime's session), sampled "
-        "while each stage ran. Localisation re-captures the program the exporter converted (a second torch.onnx export "
-        "of the source, which shares its weights) and runs a copy of the graph with a chunk of values marked as outputs "
-        "(at most 256 MiB of values a chunk). At the capture link it runs the captured program once (its outputs against "
+        "while each stage ran. The validate stage includes the artifact's chain (each link's error on one sample: the "
+        "captured program run once; the artifact's outputs are the first check's). Localisation uses the program the "
+        "exporter captured, kept from the export (it shares the source's weights), and runs a copy of the graph with a "
+        "chunk of values marked as outputs (at most 256 MiB of values a chunk). At the capture link it runs the captured program once (its outputs against "
         "the source's and the artifact's), then the source with a forward hook on every module and the program node by "
         "node, keeping each module's output: no graph value is compared.",
     ]

@@ -9,7 +9,7 @@ the other sizes unless fixed shapes are allowed; then those checks are skipped w
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,9 +43,16 @@ class ValidationCase:
 
 
 def checks_on(
-    artifact: Artifact, runtime: str, device: str, cases: list[ValidationCase], policy: TolerancePolicy, allow_fixed_shapes: bool = False
+    artifact: Artifact,
+    runtime: str,
+    device: str,
+    cases: list[ValidationCase],
+    policy: TolerancePolicy,
+    allow_fixed_shapes: bool = False,
+    first_outputs: Callable[[dict, dict], None] | None = None,
 ) -> list[rm.Check]:
-    """One check per shape case; one skipped check with the reason where the runtime cannot run here."""
+    """One check per shape case; one skipped check with the reason where the runtime cannot run here. The outputs of
+    the first sample that ran are handed to ``first_outputs(feed, outputs)`` where given (the chain's links reuse them)."""
     from convert.errors import ArtifactUnsupported
     from convert.runtimes.base import FeedMismatch, runtime_failure
 
@@ -116,6 +123,9 @@ def checks_on(
                             check.shape,
                         )
                     actual = named_as_the_source(actual, reference, tuple(feed))
+                    if first_outputs is not None and index == 0 and case.padding is None:
+                        first_outputs(feed, actual)
+                        first_outputs = None
                     if case.padding is not None:
                         actual = hide_padding(actual, case.padding[index])
                     per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))

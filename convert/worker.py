@@ -170,9 +170,15 @@ class Session:
     def validate(
         self, artifact, runtime: str, device: str, cases: list[ValidationCase], policy, allow_fixed_shapes: bool
     ) -> list[rm.Check]:
+        import functools
+
+        from convert.chain import keep_outputs
         from convert.validation import checks_on
 
-        return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes)
+        first = None
+        if device == "cpu" and not any(key[0] == artifact.sha256 for key in self._chain_outputs):
+            first = functools.partial(keep_outputs, self._chain_outputs, artifact)
+        return checks_on(artifact, runtime, device, cases, policy, allow_fixed_shapes, first)
 
     def localize(self, artifact, exporter: str, strategy: str, job, feed, reference, tolerance, folder, graph=None) -> rm.Divergence:
         """Where the artifact first diverges from the source on one feed (convert/localize.py); ``exporter`` and

@@ -13,3 +13,13 @@ REGISTRY.add(
         extra=CORE_EXTRA,
     )
 )
+REGISTRY.add(
+    PackagerSpec(
+        name="triton",
+        target="convert.packagers.triton:TritonRepository",
+        takes=("onnx", "openvino", "torchscript", "tensorrt", "savedmodel"),
+        suffix=".triton",  # a folder: the model repository itself (tritonserver --model-repository=STEM.triton)
+        packages=("protobuf",),  # its configurations are checked with Triton's schema, protobuf generated code
+        extra=CORE_EXTRA,  # protobuf comes with onnx
+    )
+)
