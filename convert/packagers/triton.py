@@ -79,7 +79,11 @@ class Tensor:
 class Batch:
     symbol: str
     max_size: int
-    why: str
+    limit: str  # what sets max_size: the artifact's bound, or the largest size validated
+
+    @property
+    def why(self) -> str:
+        return f"max_batch_size {self.max_size}: {self.limit}"
 
 
 @dataclass
@@ -248,9 +252,8 @@ def _name_for_platform(plan: ModelPlan, input_names: list[str], model_file: Path
     returned = 1 if returns == "Tensor" else returns.count("Tensor") if tuple_of else None
     if returned != len(plan.outputs):
         plan.problems.append(
-            f"its forward() returns {returns}: Triton's LibTorch backend takes a Tensor or a tuple of Tensors "
-            f"({len(plan.outputs)} here, one per output)"
-            + (", not a dict, so the TorchScript must be traced returning a tuple in the outputs' order" if "Dict" in returns else "")
+            f"its forward() returns {returns}, and Triton's LibTorch backend takes a Tensor or a flat tuple of Tensors from it: "
+            f"the TorchScript must return its {len(plan.outputs)} outputs so, in the source's order"
         )
     for tensor in plan.inputs:
         tensor.name = libtorch_name(tensor.source_name, positions[tensor.source_name])
@@ -307,10 +310,8 @@ def _batch(plan: ModelPlan, specs: dict) -> tuple[Batch | None, str]:
     if low > 1:
         return None, f"max_batch_size 0: the artifact takes {symbol} from {low}, and Triton sends batches from 1"
     if high is not None:
-        return Batch(symbol, high, f"max_batch_size {high}: the artifact's bound on {symbol}"), ""
-    largest = max(sizes)
-    why = f"max_batch_size {largest}: the largest {symbol} validated (the artifact sets no bound on it, and no larger batch was checked)"
-    return Batch(symbol, largest, why), ""
+        return Batch(symbol, high, f"the artifact takes {symbol} up to {high}"), ""
+    return Batch(symbol, max(sizes), f"validation ran {symbol} up to {max(sizes)} (the artifact sets no bound on it)"), ""
 
 
 def _config_text(plan: ModelPlan, tool_version: str) -> str:
@@ -439,10 +440,8 @@ def _batch_check(plan: ModelPlan, config) -> rm.PackageCheck:
     problems, size = [], config.max_batch_size
     if size > 0 and plan.batch is None:
         problems.append(f"max_batch_size is {size}, but {plan.unbatched.removeprefix('max_batch_size 0: ')}")
-    elif size > 0:
-        high = plan.record.dim_bounds.get(plan.batch.symbol, [1, None])[1]
-        if high is not None and size > high:
-            problems.append(f"max_batch_size is {size}, and the artifact takes {plan.batch.symbol} up to {high}")
+    elif size > 0 and size > plan.batch.max_size:
+        problems.append(f"max_batch_size is {size}, and {plan.batch.limit}")
     if size == 0 and config.HasField("dynamic_batching"):
         problems.append("dynamic_batching is set with max_batch_size 0: Triton batches requests only over a batch dim")
     if size == 0 and plan.batch is not None:
@@ -452,7 +451,7 @@ def _batch_check(plan: ModelPlan, config) -> rm.PackageCheck:
                 f"max_batch_size is 0, so dims give every dim, and {short} leave one out: the batch dim "
                 f"(set max_batch_size {plan.batch.max_size} to have Triton add it)"
             )
-    passed = plan.batch.why + " (dynamic batching over it)" if size > 0 else plan.unbatched or "max_batch_size 0: dims give every dim"
+    passed = f"{plan.batch.why} (dynamic batching over it)" if size > 0 and plan.batch else plan.unbatched or "max_batch_size 0"
     return _check(f"batch:{plan.name}", problems, passed)
 
 
