@@ -4,9 +4,10 @@
 #   docker run --gpus all -v "$PWD:/work" model-convert:tensorrt model.pt --to onnx --optimize trt
 # BuildKit, Docker's default builder, builds only the stage the target needs.
 
-# CUDA + TensorRT image, on NGC's TensorRT 25.01 container (TensorRT 10.8, CUDA 12.8, cuDNN 9, Python 3.12).
-# It keeps the container's TensorRT (pinned below 11, which removed the FP16/INT8 builder flags) and takes
-# torch from the default index, whose wheels are CUDA builds: no CPU wheel index here. cuda-python stays on
+# CUDA + TensorRT image, on NGC's TensorRT 25.01 container (CUDA 12.8, cuDNN 9, Python 3.12). pip replaces the
+# container's TensorRT 10.8 with TensorRT 11 (the passes build strongly typed networks, as 11 does); this image has
+# not been built on this project's machines, which have no GPU. It takes torch from the default index, whose wheels
+# are CUDA builds: no CPU wheel index here. cuda-python stays on
 # 12.x, like the container's CUDA. onnxruntime-gpu replaces the CPU onnxruntime, so ONNX artifacts are
 # checked on the GPU too; its CUDA 12 build uses the container's CUDA and cuDNN. Running it needs the NVIDIA
 # Container Toolkit and a host driver new enough for the newest CUDA among these (torch's wheels included).
@@ -17,7 +18,7 @@ WORKDIR /opt/model-convert
 COPY pyproject.toml constraints.txt README.md ./
 COPY convert ./convert
 COPY validators ./validators
-RUN python3 -m pip install -c constraints.txt ".[torch,openvino,optimize,data,tensorrt]" "tensorrt>=10,<11" "cuda-python>=12,<13" \
+RUN python3 -m pip install -c constraints.txt ".[torch,openvino,optimize,data,tensorrt]" "tensorrt>=11" "cuda-python>=12,<13" \
     && python3 -m pip uninstall -y onnxruntime \
     && python3 -m pip install -c constraints.txt onnxruntime-gpu
 WORKDIR /work

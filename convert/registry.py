@@ -195,6 +195,9 @@ class OptimizerSpec(Spec):
     # what its precision names: the arithmetic of the matrix products ("compute"), or only how their weights are stored
     # ("weights": a weight-only pass; OpenVINO's FP16 compression, whose arithmetic the runtime chooses)
     claim: Literal["compute", "weights"]
+    # the pass whose validated artifact (of the format it takes) this pass starts from, where not the exported one: a
+    # TensorRT engine of a precision is built from the ONNX graph of that precision
+    starts_from: str = ""
 
     def formats_named(self) -> tuple[str, ...]:
         return (self.takes, self.format)

@@ -153,6 +153,7 @@ for spec in (
         claim="compute",
         precision="fp16",
         calibrated=False,
+        starts_from="fp16",
         **_TENSORRT_PASS,
     ),
     OptimizerSpec(
@@ -161,7 +162,8 @@ for spec in (
         suffix="_int8.engine",
         claim="compute",
         precision="int8",
-        calibrated=True,
+        calibrated=False,  # the int8 pass it starts from is calibrated
+        starts_from="int8",
         **_TENSORRT_PASS,
     ),
     OptimizerSpec(

@@ -1,10 +1,14 @@
-"""TensorRT engines from the ONNX artifact: FP32 (TF32 off), FP16, and INT8 calibrated on the calibration feeds.
-
-Written against TensorRT 10's Python API (TensorRT 11 removed the FP16/INT8 builder flags and calibrators;
-those passes then report why they are skipped). An engine is built with one optimization profile whose
-dynamic axes span each symbol's ``--shape-range``. Engines are executable code for one GPU and one TensorRT
-version, so the runner loads only engines this process built: their sha256 is kept in
+"""TensorRT engines, built as TensorRT 11 builds every network: strongly typed, each tensor in the type the ONNX graph
+gives it. The precision comes from the graph, not from builder flags (TensorRT 11 removed FP16/INT8 flags and
+calibrators): ``trt`` builds from the exported FP32 ONNX (TF32 off), ``trt:fp16`` from the validated ``fp16`` pass's
+FP16 ONNX, ``trt:int8`` from the validated ``int8`` pass's Q/DQ ONNX (explicit quantization, calibrated there). Each
+starts from that artifact only once it passed validation (``OptimizerSpec.starts_from``). An engine is built with one
+optimization profile whose dynamic axes span each symbol's ``--shape-range``. Engines are executable code for one GPU
+and one TensorRT version, so the runner loads only engines this process built: their sha256 is kept in
 ``ENGINES_BUILT_THIS_RUN``.
+
+Written against TensorRT 11's Python API; this project's machines have neither TensorRT nor an NVIDIA GPU, so it has
+not run there.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.backends.tensorrt import ENGINES_BUILT_THIS_RUN, DeviceBuffers, tensorrt_missing
+from convert.backends.tensorrt import ENGINES_BUILT_THIS_RUN, tensorrt_missing
 from convert.devices import absent_reason
 from convert.errors import ConvertError
 from convert.optimizers.base import OptimizeJob, Optimizer
@@ -63,9 +67,11 @@ def profile_shapes(
     return profile
 
 
+TENSORRT_MAJOR = 11  # strongly typed networks only: the version this pass is written for
+
+
 class TensorRtFp32(Optimizer):
-    detail = "FP32, TF32 off"
-    needs: tuple[str, ...] = ()  # TensorRT attributes this precision needs (some are gone in TensorRT 11)
+    detail = "FP32 ONNX, TF32 off"
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -73,27 +79,23 @@ class TensorRtFp32(Optimizer):
         if reason is None:
             import tensorrt as trt
 
-            gone = [need for need in cls.needs if not _has(trt, need)]
-            if gone:
+            major = int(trt.__version__.split(".")[0])
+            if major < TENSORRT_MAJOR:
                 reason = (
-                    f"TensorRT {trt.__version__} has no {', '.join(gone)} (removed in TensorRT 11): "
-                    f"pip install 'tensorrt>=10,<11' for the {cls.name} pass"
+                    f"TensorRT {trt.__version__} is installed, and the {cls.name} pass builds strongly typed networks as "
+                    f"TensorRT {TENSORRT_MAJOR} does: pip install 'model-convert[tensorrt]' (tensorrt>={TENSORRT_MAJOR})"
                 )
         return reason
 
     def strategies(self, job: OptimizeJob):
-        return [(f"TensorRT build_serialized_network ({self.detail})", lambda path: self._build(job, path))]
-
-    def configure(self, trt, builder, config, job: OptimizeJob):
-        """Set the precision on the builder config; return a calibrator to free after the build, or None."""
-        config.clear_flag(trt.BuilderFlag.TF32)  # TF32 rounds matmul inputs to 10 bits: not an FP32 engine
+        return [(f"TensorRT build_serialized_network, strongly typed ({self.detail})", lambda path: self._build(job, path))]
 
     def _build(self, job: OptimizeJob, path: Path) -> Artifact:
         import tensorrt as trt
 
         logger = trt.Logger(trt.Logger.WARNING)
         builder = trt.Builder(logger)
-        network = builder.create_network(0)  # explicit batch is the only mode in TensorRT 10
+        network = builder.create_network(0)  # strongly typed: the only kind TensorRT 11 builds
         parser = trt.OnnxParser(network, logger)
         if not parser.parse_from_file(str(job.base.path)):
             errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
@@ -102,18 +104,15 @@ class TensorRtFp32(Optimizer):
         config = builder.create_builder_config()
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_BYTES)
         config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # the inspector's layer types attest its precision
+        if hasattr(trt.BuilderFlag, "TF32"):
+            config.clear_flag(trt.BuilderFlag.TF32)  # TF32 rounds FP32 matmul inputs to 10 bits: not an FP32 engine
         inputs = [network.get_input(i) for i in range(network.num_inputs)]
         profile = builder.create_optimization_profile()
         for name, (low, opt, high) in profile_shapes([(t.name, tuple(t.shape)) for t in inputs], job.base.inputs, job.shape_ranges).items():
             profile.set_shape(name, low, opt, high)
         config.add_optimization_profile(profile)
-        calibrator = self.configure(trt, builder, config, job)
         timing_cache = _attach_timing_cache(config)
-        try:
-            serialized = builder.build_serialized_network(network, config)
-        finally:
-            if calibrator is not None:
-                calibrator.free()
+        serialized = builder.build_serialized_network(network, config)
         if serialized is None:
             raise RuntimeError("TensorRT could not build the engine (its warnings and errors are on stderr)")
         _save_timing_cache(timing_cache)
@@ -127,66 +126,11 @@ class TensorRtFp32(Optimizer):
 
 
 class TensorRtFp16(TensorRtFp32):
-    detail = "FP16 flag"
-    needs = ("BuilderFlag.FP16",)
-
-    def configure(self, trt, builder, config, job: OptimizeJob):
-        config.set_flag(trt.BuilderFlag.FP16)
+    detail = "the fp16 pass's FP16 ONNX"
 
 
 class TensorRtInt8(TensorRtFp32):
-    detail = "INT8 flag with FP16 fallback, IInt8EntropyCalibrator2 on the calibration feeds"
-    needs = ("BuilderFlag.FP16", "BuilderFlag.INT8", "IInt8EntropyCalibrator2")
-
-    def configure(self, trt, builder, config, job: OptimizeJob):
-        if not job.calibration:
-            raise RuntimeError("INT8 calibration needs calibration feeds, and there are none")
-        shapes = {name: array.shape for name, array in job.calibration[0].items()}
-        if any({name: array.shape for name, array in feed.items()} != shapes for feed in job.calibration):
-            raise RuntimeError("TensorRT calibrates at one shape per input, and the calibration feeds differ in shape")
-        config.set_flag(trt.BuilderFlag.FP16)  # layers with no INT8 kernel run in FP16 rather than FP32
-        config.set_flag(trt.BuilderFlag.INT8)
-        profile = builder.create_optimization_profile()  # calibration runs at the calibration feeds' shapes
-        for name, shape in shapes.items():
-            profile.set_shape(name, shape, shape, shape)
-        config.set_calibration_profile(profile)
-        calibrator = _calibrator(trt, job.calibration)
-        config.int8_calibrator = calibrator
-        return calibrator
-
-
-def _calibrator(trt, feeds):
-    """An entropy calibrator that gives TensorRT one calibration feed per batch, copied to the device."""
-
-    class Calibrator(trt.IInt8EntropyCalibrator2):
-        def __init__(self):
-            trt.IInt8EntropyCalibrator2.__init__(self)  # the binding's trampoline needs the explicit call
-            self.feeds = iter(feeds)
-            self.buffers = DeviceBuffers()
-            self.cache = None  # kept in memory: a stale cache file could silently skip calibration
-
-        def get_batch_size(self):
-            return 1  # explicit-batch networks take each feed whole, batch axis included
-
-        def get_batch(self, names):
-            feed = next(self.feeds, None)
-            return None if feed is None else [self.buffers.upload(name, feed[name]) for name in names]
-
-        def read_calibration_cache(self):
-            return self.cache
-
-        def write_calibration_cache(self, cache):
-            self.cache = bytes(cache)
-
-        def free(self):
-            self.buffers.free()
-
-    return Calibrator()
-
-
-def _has(trt, dotted: str) -> bool:
-    owner, _, attribute = dotted.rpartition(".")
-    return hasattr(getattr(trt, owner) if owner else trt, attribute)
+    detail = "the int8 pass's Q/DQ ONNX, explicit quantization"
 
 
 def _attach_timing_cache(config):

@@ -22,7 +22,9 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
 
     entry = REGISTRY.get("optimizer", name)
     optimizer = entry.load()
-    base = ctx.artifacts.get(entry.takes)
+    start = entry.starts_from or entry.takes
+    base = ctx.artifacts.get(start) or ctx.candidates.get(start)
+    started_from = next((r for r in ctx.report.artifacts if base is not None and r.path == str(base.path)), None)
     record = rm.ArtifactRecord(
         format=entry.format,
         optimization=name,
@@ -34,7 +36,13 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
     with ctx.stages.run("auto" if candidate else "optimize", name) as stage:
         missing = [p for p in entry.requires if importlib.util.find_spec(p) is None]
         if base is None:
-            stage.status, stage.reason = "skipped", f"the {entry.takes} artifact it starts from was not exported"
+            stage.status, stage.reason = (
+                "skipped",
+                f"the {start} artifact it starts from was not {'built' if entry.starts_from else 'exported'}",
+            )
+            return
+        if entry.starts_from and (started_from is None or not started_from.passed):
+            stage.status, stage.reason = "skipped", f"the {start} artifact it starts from failed validation"
             return
         reason = (
             f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.extra}]'"
@@ -94,7 +102,7 @@ def _lookup(ctx: RunContext, stage: rm.Stage, entry, name: str, job) -> Lookup:
         entry.all_packages,
         name,
         ctx.stem,
-        ctx.artifacts[entry.takes].sha256,
+        job.base.sha256,
         ctx.export_feed,
         ctx.calibration,
         ctx.profile_ranges,

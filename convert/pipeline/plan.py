@@ -192,6 +192,11 @@ def check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
             f"unknown optimization '{unknown[0]}'",
             f"{did_you_mean(unknown[0], ['auto', *available])}Choose from: auto, {', '.join(available)}.",
         )
+    for name in list(chosen):  # a pass that starts from another's artifact runs after it, which is added if not asked
+        start = REGISTRY.get("optimizer", name).starts_from
+        if start and chosen.index(name) < (chosen.index(start) if start in chosen else len(chosen)):
+            chosen = [n for n in chosen if n != start]
+            chosen.insert(chosen.index(name), start)
     for name in chosen:
         entry = REGISTRY.get("optimizer", name)
         if entry.takes not in targets:

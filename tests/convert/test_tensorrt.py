@@ -231,6 +231,141 @@ def test_a_cacheable_pass_does_consult_the_cache_that_an_engine_never_does():
     ctx = SimpleNamespace(
         cache=cache, stem="m", artifacts={"onnx": SimpleNamespace(sha256="0" * 64)}, export_feed={}, calibration=None, profile_ranges={}
     )
-    job = SimpleNamespace(keep_fp32=(), calibration_method="minmax", task=None, base=SimpleNamespace(precision="fp32"))
+    job = SimpleNamespace(keep_fp32=(), calibration_method="minmax", task=None, base=SimpleNamespace(precision="fp32", sha256="0" * 64))
     found = _lookup(ctx, SimpleNamespace(kind="optimize", name="optimize:fp16"), REGISTRY.get("optimizer", "fp16"), "fp16", job)
     assert found.hit is not None and cache.consulted == ["optimize:fp16"]
+
+
+class _FakeTensorRt:
+    """A fake of the TensorRT 11 Python API the build calls (for this tool's own build code; it builds nothing): it
+    records what the build asks for, and has no precision flags, as TensorRT 11 has none."""
+
+    __version__ = "11.5.0"
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+        fake = self
+
+        class Network:
+            num_inputs = 1
+
+            def get_input(self, index):
+                return SimpleNamespace(name="x", shape=(-1, 3, 32, 32))
+
+        class Parser:
+            num_errors = 0
+
+            def __init__(self, network, logger):
+                pass
+
+            def parse_from_file(self, path):
+                fake.calls.append(("parse", Path(path).name))
+                return True
+
+        class Profile:
+            def set_shape(self, name, low, opt, high):
+                fake.calls.append(("profile", name, low, opt, high))
+
+        class Config:
+            def set_memory_pool_limit(self, pool, size):
+                pass
+
+            def clear_flag(self, flag):
+                fake.calls.append(("clear", flag))
+
+            def set_flag(self, flag):
+                fake.calls.append(("set", flag))
+
+            def add_optimization_profile(self, profile):
+                pass
+
+            def create_timing_cache(self, blob):
+                return SimpleNamespace(serialize=lambda: b"timings")
+
+            def set_timing_cache(self, cache, ignore_mismatch):
+                return True
+
+            def __setattr__(self, name, value):
+                fake.calls.append(("config", name, value))
+
+        class Builder:
+            def __init__(self, logger):
+                pass
+
+            def create_network(self, flags):
+                fake.calls.append(("network", flags))
+                return Network()
+
+            def create_builder_config(self):
+                return Config()
+
+            def create_optimization_profile(self):
+                return Profile()
+
+            def build_serialized_network(self, network, config):
+                return b"engine bytes"
+
+        self.Builder, self.OnnxParser = Builder, Parser
+        self.Logger = type("Logger", (), {"WARNING": 2, "__init__": lambda logger, level: None})
+        self.MemoryPoolType = SimpleNamespace(WORKSPACE="workspace")
+        self.ProfilingVerbosity = SimpleNamespace(DETAILED="detailed")
+        self.BuilderFlag = SimpleNamespace(TF32="tf32")  # TensorRT 11 has no FP16, INT8 or calibration
+
+
+@pytest.mark.parametrize("name, base", [("trt", "m.onnx"), ("trt:fp16", "m.fp16.onnx"), ("trt:int8", "m.int8.onnx")])
+def test_an_engine_is_a_strongly_typed_network_of_the_onnx_graph_its_pass_starts_from(tmp_path, monkeypatch, name, base):
+    """Each pass parses the validated ONNX of its precision, builds a strongly typed network, sets no precision flag
+    (TensorRT 11 has none), keeps FP32 arithmetic out of TF32, and asks for the inspector's detailed layer types."""
+    fake = _FakeTensorRt()
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    monkeypatch.setenv("CONVERT_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / base).write_bytes(b"graph")
+    job = SimpleNamespace(
+        base=Artifact(format="onnx", path=tmp_path / base, inputs=(parse_input_spec("x:float32[B,3,32,32]"),)),
+        shape_ranges={"B": (1, 8, 32)},
+    )
+    optimizer = REGISTRY.get("optimizer", name).load()()
+    artifact = optimizer._build(job, tmp_path / "m.engine")
+    assert REGISTRY.get("optimizer", name).starts_from == {"trt": "", "trt:fp16": "fp16", "trt:int8": "int8"}[name]
+    assert fake.calls[:2] == [("network", 0), ("parse", base)]
+    assert ("config", "profiling_verbosity", "detailed") in fake.calls and ("clear", "tf32") in fake.calls
+    assert not [call for call in fake.calls if call[0] == "set"]
+    assert ("profile", "x", (1, 3, 32, 32), (8, 3, 32, 32), (32, 3, 32, 32)) in fake.calls
+    assert artifact.dim_bounds == {"B": (1, 32)} and (tmp_path / "m.engine").read_bytes() == b"engine bytes"
+    assert hashlib.sha256(b"engine bytes").hexdigest() in ENGINES_BUILT_THIS_RUN
+
+
+def test_tensorrt_10_is_refused_with_the_version_the_passes_need(monkeypatch):
+    """A fake TensorRT 10 module (weakly typed builds): the passes say they need 11, where a GPU is here."""
+    fake = _FakeTensorRt()
+    fake.__version__ = "10.8.0"
+    monkeypatch.setitem(sys.modules, "tensorrt", fake)
+    monkeypatch.setattr(trt_build, "tensorrt_missing", lambda: None)
+    monkeypatch.setattr(trt_build, "absent_reason", lambda device: None)
+    reason = TensorRtFp16.unavailable_reason()
+    assert "TensorRT 10.8.0 is installed" in reason and "tensorrt>=11" in reason
+
+
+def test_an_engine_pass_runs_after_the_pass_whose_onnx_it_builds_from():
+    from convert.pipeline.plan import check_optimizations
+
+    assert check_optimizations(["trt:fp16"], ["onnx"]) == (["fp16", "trt:fp16"], False)
+    assert check_optimizations(["trt:int8", "fp16", "int8"], ["onnx"]) == (["int8", "trt:int8", "fp16"], False)
+
+
+@pytest.mark.slow
+def test_an_engine_is_not_built_from_an_fp16_graph_that_failed_validation(tmp_path):
+    """trt:fp16 starts from the validated fp16 artifact: where that fails its budget, the engine pass is skipped with
+    why (never built from a graph known to be wrong); where it passes, the pass says what this machine lacks."""
+    from tests.conftest import load_report, run_cli
+
+    model = ("fixtures.torch_models:build_cnn", "--trust-code", "--input", "x:float32[B,3,32,32]", "--to", "onnx")
+    run = run_cli(*model, "--optimize", "trt:fp16", "--accuracy", "max_abs<=1e-9", "--out", str(tmp_path / "strict"))
+    assert run.returncode == 1, run.output
+    stages = {s["name"]: s for s in load_report(tmp_path / "strict" / "report.json")["stages"]}
+    assert stages["optimize:trt:fp16"]["status"] == "skipped"
+    assert stages["optimize:trt:fp16"]["reason"] == "the fp16 artifact it starts from failed validation"
+    run = run_cli(*model, "--optimize", "trt:fp16", "--out", str(tmp_path / "plain"))
+    stages = {s["name"]: s for s in load_report(tmp_path / "plain" / "report.json")["stages"]}
+    assert stages["optimize:fp16"]["status"] == "ok" and stages["optimize:trt:fp16"]["status"] == "skipped"
+    assert stages["optimize:trt:fp16"]["reason"].startswith(INSTALL if not HAVE_TENSORRT else "")
