@@ -208,9 +208,26 @@ def _plan(job: PackageJob, artifact: PackedArtifact, name: str, model_file: Path
                 f"'{tensor.source_name}' is {tensor.dtype or 'of no single dtype'} in the report: Triton has no type for it"
             )
     _name_for_platform(plan, input_names, model_file)
+    widened = _bfloat16_outputs(model_file) if artifact.format == "onnx" else set()
+    for tensor in plan.outputs:
+        if tensor.dtype == "float32" and tensor.name in widened:
+            tensor.dtype = "bfloat16"
     plan.batch, plan.unbatched = _batch(plan, specs)
     plan.gpu = artifact.format == "tensorrt" or all(c.device != "cpu" for c in checks)
     return plan
+
+
+def _bfloat16_outputs(model_file: Path) -> set[str]:
+    """The outputs an ONNX graph declares bfloat16: the runners hand them over widened to float32 (NumPy has no bfloat16),
+    so the report records float32 for them. None where the file cannot be read (the files check says why)."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        graph = onnx.load(str(model_file), load_external_data=False).graph
+    except (OSError, DecodeError):
+        return set()
+    return {o.name for o in graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16}
 
 
 def _sizes(tensor: Tensor, shapes: list[list[int] | None]) -> list[str]:
@@ -475,7 +492,12 @@ def _dims_check(plan: ModelPlan, config) -> rm.PackageCheck:
                 problems.append(f"'{tensor.name}' takes any size on axis {axis}, which validation ran at {ran} only")
             elif dim != -1 and dim not in sizes:
                 problems.append(f"'{tensor.name}' is {dim} on axis {axis}, which validation ran at {ran}")
-    return _check(f"dims:{plan.name}", problems, "-1 exactly where validation moved a dim, the validated size elsewhere")
+    passed = "-1 exactly where validation moved a dim, the validated size elsewhere"
+    bounded = [f"{s} {low}..{high}" for s, (low, high) in sorted(plan.record.dim_bounds.items()) if high is not None]
+    if bounded:
+        # Triton checks a request's shape against dims only: a size past the artifact's bound reaches the backend
+        passed += f"; the artifact bounds {', '.join(bounded)}, which dims cannot say: a request past a bound fails in the backend"
+    return _check(f"dims:{plan.name}", problems, passed)
 
 
 def _profiles_check(plan: ModelPlan, config) -> rm.PackageCheck:
@@ -497,7 +519,8 @@ def _profiles_check(plan: ModelPlan, config) -> rm.PackageCheck:
             problems.append(f"the report gives no profile range for {symbol}, which validation ran at {sorted(sizes)}")
         elif min(sizes) < low or high is not None and max(sizes) > high:
             problems.append(f"the profile takes {symbol} from {low} to {high}, and validation ran it at {sorted(sizes)}")
-    spans = ", ".join(f"{s} {plan.record.dim_bounds[s][0]}..{plan.record.dim_bounds[s][1]}" for s in sorted(ran)) or "static shapes"
+    bounds = plan.record.dim_bounds
+    spans = ", ".join(f"{s} {bounds[s][0]}..{bounds[s][1]}" for s in sorted(ran) if s in bounds) or "static shapes"
     return _check(f"profiles:{plan.name}", problems, f"profile 0 ({spans}) covers every size validated")
 
 

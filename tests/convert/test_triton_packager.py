@@ -215,3 +215,30 @@ def test_its_onnx_and_openvino_artifacts_make_a_repository_that_passes_every_che
     checks = packager.check(packager.build(job), job)
     assert [c.name for c in checks if c.status != "passed"] == [], checks
     assert len(checks) == 2 * 6  # config, io, batch, dims, files, digest of each
+
+
+def test_the_gate_publishes_a_repository_of_what_it_promotes(tmp_path):
+    """A policy that requires a Triton repository: `convert gate` builds it from the artifacts it promotes, publishes
+    it beside them, and promotes only where every check of it passed."""
+    import yaml
+
+    policy = tmp_path / "promotion.yaml"
+    policy.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"path": "fixtures.torch_models:build_cnn", "inputs": ["x:float32[B,3,32,32]"]},
+                "require": {"targets": ["onnx"], "optimizations": ["openvino"], "packages": ["triton"]},
+                "out": "out",
+            },
+            sort_keys=False,
+        )
+    )
+    run = run_cli("gate", str(policy))
+    assert run.returncode == 0, run.output
+    report = load_report(tmp_path / "out" / "report.json")
+    assert report["gate"]["promoted"] is True
+    (package,) = report["packages"]
+    assert package["packager"] == "triton" and package["passed"] and package["path"] == str(tmp_path / "out" / "build_cnn.triton")
+    assert {a["key"] for a in package["artifacts"]} == {"onnx", "openvino"}
+    assert all(c["status"] == "passed" for c in package["checks"])
+    assert sorted(p.name for p in (tmp_path / "out" / "build_cnn.triton").iterdir()) == ["onnx", "openvino"]

@@ -320,12 +320,18 @@ def test_other_bytes_under_the_model_file_s_name_fail_the_digest(tmp_path):
     assert checks["digest:onnx"].status == "failed" and "not the validated" in checks["digest:onnx"].reason
 
 
-def test_a_profile_that_does_not_cover_the_validated_sizes_fails(tmp_path):
+@pytest.mark.parametrize(
+    "bounds, says",
+    [
+        ({"B": [2, 8]}, "the profile takes B from 2 to 8, and validation ran it at [1, 2, 5]"),
+        ({}, "the report gives no profile range for B, which validation ran at [1, 2, 5]"),
+    ],
+)
+def test_a_profile_that_does_not_cover_the_validated_sizes_fails(tmp_path, bounds, says):
     packager, job, path = _built(tmp_path)
-    job.report.artifacts[3].dim_bounds = {"B": [2, 8]}  # the engine's profile, as the report records it
+    job.report.artifacts[3].dim_bounds = bounds  # the engine's profile, as the report records it
     checks = _checks(packager, path, job)
-    assert checks["profiles:trt_fp16"].status == "failed"
-    assert "the profile takes B from 2 to 8, and validation ran it at [1, 2, 5]" in checks["profiles:trt_fp16"].reason
+    assert checks["profiles:trt_fp16"].status == "failed" and says in checks["profiles:trt_fp16"].reason
 
 
 def test_a_torchscript_returning_a_dict_is_refused_as_triton_s_libtorch_backend_refuses_it(tmp_path):
@@ -377,3 +383,25 @@ def test_model_names_are_the_keys_in_the_characters_triton_takes_each_once():
 
     artifacts = [PackedArtifact(key, "onnx", "fp32", None, (), "") for key in ("onnx", "openvino:int8", "openvino_int8", "::")]
     assert list(_model_names(tuple(artifacts))) == ["onnx", "openvino_int8", "openvino_int8_2", "model"]
+
+
+def test_an_onnx_output_declared_bfloat16_is_typed_so_though_the_report_says_float32(tmp_path):
+    """The runners hand a bfloat16 output over widened to float32 (NumPy has no bfloat16): the graph says what it is
+    (only its declared types are read; the shapes are the report's)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    job = _job(tmp_path)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)],
+        "bf16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, ["B", 4])],
+    )
+    path = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    job = PackageJob(folder=job.folder, stem=job.stem, artifacts=(_artifact("onnx", "onnx", path, [path]),), report=job.report)
+    packager = TritonRepository()
+    repository = packager.build(job)
+    assert "data_type: TYPE_BF16" in (repository / "onnx" / CONFIG).read_text()
+    assert all(c.status == "passed" for c in packager.check(repository, job))
