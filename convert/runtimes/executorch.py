@@ -52,7 +52,15 @@ class ExecuTorchRunner(Runner):
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
-        outputs = self.method.execute([torch.from_numpy(np.ascontiguousarray(feed[s.name])) for s in self.artifact.inputs])
+        outputs = self.method.execute([_tensor(torch, feed[s.name]) for s in self.artifact.inputs])
         if len(outputs) != len(self.artifact.output_names):  # a .pte given to validate that returns other outputs
             raise ValueError(f"the program returns {len(outputs)} outputs where the source returns {len(self.artifact.output_names)}")
         return {name: to_numpy(tensor) for name, tensor in zip(self.artifact.output_names, outputs, strict=True)}
+
+
+def _tensor(torch, array: np.ndarray):
+    """A C-contiguous tensor of the array. An empty one (a cache with no past yet) gets the strides torch and ExecuTorch
+    compute, counting a 0 size as 1: numpy's are 0 there, and ExecuTorch aborts the process on strides it did not expect
+    (tensor_ptr.cpp: "invalid strides for dim 0: 0 != 16")."""
+    array = np.ascontiguousarray(array)
+    return torch.from_numpy(array) if array.size else torch.empty(array.shape, dtype=torch.from_numpy(array).dtype)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.transformers_folders import write_folder
 from tests.conftest import REPO, detail, load_report, run_cli
 
 TARGETS = ("executorch",)
@@ -82,6 +83,8 @@ def runs(torch_files, tmp_path_factory) -> dict[str, tuple]:
             "--accuracy",
             TRANSFORMER_INT8_BUDGET,
         ),
+        # a decoder with its cache, from transformers' own classes: its first step has an empty past (P=0)
+        "llama": lambda: (str(write_folder("llama", folder / "llama")), "--to", "executorch"),
         "wrong": lambda: (f"{os.path.abspath(__file__)}:build_offset_in_lowering", "--input", "x:float32[B,8]", "--to", "executorch"),
         "not_installed": lambda: (str(torch_files / "cnn.pt2"), "--to", "executorch"),
     }
@@ -193,3 +196,14 @@ def test_without_executorch_the_export_is_a_user_error_naming_the_extra(runs):
     assert "--to executorch needs the Python package 'executorch'" in run.stderr
     assert "pip install 'model-convert[executorch]'" in run.stderr
     assert report is None and not (out / "cnn.pte").exists()
+
+
+def test_a_decoder_generates_from_an_empty_past_as_transformers_does(runs):
+    """Generation starts with a past of 0 positions, an empty tensor whose numpy strides ExecuTorch refuses (it aborted
+    the process): the runner hands it the strides torch computes, and the generated text agrees with transformers'."""
+    run, _, report = runs["llama"]
+    assert run.returncode == 0, run.output
+    (program,) = report["artifacts"]
+    generation = [c for c in program["checks"] if c["kind"] == "generation"]
+    assert program["passed"] and generation and all(c["status"] == "passed" for c in generation)
+    assert generation[0]["generation"]["token_agreement"] == 1.0
