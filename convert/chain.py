@@ -23,7 +23,8 @@ CAPTURED_FORMATS = ("torch_export", "torchscript")  # the artifact is the progra
 def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: TolerancePolicy, base, traced, kept: dict):
     """The links this artifact adds to its chain (``base``'s are its base's record's): for an artifact made by a pass
     from ``base``, that pass's; for a captured program (.pt2, TorchScript), capture; for any other export, capture and
-    conversion, through the program ``traced()`` gives (None, or one without ``outputs``: not measured). ``kept`` holds
+    conversion, through the program ``traced()`` gives (None, or one without ``outputs``, or why not as a string: not
+    measured). ``kept`` holds
     each artifact's outputs on a sample, by digest and the sample's shapes: a base is not run again for its passes."""
     from convert.exporters.base import quiet
     from convert.text import first_line
@@ -55,8 +56,9 @@ def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: 
         return found
     capture = "the source model against the program the exporter captured"
     conversion = f"the captured program against the {artifact.format} artifact"
-    program = getattr(traced(), "outputs", None)
-    captured = f"{step} keeps no program of its own that runs apart from the artifact"
+    found_program = traced()
+    program = getattr(found_program, "outputs", None)
+    captured = found_program if isinstance(found_program, str) else f"{step} keeps no program of its own that runs apart from the artifact"
     if program is not None:
         try:
             with quiet(io.StringIO()):  # the program's chatter, as when the exporter ran it

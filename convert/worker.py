@@ -218,10 +218,16 @@ class Session:
         capture and conversion links, for an optimized one (``base``: the artifact the pass started from) its pass's.
         Each artifact's outputs are kept for the passes made from it (one sample per artifact)."""
         from convert.chain import measure
+        from convert.memory import available_bytes
+        from convert.safety import size_of
 
-        return measure(
-            artifact, strategy, feed, reference, policy, base, lambda: self._traced_program(exporter, strategy, job), self._chain_outputs
-        )
+        def traced():
+            """The kept program, or one traced again where that leaves room: a frozen graph holds a copy of the weights."""
+            if _traced_key(exporter, strategy, job) not in self._captured and 4 * size_of(artifact.files) > available_bytes():
+                return "tracing the program again would hold a second copy of the weights, more than a quarter of the memory available"
+            return self._traced_program(exporter, strategy, job)
+
+        return measure(artifact, strategy, feed, reference, policy, base, traced, self._chain_outputs)
 
     def attest(self, fmt: str, path, input_shapes: dict[str, list[int]]):
         """What the artifact's matrix products compute in (convert/precision.py ``Measured``), as its format's spec
