@@ -23,9 +23,9 @@ CAPTURED_FORMATS = ("torch_export", "torchscript")  # the artifact is the progra
 def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: TolerancePolicy, base, traced, kept: dict):
     """The links this artifact adds to its chain (``base``'s are its base's record's): for an artifact made by a pass
     from ``base``, that pass's; for a captured program (.pt2, TorchScript), capture; for any other export, capture and
-    conversion, through the program ``traced()`` gives (None, or one without ``outputs``, or why not as a string: not
-    measured). ``kept`` holds
-    each artifact's outputs on a sample, by digest and the sample's shapes: a base is not run again for its passes."""
+    conversion, through the program ``traced()`` gives (None, one without ``outputs``, or why not as a string: not
+    measured). ``kept`` holds each artifact's outputs on a sample, by digest and the sample's shapes: a base is not run
+    again for its passes, nor an artifact its first check ran."""
     from convert.exporters.base import quiet
     from convert.text import first_line
 
