@@ -245,7 +245,7 @@ def test_a_really_slower_model_is_rejected_against_its_baseline_timed_beside_it(
         ("model: {path: m.pt2}\nrequire:\n  targets: [onnx, tflitee]\n", "line 3: require.targets.1: unknown format 'tflitee'"),
         (
             "model: {path: m.pt2}\nrequire:\n  targets: [onnx]\n  packages: [archive, zipp]\n",
-            "line 4: require.packages.1: unknown packager 'zipp' (known: archive)",
+            "line 4: require.packages.1: unknown packager 'zipp' (known: archive, triton)",
         ),
         (
             "model: {path: m.pt2}\nrequire: {targets: [onnx]}\nbudgets:\n  onnx: {size_mb: 1}\n  onnx: {latency_ms_p50: 5}\n",
