@@ -197,7 +197,7 @@ class OptimizerSpec(Spec):
     claim: Literal["compute", "weights"]
     # the pass whose validated artifact (of the format it takes) this pass starts from, where not the exported one: a
     # TensorRT engine of a precision is built from the ONNX graph of that precision
-    starts_from: str = ""
+    starts_from: str
 
     def formats_named(self) -> tuple[str, ...]:
         return (self.takes, self.format)

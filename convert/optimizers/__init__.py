@@ -5,8 +5,8 @@ this process, so its results are never reused from the cache (decided from the s
 
 from convert.registry import CORE_EXTRA, REGISTRY, OptimizerSpec
 
-_ONNX_RUNTIME_PASS = dict(takes="onnx", format="onnx", packages=(), extra=CORE_EXTRA, cacheable=True, requires=())
-_OPENVINO_PASS = dict(takes="onnx", format="openvino", extra="openvino", cacheable=True)
+_ONNX_RUNTIME_PASS = dict(takes="onnx", format="onnx", packages=(), extra=CORE_EXTRA, cacheable=True, requires=(), starts_from="")
+_OPENVINO_PASS = dict(takes="onnx", format="openvino", extra="openvino", cacheable=True, starts_from="")
 _TENSORRT_PASS = dict(
     takes="onnx", format="tensorrt", packages=("tensorrt",), extra="tensorrt", cacheable=False, requires=(), weight_options=()
 )
@@ -26,6 +26,7 @@ for spec in (
         packages=("onnxslim",),
         requires=(),
         extra="optimize",
+        starts_from="",
     ),
     OptimizerSpec(
         name="fp16",
@@ -144,6 +145,7 @@ for spec in (
         claim="compute",
         precision="fp32",
         calibrated=False,
+        starts_from="",
         **_TENSORRT_PASS,
     ),
     OptimizerSpec(
@@ -180,6 +182,7 @@ for spec in (
         packages=("torch", "executorch", "torchao"),
         requires=("executorch",),
         extra="executorch",
+        starts_from="",
     ),
 ):
     REGISTRY.add(spec)

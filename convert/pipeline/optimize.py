@@ -24,7 +24,7 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
     optimizer = entry.load()
     start = entry.starts_from or entry.takes
     base = ctx.artifacts.get(start) or ctx.candidates.get(start)
-    started_from = next((r for r in ctx.report.artifacts if base is not None and r.path == str(base.path)), None)
+    started_from = next((r for r in ctx.report.artifacts if r.key == start), None)  # an auto candidate has no path yet
     record = rm.ArtifactRecord(
         format=entry.format,
         optimization=name,
@@ -41,14 +41,13 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
                 f"the {start} artifact it starts from was not {'built' if entry.starts_from else 'exported'}",
             )
             return
-        if entry.starts_from and (started_from is None or not started_from.passed):
-            stage.status, stage.reason = "skipped", f"the {start} artifact it starts from failed validation"
-            return
         reason = (
             f"{', '.join(missing)} is not installed: pip install 'model-convert[{entry.extra}]'"
             if missing
             else optimizer.unavailable_reason()
         )
+        if not reason and entry.starts_from and (started_from is None or not started_from.passed):
+            reason = f"the {start} artifact it starts from failed validation"  # an engine of a graph known to be wrong
         if reason:
             stage.status, stage.reason = "skipped", reason
             return
