@@ -61,6 +61,50 @@ def flatten_outputs(value: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+# The archive member a TorchScript this tool writes names its flat outputs in (Triton's LibTorch backend, like any
+# caller that takes outputs by position, needs a Tensor or a flat tuple; the names say which output each one is).
+SCRIPT_OUTPUT_NAMES = "convert/output_names.json"
+
+
+def flat_returning(forward, names: list[str]):
+    """``forward`` returning its outputs as ``flatten_outputs`` orders them: the one tensor alone, else a flat tuple.
+    ``names`` is filled, on the first call, with each output's name in that order; the signature stays ``forward``'s,
+    so a tracer binds keyword inputs to the same parameters."""
+
+    @functools.wraps(forward)
+    def flat_forward(*args, **kwargs):
+        outputs = flatten_outputs(forward(*args, **kwargs))
+        names[:] = list(outputs)
+        values = tuple(outputs.values())
+        return values[0] if len(values) == 1 else values
+
+    return flat_forward
+
+
+def save_script(module, path: Path, output_names: list[str] | None = None) -> None:
+    """A TorchScript archive; ``output_names`` is stored with it where its forward() returns flat outputs."""
+    extra = {SCRIPT_OUTPUT_NAMES: json.dumps(output_names)} if output_names is not None else {}
+    require_torch().jit.save(module, str(path), _extra_files=extra)
+
+
+def load_script(path: Path, device: str = "cpu") -> tuple[Any, list[str] | None]:
+    """A TorchScript archive (this loads its code: only for archives this run wrote or the user trusts), with the names
+    of the flat outputs it returns where the archive stores them."""
+    extra = {SCRIPT_OUTPUT_NAMES: ""}
+    module = require_torch().jit.load(str(path), map_location=device, _extra_files=extra)
+    return module, json.loads(extra[SCRIPT_OUTPUT_NAMES]) if extra[SCRIPT_OUTPUT_NAMES] else None
+
+
+def script_outputs(outputs: Any, output_names: list[str] | None) -> dict[str, Any]:
+    """A TorchScript's outputs by name: by the names its archive stores, else as ``flatten_outputs`` names them."""
+    if output_names is None:
+        return flatten_outputs(outputs)
+    values = (outputs,) if isinstance(outputs, require_torch().Tensor) else tuple(outputs)
+    if len(values) != len(output_names):
+        raise ValueError(f"the TorchScript returns {len(values)} outputs where its archive names {len(output_names)}")
+    return dict(zip(output_names, values))
+
+
 def to_numpy(tensor) -> np.ndarray:
     torch = require_torch()
     tensor = tensor.detach().cpu()
@@ -313,20 +357,20 @@ class TracedScript:
 
     method = "the TorchScript archive, each submodule run on the inputs its eager twin received"
 
-    def __init__(self, source: CalledModel, scripted):
-        self.source, self.scripted = source, scripted
+    def __init__(self, source: CalledModel, scripted, output_names: list[str] | None = None):
+        self.source, self.scripted, self.output_names = source, scripted, output_names
 
     @classmethod
     def of_file(cls, source: CalledModel, path: Path) -> TracedScript:
         """A TorchScript artifact (validation has loaded it already, with the trust it needs)."""
-        return cls(source, require_torch().jit.load(str(path), map_location="cpu"))
+        return cls(source, *load_script(path))
 
     def outputs(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The archive's outputs for one feed, named as the source's."""
         torch = require_torch()
         with torch.inference_mode():
             outputs = self.source.convention(self.scripted, to_tensors(self.source.signature.inputs, feed))
-        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+        return {name: to_numpy(t) for name, t in script_outputs(outputs, self.output_names).items()}
 
     def module_outputs(self, feed: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray, np.ndarray]]:
         """Each submodule called once, in the order the modules finish: its eager output beside the archive's same

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.backends.torch import flatten_outputs
+from convert.backends.torch import flat_returning, flatten_outputs, save_script
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.torch_common import example_arguments
 
@@ -34,10 +34,8 @@ class TorchToTorchScript(Exporter):
             ]
         return [("torch.jit.trace", lambda path: self._trace(job, path)), ("torch.jit.script", lambda path: self._script(job, path))]
 
-    def _save(self, scripted, path: Path) -> Artifact:
-        import torch
-
-        torch.jit.save(scripted, str(path))
+    def _save(self, scripted, path: Path, output_names: list[str] | None = None) -> Artifact:
+        save_script(scripted, path, output_names)
         return Artifact(format=self.format, path=path, files=[path])
 
     def _trace(self, job: ExportJob, path: Path) -> Artifact:
@@ -45,12 +43,23 @@ class TorchToTorchScript(Exporter):
 
         module = job.source.native
         args, kwargs = example_arguments(job)
-        if kwargs:  # a program's keyword inputs, or a forward's parameters the inputs skip: traced by name
-            named = inspect.signature(module.forward).bind(*args, **kwargs).arguments
-            traced = torch.jit.trace(module, example_kwarg_inputs=dict(named), strict=False, check_trace=False)
-        else:
-            traced = torch.jit.trace(module, args, strict=False, check_trace=False)
-        artifact = self._save(traced, path)
+        output_names: list[str] = []
+        # traced with forward() returning its outputs flat (a dict or ModelOutput return is one Triton's LibTorch
+        # backend and other positional callers cannot take), patched on the instance so submodule paths stay the source's
+        patched = vars(module).get("forward")  # a forward already set on the instance (a hook's) is the one to call
+        module.forward = flat_returning(module.forward, output_names)
+        try:
+            if kwargs:  # a program's keyword inputs, or a forward's parameters the inputs skip: traced by name
+                named = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+                traced = torch.jit.trace(module, example_kwarg_inputs=dict(named), strict=False, check_trace=False)
+            else:
+                traced = torch.jit.trace(module, args, strict=False, check_trace=False)
+        finally:
+            if patched is None:
+                del module.forward
+            else:
+                module.forward = patched
+        artifact = self._save(traced, path, output_names)
         if job.source.info.kind in ("pt2", "exported-program") and job.source.signature.symbols and _computes_with_sizes(module):
             artifact.inputs = tuple(
                 replace(spec, dims=tuple(int(n) for n in job.feed[spec.name].shape)) for spec in job.source.signature.inputs
@@ -70,14 +79,14 @@ class TorchToTorchScript(Exporter):
         args, kwargs = example_arguments(job)
         with torch.inference_mode():
             names = list(flatten_outputs(module(*args, **kwargs)))
-        return self._save(torch.jit.script(_flat_program_module(module, names)), path)
+        return self._save(torch.jit.script(_flat_program_module(module)), path, names)
 
 
-def _flat_program_module(module, output_names: list[str]):
+def _flat_program_module(module):
     """A GraphModule TorchScript can compile from an unlifted program's module: positional inputs named as the
-    program's, the outputs as a dict under the names ``flatten_outputs`` gives them (a tensor or a tuple where
-    the program returns those), its runtime checks dropped (TorchScript has no symbolic shapes to check them
-    against), its ops called through their overload packets (TorchScript resolves those by schema)."""
+    program's, its outputs flat (the one tensor alone, else a tuple, in ``flatten_outputs``'s order), its runtime
+    checks dropped (TorchScript has no symbolic shapes to check them against), its ops called through their overload
+    packets (TorchScript resolves those by schema)."""
     import copy
 
     import torch
@@ -99,12 +108,7 @@ def _flat_program_module(module, output_names: list[str]):
             node.target = node.target.overloadpacket
         elif node.op == "output":
             leaves = list(node.args[0])
-            if output_names == ["output"] and len(leaves) == 1:
-                node.args = (leaves[0],)
-            elif len(output_names) == len(leaves) and output_names != [f"output_{i}" for i in range(len(leaves))]:
-                node.args = (dict(zip(output_names, leaves)),)
-            else:
-                node.args = (tuple(leaves),)
+            node.args = (leaves[0] if len(leaves) == 1 else tuple(leaves),)
     attributes = {node.target: operator.attrgetter(node.target)(module) for node in graph.nodes if node.op == "get_attr"}
     flat = fx.GraphModule(attributes, graph)
     flat.graph.eliminate_dead_code()

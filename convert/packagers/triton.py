@@ -11,6 +11,7 @@ them, a TensorRT engine's profile covers the sizes validated, and each artifact'
 from __future__ import annotations
 
 import ast
+import json
 import pickletools
 import re
 import shutil
@@ -253,10 +254,18 @@ def _name_for_platform(plan: ModelPlan, input_names: list[str], model_file: Path
     if plan.artifact.format != "torchscript":
         return
     try:
-        parameters, returns = torchscript_forward(model_file)
+        parameters, returns, returned_names = torchscript_forward(model_file)
     except ConvertError as exc:
         plan.problems.append(exc.paragraph())
         return
+    if returned_names is not None:  # the archive says which output each position holds: LibTorch's index is that position
+        validated = {t.source_name: t for t in plan.outputs}
+        if sorted(returned_names) != sorted(validated):
+            plan.problems.append(
+                f"its forward() returns ({', '.join(returned_names)}) and was validated with ({', '.join(validated)}): "
+                "each output must be one that was validated"
+            )
+        plan.outputs = [validated[n] for n in returned_names if n in validated]
     # as convert/runtimes/torch.py calls it: by keyword where the inputs are the forward's parameters out of order
     by_keyword = set(input_names) <= set(parameters) and input_names != parameters[: len(input_names)]
     positions = {n: parameters.index(n) if by_keyword else i for i, n in enumerate(input_names)}
@@ -284,9 +293,12 @@ def libtorch_name(name: str, index: int) -> str:
     return f"{re.sub(r'_{2,}', '_', name).strip('_') or 'tensor'}__{index}"
 
 
-def torchscript_forward(path: Path) -> tuple[list[str], str]:
+def torchscript_forward(path: Path) -> tuple[list[str], str, list[str] | None]:
     """The parameter names (self left out) and the return annotation of a TorchScript archive's forward(), read from
-    the code it stores (parsed, never run): data.pkl names the root module's class, code/ holds that class."""
+    the code it stores (parsed, never run): data.pkl names the root module's class, code/ holds that class. Third, the
+    names of the flat outputs it returns, in order, where the archive stores them (convert/backends/torch.py)."""
+    from convert.backends.torch import SCRIPT_OUTPUT_NAMES
+
     try:
         with zipfile.ZipFile(path) as archive:
             pickled = next(n for n in archive.namelist() if n.count("/") == 1 and n.endswith("/data.pkl"))
@@ -295,6 +307,8 @@ def torchscript_forward(path: Path) -> tuple[list[str], str]:
                 " "
             )
             code = archive.read(f"{prefix}/code/{module.replace('.', '/')}.py").decode()
+            names_member = f"{prefix}/extra/{SCRIPT_OUTPUT_NAMES}"
+            output_names = json.loads(archive.read(names_member)) if names_member in archive.namelist() else None
         forward = next(
             node
             for cls in ast.parse(code).body
@@ -305,7 +319,7 @@ def torchscript_forward(path: Path) -> tuple[list[str], str]:
     except (OSError, zipfile.BadZipFile, KeyError, StopIteration, SyntaxError, UnicodeDecodeError, ValueError) as exc:
         raise ConvertError(f"the forward() of {path.name} cannot be read from its code ({type(exc).__name__}: {exc})") from None
     returns = ast.unparse(forward.returns) if forward.returns is not None else "an unannotated value"
-    return [arg.arg for arg in forward.args.args[1:]], returns
+    return [arg.arg for arg in forward.args.args[1:]], returns, output_names
 
 
 def _batch(plan: ModelPlan, specs: dict) -> tuple[Batch | None, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.backends.torch import CallConvention, flatten_outputs, load_program, to_numpy, to_tensors
+from convert.backends.torch import CallConvention, load_program, load_script, script_outputs, to_numpy, to_tensors
 from convert.runtimes.base import InputMeta, Runner
 
 
@@ -15,6 +15,7 @@ class _TorchRunner(Runner):
     pins_threads = True
     _restore_threads: int | None = None
     convention = CallConvention()
+    output_names: list[str] | None = None  # where a TorchScript archive names its flat outputs
 
     def _pin_threads(self) -> None:
         import torch
@@ -44,7 +45,7 @@ class _TorchRunner(Runner):
         tensors = to_tensors(tuple(self.artifact.inputs), feed, self.device)
         with torch.inference_mode():
             outputs = self.convention(self.module, tensors)
-        return {name: to_numpy(t) for name, t in flatten_outputs(outputs).items()}
+        return {name: to_numpy(t) for name, t in script_outputs(outputs, self.output_names).items()}
 
     def deactivate(self) -> None:
         import torch
@@ -56,10 +57,9 @@ class _TorchRunner(Runner):
 
 class TorchScriptRunner(_TorchRunner):
     def activate(self) -> None:
-        import torch
 
         self._pin_threads()
-        self.module = torch.jit.load(str(self.path), map_location=self.device)
+        self.module, self.output_names = load_script(self.path, self.device)
         self.module.eval()
         names = tuple(s.name for s in self.artifact.inputs)
         parameters = [a.name for a in self.module.forward.schema.arguments[1:]]

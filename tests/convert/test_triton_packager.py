@@ -30,9 +30,6 @@ ORT_TYPES = {
     "tensor(int32)": "int32",
     "tensor(bool)": "bool",
 }
-# Triton's LibTorch backend takes a Tensor or a tuple of Tensors from forward(); the transformers sources' TorchScript
-# returns a dict (their outputs by name), so its model fails the io check until the TorchScript exporter returns a tuple
-RETURNS_A_DICT = {"bert", "gpt2"}
 
 
 @dataclass
@@ -86,13 +83,8 @@ def test_the_repository_parses_with_triton_s_schema_and_passes_its_checks(conver
     package = converted.package()
     failed = {c["name"]: c["reason"] for c in package["checks"] if c["status"] != "passed"}
     stem = "build_cnn" if converted.name == "cnn" else converted.name
-    if converted.name in RETURNS_A_DICT:
-        assert list(failed) == ["io:torchscript"], failed
-        assert "its forward() returns Dict[str, Tensor]" in failed["io:torchscript"]
-        assert converted.returncode == 1 and converted.repository() == converted.out / "failed" / f"{stem}.triton"
-    else:
-        assert failed == {} and converted.returncode == 0, converted.output
-        assert converted.repository() == converted.out / f"{stem}.triton"
+    assert failed == {} and converted.returncode == 0, converted.output
+    assert converted.repository() == converted.out / f"{stem}.triton"
     assert {a["key"] for a in package["artifacts"]} == {"onnx", "torchscript", "openvino"}
     for key in ("onnx", "torchscript", "openvino"):
         config = _config(converted.repository() / key / CONFIG)
@@ -100,14 +92,15 @@ def test_the_repository_parses_with_triton_s_schema_and_passes_its_checks(conver
         assert config.max_batch_size == 5 and config.HasField("dynamic_batching")  # B ran at 2, 1, 5 and is unbounded
 
 
-def test_a_torchscript_the_check_refuses_returns_a_dict(converted):
-    """The io check's refusal is the artifact's truth: its forward() returns a dict, which Triton's LibTorch backend
-    refuses ("It should not be a List / Dictionary of Tensors")."""
+def test_the_torchscript_returns_a_tensor_or_a_flat_tuple_as_triton_s_libtorch_backend_takes(converted):
+    """Triton's LibTorch backend refuses a forward() returning a dict ("It should not be a List / Dictionary of
+    Tensors"), which is what a transformers model returns (a ModelOutput): the archive returns its outputs flat."""
     import torch
 
     module = torch.jit.load(str(converted.repository() / "torchscript" / "1" / "model.pt"))
     returns = str(module.forward.schema.returns[0].type)
-    assert returns.startswith("Dict") == (converted.name in RETURNS_A_DICT), returns
+    assert returns == "Tensor" or returns.startswith("Tuple[Tensor"), returns
+    assert "Dict" not in returns and "List" not in returns, returns
 
 
 def _feed(config, check: dict, names: list[str], batched: bool) -> dict[str, np.ndarray]:
@@ -182,8 +175,6 @@ def test_openvino_loads_the_ir_as_configured_and_runs_it_at_another_batch(conver
 def test_libtorch_s_names_call_the_torchscript_as_configured_at_another_batch(converted):
     """LibTorch's <name>__<index>: the inputs passed in index order, the outputs taken from the returned tensor or tuple
     by index."""
-    if converted.name in RETURNS_A_DICT:
-        pytest.skip("its TorchScript returns a dict, which Triton's LibTorch backend refuses (the io check says so)")
     import torch
 
     config = _config(converted.repository() / "torchscript" / CONFIG)
@@ -242,3 +233,70 @@ def test_the_gate_publishes_a_repository_of_what_it_promotes(tmp_path):
     assert {a["key"] for a in package["artifacts"]} == {"onnx", "openvino"}
     assert all(c["status"] == "passed" for c in package["checks"])
     assert sorted(p.name for p in (tmp_path / "out" / "build_cnn.triton").iterdir()) == ["onnx", "openvino"]
+
+
+def _eager_case(converted: Converted) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A case at sizes validation did not use (batch 3; BERT's sequence 9 with a padded row; GPT-2's 4 new tokens after
+    a 13-token past from its own prefill), by the source's input names, and the library's own eager outputs for it."""
+    import torch
+    import transformers
+
+    from fixtures.transformers_folders import SEED, VOCAB
+
+    rng = np.random.default_rng(SEED)
+    if converted.name == "cnn":
+        from fixtures.torch_models import build_cnn
+
+        feed = {"x": rng.standard_normal((UNVALIDATED_BATCH, 3, 32, 32)).astype(np.float32)}
+        with torch.inference_mode():
+            return feed, {"output": build_cnn().eval()(torch.from_numpy(feed["x"])).numpy()}
+    folder = Path(converted.report["source"]["path"])
+    kind = transformers.BertForMaskedLM if converted.name == "bert" else transformers.GPT2LMHeadModel
+    model, loading = kind.from_pretrained(folder, output_loading_info=True)
+    assert not any(loading.values()), loading  # every weight is the folder's: none dropped, none freshly initialised
+    model.eval()
+    if converted.name == "bert":
+        mask = np.ones((UNVALIDATED_BATCH, 9), dtype=np.int64)
+        mask[1, 6:] = 0
+        feed = {
+            "input_ids": rng.integers(0, VOCAB, (UNVALIDATED_BATCH, 9)),
+            "attention_mask": mask,
+            "token_type_ids": rng.integers(0, 2, (UNVALIDATED_BATCH, 9)),
+        }
+        with torch.inference_mode():
+            return feed, {"logits": model(**{n: torch.from_numpy(v) for n, v in feed.items()}).logits.numpy()}
+    past, new = 13, 4
+    prompt, ids = rng.integers(0, VOCAB, (UNVALIDATED_BATCH, past)), rng.integers(0, VOCAB, (UNVALIDATED_BATCH, new))
+    mask = np.ones((UNVALIDATED_BATCH, past + new), dtype=np.int64)
+    positions = np.broadcast_to(np.arange(past, past + new), ids.shape).astype(np.int64)
+    with torch.inference_mode():
+        cache = model(input_ids=torch.from_numpy(prompt), use_cache=True).past_key_values
+        feed = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+        for i, layer in enumerate(cache.layers):
+            feed[f"past_key_values.{i}.key"], feed[f"past_key_values.{i}.value"] = layer.keys.numpy().copy(), layer.values.numpy().copy()
+        step = model(
+            **{n: torch.from_numpy(feed[n]) for n in ("input_ids", "attention_mask", "position_ids")}, past_key_values=cache, use_cache=True
+        )
+    expected = {"logits": step.logits.numpy()}
+    for i, layer in enumerate(step.past_key_values.layers):
+        expected[f"present.{i}.key"], expected[f"present.{i}.value"] = layer.keys.numpy(), layer.values.numpy()
+    return feed, expected
+
+
+def test_the_served_torchscript_gives_the_library_s_own_eager_outputs_at_sizes_validation_did_not_use(converted):
+    """Called as Triton's LibTorch backend calls it (the inputs by their index, the outputs taken by theirs), the
+    repository's model.pt gives what the library's own eager model gives on a case validation never ran."""
+    import torch
+
+    config = _config(converted.repository() / "torchscript" / CONFIG)
+    module = torch.jit.load(str(converted.repository() / "torchscript" / "1" / "model.pt"))
+    feed, expected = _eager_case(converted)
+    source_names = [spec.split(":")[0] for spec in converted.report["source"]["inputs"]]
+    inputs = sorted(config.input, key=_index)
+    with torch.inference_mode():
+        returned = module(*(torch.from_numpy(np.ascontiguousarray(feed[source_names[_index(t)]])) for t in inputs))
+    returned = returned if isinstance(returned, tuple) else (returned,)
+    served = {t.name.rpartition("__")[0]: returned[_index(t)].numpy() for t in config.output}
+    assert set(served) == set(expected)
+    for name, value in expected.items():
+        np.testing.assert_allclose(served[name], value, rtol=1e-4, atol=1e-4, err_msg=name)

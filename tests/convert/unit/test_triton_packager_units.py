@@ -7,12 +7,14 @@ builds repositories from real conversions and loads them with each platform's ow
 
 from __future__ import annotations
 
+import json
 import zipfile
 
 import numpy as np
 import pytest
 from convert.validators.compare import OutputMetrics
 
+from convert.backends.torch import SCRIPT_OUTPUT_NAMES
 from convert.packagers.base import PackageJob, PackedArtifact
 from convert.packagers.triton import CONFIG, TENSORFLOW_DEPRECATION, TritonRepository, libtorch_name
 from convert.registry import REGISTRY
@@ -43,15 +45,18 @@ def _tiny_onnx(path):
     return [path, path.with_name(f"{path.name}.data")]
 
 
-def torchscript_archive(path, returns: str = "Tensor", parameters: str = "x: Tensor"):
+def torchscript_archive(path, returns: str = "Tensor", parameters: str = "x: Tensor", output_names: list[str] | None = None):
     """A stand-in laid out as torch.jit.save lays an archive out: data.pkl names the root module's class, and code/
-    holds that class's forward() (the packager reads its signature, never runs it)."""
+    holds that class's forward() (the packager reads its signature, never runs it); extra/ the output names this tool
+    stores with the flat outputs it traces."""
 
     code = f"class Net(Module):\n  def forward(self: __torch__.tiny.Net,\n    {parameters}) -> {returns}:\n    return x\n"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("net/data.pkl", ROOT_MODULE_PICKLE)
         archive.writestr("net/code/__torch__/tiny.py", code)
         archive.writestr("net/version", "8\n")
+        if output_names is not None:
+            archive.writestr(f"net/extra/{SCRIPT_OUTPUT_NAMES}", json.dumps(output_names))
     return [path]
 
 
@@ -346,6 +351,21 @@ def test_a_torchscript_returning_a_dict_is_refused_as_triton_s_libtorch_backend_
     checks = _checks(packager, packager.build(job), job)
     assert checks["io:torchscript"].status == "failed"
     assert "its forward() returns Dict[str, Tensor]" in checks["io:torchscript"].reason
+
+
+@pytest.mark.parametrize("output_names, passes", [(["y"], True), (["logits"], False)])
+def test_the_output_names_a_torchscript_archive_stores_must_be_the_validated_ones(tmp_path, output_names, passes):
+    """LibTorch's output index is the position in the returned tuple; the archive says which output each holds."""
+    job = _job(tmp_path)
+    torchscript = job.artifacts[2]
+    torchscript_archive(torchscript.path, output_names=output_names)
+    artifacts = (*job.artifacts[:2], _artifact("torchscript", "torchscript", torchscript.path, [torchscript.path]), *job.artifacts[3:])
+    job = PackageJob(folder=job.folder, stem=job.stem, artifacts=artifacts, report=job.report)
+    packager = TritonRepository()
+    checks = _checks(packager, packager.build(job), job)
+    assert (checks["io:torchscript"].status == "passed") == passes, checks["io:torchscript"].reason
+    if not passes:
+        assert "its forward() returns (logits) and was validated with (y)" in checks["io:torchscript"].reason
 
 
 def test_a_torchscript_called_by_keyword_past_skipped_parameters_is_refused(tmp_path):
