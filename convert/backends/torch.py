@@ -66,19 +66,18 @@ def flatten_outputs(value: Any, prefix: str = "") -> dict[str, Any]:
 SCRIPT_OUTPUT_NAMES = "convert/output_names.json"
 
 
-def flat_returning(forward, names: list[str]):
-    """``forward`` returning its outputs as ``flatten_outputs`` orders them: the one tensor alone, else a flat tuple.
-    ``names`` is filled, on the first call, with each output's name in that order; the signature stays ``forward``'s,
-    so a tracer binds keyword inputs to the same parameters."""
+def flattening_hook(names: list[str]):
+    """A forward hook that returns a module's outputs as ``flatten_outputs`` orders them: the one tensor alone, else a
+    flat tuple; ``names`` gets each output's name in that order at every call. Registered last, it runs after the
+    module's own hooks, and a tracer records what it returns."""
 
-    @functools.wraps(forward)
-    def flat_forward(*args, **kwargs):
-        outputs = flatten_outputs(forward(*args, **kwargs))
-        names[:] = list(outputs)
-        values = tuple(outputs.values())
+    def flatten(module, args, outputs):
+        flat = flatten_outputs(outputs)
+        names[:] = list(flat)
+        values = tuple(flat.values())
         return values[0] if len(values) == 1 else values
 
-    return flat_forward
+    return flatten
 
 
 def save_script(module, path: Path, output_names: list[str] | None = None) -> None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.backends.torch import flat_returning, flatten_outputs, save_script
+from convert.backends.torch import flatten_outputs, flattening_hook, save_script
 from convert.exporters.base import Exporter, ExportJob
 from convert.exporters.torch_common import example_arguments
 
@@ -44,10 +44,9 @@ class TorchToTorchScript(Exporter):
         module = job.source.native
         args, kwargs = example_arguments(job)
         output_names: list[str] = []
-        # traced with forward() returning its outputs flat (a dict or ModelOutput return is one Triton's LibTorch
-        # backend and other positional callers cannot take), patched on the instance so submodule paths stay the source's
-        patched = vars(module).get("forward")  # a forward already set on the instance (a hook's) is the one to call
-        module.forward = flat_returning(module.forward, output_names)
+        # traced returning its outputs flat (a dict or ModelOutput return is one Triton's LibTorch backend and other
+        # positional callers cannot take) through a hook, so the module, its forward and its submodule paths stay the source's
+        flattening = module.register_forward_hook(flattening_hook(output_names))
         try:
             if kwargs:  # a program's keyword inputs, or a forward's parameters the inputs skip: traced by name
                 named = inspect.signature(module.forward).bind(*args, **kwargs).arguments
@@ -55,10 +54,7 @@ class TorchToTorchScript(Exporter):
             else:
                 traced = torch.jit.trace(module, args, strict=False, check_trace=False)
         finally:
-            if patched is None:
-                del module.forward
-            else:
-                module.forward = patched
+            flattening.remove()
         artifact = self._save(traced, path, output_names)
         if job.source.info.kind in ("pt2", "exported-program") and job.source.signature.symbols and _computes_with_sizes(module):
             artifact.inputs = tuple(
@@ -79,7 +75,12 @@ class TorchToTorchScript(Exporter):
         args, kwargs = example_arguments(job)
         with torch.inference_mode():
             names = list(flatten_outputs(module(*args, **kwargs)))
-        return self._save(torch.jit.script(_flat_program_module(module)), path, names)
+        flat = _flat_program_module(module)
+        (returned,) = next(node for node in flat.graph.nodes if node.op == "output").args
+        count = len(returned) if isinstance(returned, tuple) else 1
+        if len(names) != count:  # the archive names each returned tensor: a program whose outputs name others is traced
+            raise RuntimeError(f"the program returns {count} tensors and its outputs are named {', '.join(names)}")
+        return self._save(torch.jit.script(flat), path, names)
 
 
 def _flat_program_module(module):

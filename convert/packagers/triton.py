@@ -276,7 +276,7 @@ def _name_for_platform(plan: ModelPlan, input_names: list[str], model_file: Path
         )
     tuple_of = re.fullmatch(r"Tuple\[Tensor(?:, Tensor)*\]", returns)
     returned = 1 if returns == "Tensor" else returns.count("Tensor") if tuple_of else None
-    if returned != len(plan.outputs):
+    if returned != len(plan.outputs) and (returned_names is None or returned != len(returned_names)):
         plan.problems.append(
             f"its forward() returns {returns}, and Triton's LibTorch backend takes a Tensor or a flat tuple of Tensors from it: "
             f"the TorchScript must return its {len(plan.outputs)} outputs so, in the source's order"
@@ -309,6 +309,8 @@ def torchscript_forward(path: Path) -> tuple[list[str], str, list[str] | None]:
             code = archive.read(f"{prefix}/code/{module.replace('.', '/')}.py").decode()
             names_member = f"{prefix}/extra/{SCRIPT_OUTPUT_NAMES}"
             output_names = json.loads(archive.read(names_member)) if names_member in archive.namelist() else None
+            if output_names is not None and not (isinstance(output_names, list) and all(isinstance(n, str) for n in output_names)):
+                raise ValueError(f"{SCRIPT_OUTPUT_NAMES} holds {output_names!r}, not a list of output names")
         forward = next(
             node
             for cls in ast.parse(code).body

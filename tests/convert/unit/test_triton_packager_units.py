@@ -45,7 +45,7 @@ def _tiny_onnx(path):
     return [path, path.with_name(f"{path.name}.data")]
 
 
-def torchscript_archive(path, returns: str = "Tensor", parameters: str = "x: Tensor", output_names: list[str] | None = None):
+def torchscript_archive(path, returns: str = "Tensor", parameters: str = "x: Tensor", output_names=None):
     """A stand-in laid out as torch.jit.save lays an archive out: data.pkl names the root module's class, and code/
     holds that class's forward() (the packager reads its signature, never runs it); extra/ the output names this tool
     stores with the flat outputs it traces."""
@@ -366,6 +366,34 @@ def test_the_output_names_a_torchscript_archive_stores_must_be_the_validated_one
     assert (checks["io:torchscript"].status == "passed") == passes, checks["io:torchscript"].reason
     if not passes:
         assert "its forward() returns (logits) and was validated with (y)" in checks["io:torchscript"].reason
+
+
+def test_libtorch_s_output_index_is_the_position_the_archive_names_not_the_report_s_order(tmp_path):
+    job = _job(tmp_path)
+    job.report.source.outputs = ["y", "z"]
+    for check in job.report.artifacts[2].checks:
+        if check.outputs:
+            check.outputs.append(check.outputs[0].model_copy(update={"name": "z"}))
+    torchscript = job.artifacts[2]
+    torchscript_archive(torchscript.path, returns="Tuple[Tensor, Tensor]", output_names=["z", "y"])
+    artifacts = (*job.artifacts[:2], _artifact("torchscript", "torchscript", torchscript.path, [torchscript.path]), *job.artifacts[3:])
+    job = PackageJob(folder=job.folder, stem=job.stem, artifacts=artifacts, report=job.report)
+    packager = TritonRepository()
+    path = packager.build(job)
+    assert _checks(packager, path, job)["io:torchscript"].status == "passed"
+    config = (path / "torchscript" / CONFIG).read_text()
+    assert config.index('name: "z__0"') < config.index('name: "y__1"')
+
+
+def test_stored_output_names_that_are_not_a_list_of_names_fail_the_io_check(tmp_path):
+    job = _job(tmp_path)
+    torchscript = job.artifacts[2]
+    torchscript_archive(torchscript.path, output_names={"y": 0})
+    artifacts = (*job.artifacts[:2], _artifact("torchscript", "torchscript", torchscript.path, [torchscript.path]), *job.artifacts[3:])
+    job = PackageJob(folder=job.folder, stem=job.stem, artifacts=artifacts, report=job.report)
+    packager = TritonRepository()
+    checks = _checks(packager, packager.build(job), job)
+    assert checks["io:torchscript"].status == "failed" and "not a list of output names" in checks["io:torchscript"].reason
 
 
 def test_a_torchscript_called_by_keyword_past_skipped_parameters_is_refused(tmp_path):
