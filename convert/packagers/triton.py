@@ -276,10 +276,11 @@ def _name_for_platform(plan: ModelPlan, input_names: list[str], model_file: Path
         )
     tuple_of = re.fullmatch(r"Tuple\[Tensor(?:, Tensor)*\]", returns)
     returned = 1 if returns == "Tensor" else returns.count("Tensor") if tuple_of else None
-    if returned != len(plan.outputs) and (returned_names is None or returned != len(returned_names)):
+    named = len(returned_names) if returned_names is not None else len(plan.outputs)  # a names mismatch is said above
+    if returned != named:
         plan.problems.append(
             f"its forward() returns {returns}, and Triton's LibTorch backend takes a Tensor or a flat tuple of Tensors from it: "
-            f"the TorchScript must return its {len(plan.outputs)} outputs so, in the source's order"
+            f"the TorchScript must return its {named} outputs so, in the source's order"
         )
     for tensor in plan.inputs:
         tensor.name = libtorch_name(tensor.source_name, positions[tensor.source_name])

@@ -57,7 +57,6 @@ class _TorchRunner(Runner):
 
 class TorchScriptRunner(_TorchRunner):
     def activate(self) -> None:
-
         self._pin_threads()
         self.module, self.output_names = load_script(self.path, self.device)
         self.module.eval()
