@@ -406,6 +406,7 @@ def _padded(shape: tuple[int, ...], rng):
 def _feed(context: Context, sizes: dict[str, int], rng) -> dict:
     """Inputs for every spec at ``sizes``: token ids and classes in their domain, masks as a tokenizer pads, floats
     standard normal (or uniform in their domain)."""
+    import numpy as np
 
     feed = {}
     for spec in context.specs:
@@ -416,7 +417,11 @@ def _feed(context: Context, sizes: dict[str, int], rng) -> dict:
             feed[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
         elif spec.is_integer:
             low, high = (int(spec.low), int(spec.high)) if spec.low is not None else (0, 9)
-            feed[spec.name] = rng.integers(low, high + 1, size=shape).astype(spec.dtype)
+            values = rng.integers(low, high + 1, size=shape)
+            if spec.name == "bbox" and shape[-1] == 4:  # a layout model's boxes: (x0, y0, x1, y1), each corner pair ordered
+                x, y = np.sort(values[..., 0::2], axis=-1), np.sort(values[..., 1::2], axis=-1)
+                values = np.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], axis=-1)
+            feed[spec.name] = values.astype(spec.dtype)
         elif spec.low is not None:
             feed[spec.name] = rng.uniform(spec.low, spec.high, size=shape).astype(_numpy_dtype(spec.dtype))
         else:

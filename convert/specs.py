@@ -72,6 +72,10 @@ class InputSpec:
     dims: tuple[Dim, ...]
     low: float | None = None
     high: float | None = None
+    # where the value domain comes from, for the report ("the model's Rescaling layer"); empty: given, or the default
+    domain_source: str = ""
+    # what the last axis holds beyond independent values: "boxes" is (x0, y0, x1, y1) with x0 <= x1 and y0 <= y1
+    structure: str = ""
 
     @property
     def symbols(self) -> tuple[str, ...]:
