@@ -8,7 +8,9 @@ folder) is loaded with peft and merged. ``--dtype`` says what the floating weigh
 bfloat16 checkpoint is upcast exactly). Specs come from the config: token ids below the vocabulary size, padding masks,
 token types below ``type_vocab_size``, pixel values at the config's image size, text and images together where the
 model takes both, audio features at the feature extractor's size, raw audio no shorter than two frames of the feature
-encoder; the sequence is bounded by ``max_position_embeddings``.
+encoder; word boxes for a layout model; the sequence is bounded by ``max_position_embeddings``. Every other tensor
+parameter of the forward is named in the source's notes, with why it is left at its default and the ``--input`` line
+that adds it. A checkpoint saved without its class's pooler (``add_pooling_layer=False``) is loaded without it.
 
 ``text-generation-with-past`` wraps a decoder so that it takes and returns its cache as Optimum names it
 (``past_key_values.N.key``/``.value`` in, ``present.N.key``/``.value`` out, beside ``logits``), with the cache
@@ -25,11 +27,12 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from convert.backends.huggingface import offline, position_offset, stored_dtype
+from convert.backends.huggingface import image_domain, offline, position_offset, stored_dtype
+from convert.backends.moe import use_dense_experts
 from convert.backends.torch import CallConvention, require_torch
 from convert.compat import library_mismatch
 from convert.errors import ConvertError, require
@@ -206,7 +209,7 @@ def load_transformers_source(request: SourceRequest):
         info.sha256 = sha256_files(sorted({p for f in (folder, base) for p in f.rglob("*") if p.is_file()}))
         stored = stored_dtype(config)
         model = _load_folder(
-            transformers, base, task, request.trust_code, architecture, adapter is not None and base == folder, request.dtype
+            transformers, base, task, request.trust_code, architecture, adapter is not None and base == folder, request.dtype, info.notes
         )
         computed = str(next(model.parameters()).dtype).removeprefix("torch.")
         if stored and stored != computed:
@@ -229,6 +232,7 @@ def load_transformers_source(request: SourceRequest):
     model.eval()
     info.task, info.task_reason = task.name, why
     info.description = f"{type(model).__name__} ({model.config.model_type}), task {task.name}: {why}"
+    info.description += f"; {dense}" if (dense := use_dense_experts(model)) else ""
     config = model.config
     if task.name == "feature-extraction" and getattr(config, "is_encoder_decoder", False):
         model = model.get_encoder()  # an encoder-decoder's features are its encoder's
@@ -238,6 +242,8 @@ def load_transformers_source(request: SourceRequest):
         layout, specs, ranges = seq2seq_layout(model)
         module, convention = seq2seq_decoder_with_past(model, layout, specs), CallConvention()
         info.description += "; its decoder with its cache (its encoder: --task feature-extraction)"
+        # the decoder's inputs feed these parameters: the encoder's outputs stand for its input_ids
+        taken = {"input_ids", "attention_mask", "decoder_input_ids", "encoder_outputs", _cache_parameter(model)}
     elif task.with_past:
         specs, ranges = _model_inputs(config, parameters, request)
         cache_argument = _cache_parameter(model)
@@ -256,16 +262,18 @@ def load_transformers_source(request: SourceRequest):
         layout = cache_layout(model, "position_ids" in parameters)
         specs, ranges = _with_past_specs(specs, layout, ranges)
         module, convention = decoder_with_past(model, layout, cache_argument), CallConvention()
+        taken = {cache_argument}
     else:
         specs, ranges = _model_inputs(config, parameters, request, task)
         if hasattr(config, "use_cache"):
             config.use_cache = False  # outputs are the task's fields, with no cache object among them
         module, convention = model, CallConvention(keywords=tuple(s.name for s in specs))
-        layout = None
+        layout, taken = None, set()
     if request.inputs:
         specs, ranges = _with_given_inputs(specs, ranges, request.inputs, parameters if layout is None else [], task)
         if layout is None:
             convention = CallConvention(keywords=tuple(s.name for s in specs))
+    info.notes += left_at_default(model.forward, taken | {s.name for s in specs}, config, specs, addable=layout is None)
     # raw audio is exported at a few times the shortest length, where the encoder makes more than one frame (torch.export
     # fixes a dim whose frames are 1)
     export_sizes = {"T": 4 * ranges["T"][0]} if ranges.get("T", (1, None))[0] > 1 else {}
@@ -291,16 +299,38 @@ def _with_given_inputs(specs, ranges, given_specs, parameters: list[str], task: 
             f"--input names '{unknown[0]}', which the {task.name} model does not take",
             "Its inputs are: " + ", ".join(names) + (f"; its forward also takes: {', '.join(others)}" if others else "") + ".",
         )
-    specs = (*(given.get(name, spec) for name, spec in zip(names, specs, strict=True)), *(given[n] for n in given if n not in names))
+    specs = (
+        *(_in_place(given.get(name), spec) for name, spec in zip(names, specs, strict=True)),
+        *(given[n] for n in given if n not in names),
+    )
     return specs, {k: v for k, v in ranges.items() if any(k in s.symbols for s in specs)}
 
 
+def _in_place(given: InputSpec | None, spec: InputSpec) -> InputSpec:
+    """The spec ``--input`` gives for an input, holding what its last axis means where its shape keeps that axis (boxes
+    given a domain of the user's are still drawn as boxes); the tool's own where none is given."""
+    if given is None:
+        return spec
+    if spec.structure and given.dims[-1:] == spec.dims[-1:]:
+        return replace(given, structure=spec.structure)
+    return given
+
+
 def _load_folder(
-    transformers, folder: Path, task: Task, trust_code: bool, architecture: str | None, beside_adapter: bool, dtype: str = "float32"
+    transformers,
+    folder: Path,
+    task: Task,
+    trust_code: bool,
+    architecture: str | None,
+    beside_adapter: bool,
+    dtype: str = "float32",
+    notes: list[str] | None = None,
 ):
     """The model the folder holds, as the class its config names (else the task's Auto class), with every weight the
     class has loaded from the folder and every weight of the folder used: transformers' load report is a refusal
-    where it names a weight dropped, missing (freshly initialised) or of another shape."""
+    where it names a weight dropped, missing (freshly initialised) or of another shape. A checkpoint saved without the
+    class's pooler (``BertModel(config, add_pooling_layer=False)``) is built without it, as it was saved, and ``notes``
+    says so."""
     model_class = getattr(transformers, architecture, None) if architecture else None
     model_class = model_class or getattr(transformers, task.auto_class)
     safetensors = any(p.suffix == ".safetensors" for p in folder.iterdir())
@@ -320,14 +350,26 @@ def _load_folder(
             "output_loading_info": True,
             "dtype": "auto" if dtype == "source" else getattr(torch, dtype),
         }
-        try:
+
+        def load(model_class, **built):
             if beside_adapter:
                 # with peft installed, from_pretrained would load the adapter beside the weights itself (and, before
                 # transformers 5, the base its config names instead of this folder's): the base's weights go in as a
                 # state dict, and the adapter is merged by merge_adapter
-                model, report = model_class.from_pretrained(None, state_dict=_state_dict(folder), **options)
-            else:
-                model, report = model_class.from_pretrained(str(folder), local_files_only=True, use_safetensors=safetensors, **options)
+                return model_class.from_pretrained(None, state_dict=_state_dict(folder), **options, **built)
+            return model_class.from_pretrained(str(folder), local_files_only=True, use_safetensors=safetensors, **options, **built)
+
+        try:
+            model, report = load(model_class)
+            if _saved_without_pooler(model, report):
+                # transformers builds the class's pooler and initialises it afresh (its load report names it missing):
+                # the model is built as it was saved instead, and every other weight is still held to the checkpoint
+                model, report = load(type(model), add_pooling_layer=False)
+                if notes is not None:
+                    notes.append(
+                        f"the checkpoint holds no pooler weights: {type(model).__name__} is built without its pooler "
+                        "(add_pooling_layer=False), as it was saved, so it gives no pooler_output"
+                    )
         except ValueError as exc:
             if "Unrecognized configuration class" not in str(exc):
                 raise ConvertError(f"transformers cannot load {folder}: {first_line(exc)}", "Check that the folder is complete.") from exc
@@ -348,6 +390,16 @@ def _load_folder(
     if task.name == "feature-extraction" and getattr(model, "base_model", model) is not model:
         return model.base_model
     return model
+
+
+def _saved_without_pooler(model, report: dict) -> bool:
+    """Whether the weights loading left out are a pooler's alone, of a class that may be built without one."""
+    missing = [k if isinstance(k, str) else k[0] for k in report.get("missing_keys") or ()]
+    return (
+        bool(missing)
+        and all("pooler" in name.split(".") for name in missing)
+        and "add_pooling_layer" in inspect.signature(type(model).__init__).parameters
+    )
 
 
 def check_load_report(report: dict, what: str, task: Task | None = None) -> None:
@@ -479,14 +531,19 @@ def _model_inputs(
         type_vocab = getattr(text, "type_vocab_size", None)
         if "token_type_ids" in parameters and type_vocab:
             specs.append(InputSpec("token_type_ids", "int64", (*lead, "S"), 0, type_vocab - 1))
+        specs += _layout_inputs(text, parameters, lead)
         positions = getattr(text, "max_position_embeddings", None)
         if positions:
             ranges["S"] = (1, positions - position_offset(text))
     if "pixel_values" in parameters:
         vision = getattr(config, "vision_config", None) or config
-        size = getattr(vision, "image_size", 224)
+        size = getattr(vision, "image_size", None) or getattr(vision, "input_size", 224)  # LayoutLMv3: input_size
         height, width = (size, size) if isinstance(size, int) else tuple(size)
-        specs.append(InputSpec("pixel_values", "float32", ("B", getattr(vision, "num_channels", 3), height, width)))
+        channels = getattr(vision, "num_channels", 3)
+        specs.append(InputSpec("pixel_values", "float32", ("B", channels, height, width), **image_domain(request.model)))
+        if "pixel_mask" in parameters:
+            # which pixels are image and which padding (DETR's batches of images of different sizes): a padding mask
+            specs.append(InputSpec("pixel_mask", "int64", ("B", height, width), 0, 1))
     if specs:
         return tuple(specs), ranges
     if "input_features" in parameters:
@@ -498,6 +555,107 @@ def _model_inputs(
         f"cannot tell the inputs of this model from its forward ({', '.join(parameters[:4])}...)",
         "Give every input with --input name:dtype[dims].",
     )
+
+
+def _layout_inputs(text, parameters: list[str], lead: tuple[str, ...]) -> list[InputSpec]:
+    """A layout model's word boxes (LayoutLM, LayoutLMv2/v3): one (x0, y0, x1, y1) per token, with x0 <= x1 and y0 <= y1,
+    each coordinate below the config's ``max_2d_position_embeddings`` (the rows of its coordinate, width and height
+    tables)."""
+    positions = getattr(text, "max_2d_position_embeddings", None)
+    if "bbox" not in parameters or not positions:
+        return []
+    why = f"the config's max_2d_position_embeddings ({positions})"
+    return [InputSpec("bbox", "int64", (*lead, "S", 4), 0, positions - 1, domain_source=why, structure="boxes")]
+
+
+# Which forward parameters take tensors, decided here alone: a parameter annotated with a tensor or cache type, or not
+# annotated, unless this table names it as an option of the call (an int or a tensor, a flag the annotation leaves
+# open). Flags annotated bool or int (return_dict, output_attentions, use_cache...) take no tensor by their annotation.
+CALL_OPTIONS = frozenset(
+    {
+        "return_dict",
+        "output_attentions",
+        "output_hidden_states",
+        "use_cache",
+        "return_loss",
+        "interpolate_pos_encoding",
+        "logits_to_keep",
+        "num_logits_to_keep",
+        "return_legacy_cache",
+    }
+)
+_TENSOR_ANNOTATION = re.compile(r"\b(\w*(Tensor|Cache)|ndarray)\b")
+
+# Tensor parameters left at their default on purpose: why, and whether ``--input`` may add one (an alternative to
+# another input, a training target or a cache is not added beside what the artifact takes).
+LEFT_AT_DEFAULT: dict[str, tuple[str, bool]] = {
+    "token_type_ids": ("the config gives no type_vocab_size, so every token is of type 0", True),
+    "position_ids": ("its default counts 0, 1, 2... along each row, as a tokenizer's batch has them", True),
+    "decoder_position_ids": ("its default counts 0, 1, 2... along each row", True),
+    "head_mask": ("its default keeps every attention head", True),
+    "decoder_head_mask": ("its default keeps every attention head", True),
+    "cross_attn_head_mask": ("its default keeps every attention head", True),
+    "inputs_embeds": ("an alternative to input_ids", False),
+    "decoder_inputs_embeds": ("an alternative to decoder_input_ids", False),
+    "labels": ("training targets: the artifact computes no loss", False),
+    "cache": ("the key/value cache, which --task text-generation-with-past takes and returns", False),
+    "past_key_values": ("the key/value cache, which --task text-generation-with-past takes and returns", False),
+    "cache_position": ("its default counts from the cache's length", False),
+    "encoder_hidden_states": ("cross-attention, which only a decoder built with add_cross_attention uses", False),
+    "encoder_attention_mask": ("cross-attention, which only a decoder built with add_cross_attention uses", False),
+    "encoder_outputs": ("its default is the encoder's outputs on the inputs", False),
+    "decoder_attention_mask": ("its default lets each token attend to every token before it", True),
+}
+
+
+def forward_tensor_parameters(forward) -> dict[str, inspect.Parameter]:
+    """The parameters of a forward that take tensors (the rule above), in the forward's order."""
+    tensors = {}
+    for name, parameter in inspect.signature(forward).parameters.items():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or name in CALL_OPTIONS:
+            continue
+        if parameter.annotation is parameter.empty or _TENSOR_ANNOTATION.search(str(parameter.annotation)):
+            tensors[name] = parameter
+    return tensors
+
+
+def left_at_default(forward, taken: set[str], config, specs, addable: bool) -> list[str]:
+    """The notes naming every forward tensor parameter the artifact does not take (``taken``: the parameters its inputs
+    feed), each with why and, where ``--input`` may add it (``addable``: the artifact's inputs are not fixed), the line
+    that does; none where every one is taken."""
+    named = []
+    for name, parameter in forward_tensor_parameters(forward).items():
+        if name in taken:
+            continue
+        why, may_add = LEFT_AT_DEFAULT.get(name, ("not an input this tool generates", True))
+        if may_add and addable:
+            why += f'; add it with --input "{_input_line(name, parameter, config, specs)}"'
+        named.append(f"{name} ({why})")
+    if not named:
+        return []
+    return ["forward inputs left at their defaults, not inputs of the artifact: " + "; ".join(named)]
+
+
+def _input_line(name: str, parameter: inspect.Parameter, config, specs) -> str:
+    """The ``--input`` spec that adds a parameter: from the config where this tool knows the parameter, else its dtype
+    from the annotation and DIMS to fill in."""
+    text = _text_config(config)
+    lead = next((s.dims[:-1] for s in specs if s.name == "input_ids"), ("B",))
+    known = {
+        "position_ids": lambda: InputSpec(name, "int64", (*lead, "S"), 0, (getattr(text, "max_position_embeddings", 0) or 512) - 1),
+        "token_type_ids": lambda: InputSpec(name, "int64", (*lead, "S"), 0, max((getattr(text, "type_vocab_size", 0) or 1) - 1, 0)),
+        "bbox": lambda: InputSpec(name, "int64", (*lead, "S", 4), 0, 1000),
+    }
+    if name in known:
+        return str(known[name]())
+    annotation = str(parameter.annotation)
+    if name.endswith("mask"):
+        # a mask over the first input's positions, where those are all symbolic (tokens, audio samples)
+        first = specs[0].dims if specs else ()
+        dims = ",".join(map(str, first)) if first and all(isinstance(d, str) for d in first) else "DIMS"
+        return f"{name}:int64[{dims}]"
+    dtype = "int64" if "LongTensor" in annotation else "bool" if "BoolTensor" in annotation else "float32"
+    return f"{name}:{dtype}[DIMS]"
 
 
 def shortest_audio(config) -> int:
