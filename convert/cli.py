@@ -125,7 +125,7 @@ def main() -> None:
     Run 'convert export --help' for every option of the default command, 'convert gate --help' for the promotion gate,
     'convert batch --help' for many models at once.
     Exit codes: 0 all checks passed, 1 a validation failed or a requested format or pass could not be built here
-    (--unbuilt warn accepts that), 2 bad input or options, 3 internal error.
+    (--unbuilt warn accepts that), 2 bad input or options or an artifact no strategy could produce, 3 internal error.
     """
 
 

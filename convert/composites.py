@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ class Composite:
     # whether the components' artifacts lie in one folder (Optimum's seq2seq layout) instead of one folder each
     flat: bool
     why: str  # what in the folder says it is this composite
+    # what the assembled check needs of the folder, checked before any component runs: raises a ConvertError where it lacks it
+    ready: Callable[[Path], None] | None = None
 
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.components)
@@ -121,6 +124,7 @@ def composite_of(model: Any, task: str | None, framework: str | None) -> Composi
             "convert.assembled.encoder_decoder:check_generation",
             flat=True,
             why=f"config.json says {architecture or model_type} is an encoder-decoder",
+            ready=_names_decoder_start,
         )
     # a task given names one network: zero-shot-image-classification the joint model alone, as a run of one network
     if architecture in DUAL_ENCODER_ARCHITECTURES and task is None:
@@ -133,6 +137,24 @@ def composite_of(model: Any, task: str | None, framework: str | None) -> Composi
             why=f"config.json names {architecture}, a text and a vision tower",
         )
     return None
+
+
+def _names_decoder_start(folder: Path) -> None:
+    """Refuse a folder that names no token to start decoding from, which transformers' generate needs (its generation
+    config's decoder_start_token_id, else its bos_token_id, made from config.json's where the folder has no
+    generation_config.json): the generation check could not run once every component had."""
+    config = _json(folder / "config.json") or {}
+    # a joined model's (VisionEncoderDecoder's) own tokens may be in its decoder's config
+    configs = [_json(folder / "generation_config.json") or {}, config, *(part for part in config.values() if isinstance(part, dict))]
+    if any(c.get(name) is not None for c in configs for name in ("decoder_start_token_id", "bos_token_id")):
+        return
+    raise ConvertError(
+        f"{folder} names no token to start decoding from (decoder_start_token_id or bos_token_id, in generation_config.json "
+        "or config.json): transformers' generate refuses it, and the components could not be run together against it",
+        "Set the token the model was trained to start from and save it again (T5 starts from its pad token: "
+        "model.generation_config.decoder_start_token_id = model.config.pad_token_id), or convert some components only "
+        "with --component, which runs no generation check.",
+    )
 
 
 def _json(path: Path) -> dict | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convert.backends.huggingface import decoder_start
 from convert.backends.torch import require_torch
 from convert.reports import model as rm
 from convert.sources.request import SourceRequest
@@ -25,6 +26,7 @@ TOKEN_BUDGET = {"fp32": 1.0, "fp16": 0.9, "bf16": 0.9, "int8": 0.75, "int4": 0.7
 LOGITS_TOLERANCE = 1e-3  # an fp32 step's largest absolute logits error, relative to the largest logit (and at least 1)
 
 Step = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+NO_START = "its generation config names no decoder_start_token_id and no bos_token_id to start the decoder from"
 
 
 def check_generation(folder: Path, artifacts: dict[str, Path], *, precision: str, seed: int, trust_code: bool) -> rm.AssembledCheck:
@@ -40,8 +42,9 @@ def check_generation(folder: Path, artifacts: dict[str, Path], *, precision: str
     model, _ = load_encoder_decoder_model(Path(folder), None, trust_code, "float32")
     kind = encoder_kind(model)
     feed = _encoder_feed(encoder_specs(model, kind)[0], seed, model)
-    start = model.generation_config.decoder_start_token_id
-    start = model.config.decoder_start_token_id if start is None else start
+    start = decoder_start(model)
+    if start is None:
+        return _check("failed", precision, reason=f"transformers cannot generate from {folder}: {NO_START}")
     reference_tokens, reference_logits = _library_greedy(model, feed, kind, torch)
     missing = [name for name in COMPONENTS if name not in artifacts]
     if missing:
@@ -134,11 +137,10 @@ def _library_greedy(model, feed: dict[str, np.ndarray], kind: str, torch) -> tup
     or suppressed tokens, a minimum length) and no stop at the end token, so that every step is the plain argmax."""
     from transformers import GenerationConfig, GenerationMixin
 
-    start = model.generation_config.decoder_start_token_id
     # the model's own generation config replaced by one that asks for nothing but greedy steps: a config given to
     # generate() falls back to the model's for every value it leaves unset, forced end tokens included
     model.generation_config = GenerationConfig(
-        decoder_start_token_id=model.config.decoder_start_token_id if start is None else start,
+        decoder_start_token_id=decoder_start(model),
         pad_token_id=model.generation_config.pad_token_id,
         eos_token_id=-1,  # no token has it: no stop at the end token, every step decoded
     )

@@ -100,3 +100,11 @@ def image_domain(folder: Any) -> dict[str, Any]:
         steps.append(f"normalised with mean {config.get('image_mean')} and std {config.get('image_std')}")
     how = f": 0..255 images {' and '.join(steps)}" if steps else ": 0..255 images as they are"
     return {"low": round(low, 6), "high": round(high, 6), "domain_source": f"the folder's {PREPROCESSOR_CONFIG}{how}"}
+
+
+def decoder_start(model) -> int | None:
+    """The token generation starts the decoder from, as transformers' generate finds it (GenerationMixin.
+    _prepare_special_tokens): the generation config's decoder_start_token_id, else its bos_token_id (then the model
+    config's decoder_start_token_id, which older versions read); None where there is none, and generate refuses."""
+    found = (model.generation_config.decoder_start_token_id, model.generation_config.bos_token_id)
+    return next((token for token in found if token is not None), getattr(model.config, "decoder_start_token_id", None))

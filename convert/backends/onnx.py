@@ -54,6 +54,22 @@ def output_names(path: Path) -> list[str]:
     return [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
 
 
+def graph_inputs(path: Path) -> dict[str, tuple[str, int]]:
+    """What an ONNX file takes, by input name: (NumPy dtype name, rank); initializers a graph also lists as inputs
+    (an older exporter's habit) are weights, not inputs."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {tensor.name for tensor in graph.initializer}
+    named = {"float": "float32", "double": "float64"}  # ONNX's names for NumPy's
+    inputs = {}
+    for value in graph.input:
+        if value.name not in weights:
+            kind = onnx.helper.tensor_dtype_to_string(value.type.tensor_type.elem_type).removeprefix("TensorProto.").lower()
+            inputs[value.name] = (named.get(kind, kind), len(value.type.tensor_type.shape.dim))
+    return inputs
+
+
 def outputs_apart(outputs, inputs) -> dict[str, str]:
     """The name an ONNX graph gives each output named like an input (a graph names its inputs and outputs alike: an
     output ``sample`` beside an input ``sample`` breaks every export), prefixed until it is no other input's or output's.

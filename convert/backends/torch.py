@@ -115,7 +115,8 @@ def to_numpy(tensor) -> np.ndarray:
 def to_tensors(specs: tuple[InputSpec, ...], feed: dict[str, np.ndarray], device: str = "cpu") -> tuple:
     """The feed as tensors; a bfloat16 input (NumPy has none: it is fed as float32) cast to bfloat16."""
     torch = require_torch()
-    tensors = (torch.from_numpy(np.ascontiguousarray(feed[s.name])) for s in specs)
+    # np.asarray keeps a rank-0 input rank 0 (np.ascontiguousarray makes it rank 1, and an export would take rank 1)
+    tensors = (torch.from_numpy(np.asarray(feed[s.name], order="C")) for s in specs)
     return tuple(
         (tensor.to(torch.bfloat16) if spec.dtype == "bfloat16" else tensor).to(device) for spec, tensor in zip(specs, tensors, strict=True)
     )

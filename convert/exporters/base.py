@@ -23,8 +23,10 @@ from convert.registry import REGISTRY, FromSpec
 from convert.reports import model as rm
 from convert.safety import no_space_error
 from convert.sources.base import SourceModel
+from convert.text import first_line
 
 MAX_ERROR_CHARS = 4000
+PACKAGE = Path(__file__).resolve().parents[1]  # this tool's code: its own exceptions' messages are kept as they are
 
 
 class Attempt(rm.Attempt):
@@ -67,8 +69,36 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # torch.onnx colours parts of its e
 
 
 def describe_exception(exc: BaseException) -> str:
-    text = ANSI_ESCAPE.sub("", f"{type(exc).__name__}: {exc}").strip()
+    """The exception as the report keeps it, the library's own reason first: where a library raised it from another
+    (torch.onnx wraps the cause, "No ONNX function found for <OpOverload(op='aten.histc')>", in a banner of next steps),
+    the first line of the innermost cause leads, and the exception raised follows. This tool's own messages say what
+    they mean already, and are kept as they are."""
+    text = f"{type(exc).__name__}: {exc}"
+    cause = root_cause(exc)
+    if cause is not exc and str(cause).strip() and not _raised_here(exc):
+        text = f"{type(cause).__name__}: {first_line(str(cause), None)}\n(raised as) {text}"
+    text = ANSI_ESCAPE.sub("", text).strip()
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " [...]"
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """Whether this tool's own code raised the exception (the innermost frame of its traceback is in this package)."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and Path(frame.tb_frame.f_code.co_filename).resolve().is_relative_to(PACKAGE)
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception ``exc`` was raised from (``raise ... from``: a library wrapping its reason on purpose; an
+    exception raised while handling another is not the other's doing)."""
+    seen = {id(exc)}
+    while True:
+        cause = exc.__cause__
+        if cause is None or id(cause) in seen:
+            return exc
+        seen.add(id(cause))
+        exc = cause
 
 
 @contextlib.contextmanager
@@ -127,6 +157,7 @@ class Exporter(abc.ABC):
             try:
                 with quiet(log):
                     artifact = run(path)
+                    check_signature(artifact, job)
             except ConvertError:
                 raise
             except Exception as exc:  # a failed strategy is recorded, and the next one is tried
@@ -150,6 +181,35 @@ class Exporter(abc.ABC):
             )
             return ExportOutcome(artifact, attempts)
         return ExportOutcome(None, attempts)
+
+
+class SignatureMismatch(ValueError):
+    """An artifact that does not take the inputs the specs declare: no tolerance makes it right, and the next strategy
+    is tried."""
+
+
+def check_signature(artifact: Artifact, job: ExportJob, taken: dict[str, tuple[str, int]] | None = None) -> None:
+    """Raise SignatureMismatch where the written artifact takes other inputs than declared: other names, dtypes or ranks
+    (an exporter may make a rank-0 input rank 1). ``taken``: what it takes by name, (dtype, rank), where its exporter
+    knows; else read from the file where its format's inputs are cheap to read (ONNX)."""
+    if taken is None and artifact.format != "onnx":
+        return
+    from convert.backends.onnx import graph_inputs
+
+    declared = {spec.name: spec for spec in artifact.inputs or job.source.signature.inputs}
+    taken = graph_inputs(artifact.path) if taken is None else taken
+    problems = []
+    if set(taken) != set(declared):
+        problems.append(f"it takes the inputs {sorted(taken)} where the specs declare {sorted(declared)}")
+    for name in sorted(set(taken) & set(declared)):
+        spec, (dtype, rank) = declared[name], taken[name]
+        fed = "float32" if spec.dtype == "bfloat16" else spec.dtype  # a bfloat16 input is fed as float32
+        if dtype != fed and (dtype, fed) != ("bfloat16", "float32"):  # validation's own rule (runtimes/base.py)
+            problems.append(f"it takes '{name}' as {dtype} where its spec ({spec}) declares {spec.dtype}")
+        if rank != len(spec.dims):
+            problems.append(f"it takes '{name}' with rank {rank} where its spec ({spec}) declares rank {len(spec.dims)}")
+    if problems:
+        raise SignatureMismatch("the artifact does not take the inputs as declared: " + "; ".join(problems))
 
 
 def _remove_partial(path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from convert.artifacts import Artifact
-from convert.exporters.base import Exporter, ExportJob
+from convert.exporters.base import Exporter, ExportJob, check_signature
 from convert.exporters.torch_common import export_program, record_bounds
 
 
@@ -19,9 +19,22 @@ class TorchToExportedProgram(Exporter):
         import torch
 
         program, bounded = export_program(job)
+        artifact = Artifact(format=self.format, path=path, files=[path])
+        check_signature(artifact, job, _program_inputs(program, job))
         _number_provenance_graphs(program)
         torch.export.save(program, str(path))
-        return record_bounds(Artifact(format=self.format, path=path, files=[path]), program, job, bounded, guarded=True)
+        return record_bounds(artifact, program, job, bounded, guarded=True)
+
+
+def _program_inputs(program, job: ExportJob) -> dict[str, tuple[str, int]] | None:
+    """What the program takes, (dtype, rank) under each spec's name (its user inputs are the specs' in order); None
+    where it does not pair them one for one."""
+    user_inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    values = {node.name: node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder"}
+    specs = job.source.signature.inputs
+    if len(user_inputs) != len(specs) or not all(hasattr(values.get(name), "dim") for name in user_inputs):
+        return None
+    return {spec.name: (str(values[name].dtype).removeprefix("torch."), values[name].dim()) for spec, name in zip(specs, user_inputs)}
 
 
 def _number_provenance_graphs(program) -> None:

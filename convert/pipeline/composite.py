@@ -60,6 +60,8 @@ def run_composite(
     # refuses the whole run before anything is written
     for component in chosen:
         plan(requests[component.name], _component_hooks(hooks, composite, component))
+    if composite.ready is not None and len(chosen) == len(composite.components):
+        composite.ready(Path(request.model))  # what the assembled check needs, before any component runs
     if report_path.exists() and not request.force:
         raise ConvertError(
             f"{report_path} already exists (an earlier run's report)", "Pass --force to replace it, or choose another --out."

@@ -62,5 +62,5 @@ def _tensor(torch, array: np.ndarray):
     """A C-contiguous tensor of the array. An empty one (a cache with no past yet) gets the strides torch and ExecuTorch
     compute, counting a 0 size as 1: numpy's are 0 there, and ExecuTorch aborts the process on strides it did not expect
     (tensor_ptr.cpp: "invalid strides for dim 0: 0 != 16")."""
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array, order="C")  # rank 0 kept (np.ascontiguousarray makes it rank 1)
     return torch.from_numpy(array) if array.size else torch.empty(array.shape, dtype=torch.from_numpy(array).dtype)

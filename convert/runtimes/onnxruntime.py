@@ -100,7 +100,7 @@ class OnnxRuntimeRunner(Runner):
 
 
 def _ort_value(onnxruntime, value):
-    return value if isinstance(value, onnxruntime.OrtValue) else onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+    return value if isinstance(value, onnxruntime.OrtValue) else onnxruntime.OrtValue.ortvalue_from_numpy(np.asarray(value, order="C"))
 
 
 def _from_ort_value(value) -> np.ndarray:

@@ -66,7 +66,7 @@ class TensorRtRunner(Runner):
     def _infer(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         runtime = cudart()
         for name in self.inputs:
-            array = np.ascontiguousarray(feed[name])
+            array = np.asarray(feed[name], order="C")  # rank 0 kept (np.ascontiguousarray makes it rank 1)
             if not self.context.set_input_shape(name, array.shape):
                 raise RuntimeError(f"TensorRT refused shape {array.shape} for input '{name}' (outside the engine's profile?)")
             self._bind(name, self.buffers.upload(name, array, self.stream))

@@ -67,7 +67,8 @@ def load_dual_encoder_component(request: SourceRequest) -> TorchSource:
         specs, ranges = (text_specs[0], pixels, *text_specs[1:]), positions
     module = _component_module(require_torch(), model, component)
     if request.inputs:
-        specs = _with_given_inputs(specs, request.inputs, component)
+        joint = (text_specs[0].name, pixels.name, *(s.name for s in text_specs[1:]))
+        specs = _with_given_inputs(specs, request.inputs, component, joint)
         ranges = {symbol: bounds for symbol, bounds in ranges.items() if any(symbol in s.symbols for s in specs)}
     info.description += f"; its {component}: {', '.join(s.name for s in specs)} to {', '.join(module.outputs)}"
     return TorchSource(module.eval(), info, specs, {}, ranges, CallConvention(keywords=tuple(s.name for s in specs)))
@@ -158,13 +159,24 @@ def _component_module(torch, model, component: str):
     return {"text_model": TextTower, "vision_model": VisionTower, "joint": Joint}[component]()
 
 
-def _with_given_inputs(specs: tuple[InputSpec, ...], given_specs: tuple[InputSpec, ...], component: str) -> tuple[InputSpec, ...]:
-    """The specs with those ``--input`` gives in their place: a component's inputs are fixed, their shapes may be pinned."""
+def _with_given_inputs(
+    specs: tuple[InputSpec, ...], given_specs: tuple[InputSpec, ...], component: str, joint: tuple[str, ...]
+) -> tuple[InputSpec, ...]:
+    """The specs with those ``--input`` gives in their place: a component's inputs are fixed, their shapes may be pinned.
+    ``joint``: the joint model's inputs, which a tower refused an input of the other tower points to."""
     given = {s.name: s for s in given_specs}
     unknown = sorted(set(given) - {s.name for s in specs})
     if unknown:
+        both = component != "joint" and set(given) <= set(joint)
         raise ConvertError(
-            f"--input names '{unknown[0]}', which the dual encoder's {component} does not take",
-            f"Its inputs are: {', '.join(s.name for s in specs)}.",
+            f"--input names '{unknown[0]}', which the dual encoder's {component} does not take"
+            + (": inputs of both towers are its joint model's" if both else ""),
+            f"Its inputs are: {', '.join(s.name for s in specs)}."
+            + (
+                f" Convert the joint model alone with --component joint (it takes {', '.join(joint)}), or give each "
+                "tower its own inputs in a run of --component text_model or --component vision_model."
+                if both
+                else ""
+            ),
         )
     return tuple(given.get(s.name, s) for s in specs)

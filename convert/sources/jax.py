@@ -1,9 +1,10 @@
 """JAX source: a pure function ``f(params, *inputs)`` with its params from a file, a flax NNX module, a flax
 linen module with its variables, or an Equinox module.
 
-Every form becomes one pure function ``apply(params, *inputs)`` and a params pytree. The reference runs
-``apply`` under ``jax.jit`` on the CPU; jax2onnx exports it with the params as constants; jax2tf exports it
-with the params as TensorFlow variables, so that a SavedModel holds them as variables.
+Every form becomes one pure function ``apply(params, *inputs)`` and a params pytree. A flax NNX or Equinox module is
+put in inference mode first, on a copy (dropout off, batch norm on its running statistics), and its description says
+so. The reference runs ``apply`` under ``jax.jit`` on the CPU; jax2onnx exports it with the params as constants;
+jax2tf exports it with the params as TensorFlow variables, so that a SavedModel holds them as variables.
 
 Params files are never unpickled: ``.msgpack`` is read by flax's msgpack restore (arrays as raw bytes),
 ``.npz`` with ``allow_pickle=False``, ``.safetensors`` by safetensors. When the model's own params tree is
@@ -35,6 +36,7 @@ PARAMS_HINT = (
     "Save the params with flax.serialization.to_bytes(params) (.msgpack), numpy.savez (.npz, keys joined by '/'), "
     "or safetensors (keys joined by '/'), from the same model definition."
 )
+INFERENCE_MODE = "in inference mode: dropout off, batch norm on its running statistics"
 _WIDE_DTYPES = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
 
 
@@ -166,6 +168,8 @@ def load_jax_source(request: SourceRequest) -> JaxSource:
     if params_path is not None:
         info.path, info.sha256 = str(params_path), sha256_files([params_path])
     apply, params, expected, parameters = _as_pure(model, loaded, request)
+    if _has_modes(model):
+        info.description += f" ({INFERENCE_MODE})"
     specs, arrays, export_sizes = _settle_specs(request, parameters, _describe(model))
     if expected is not None and loaded is not None:
         params = fit_params(loaded, expected, params_path or "the params given")
@@ -208,6 +212,7 @@ def _as_pure(model: Any, params: Any, request: SourceRequest) -> tuple[Callable,
     if "equinox" in roots:
         import equinox as eqx
 
+        model = eqx.nn.inference_mode(model)  # a copy, each layer's inference flag set: Dropout off
         arrays, static = eqx.partition(model, eqx.is_array)
         return (lambda p, *inputs: eqx.combine(p, static)(*inputs)), arrays, arrays, _call_parameters(type(model).__call__, 1)
     if not callable(model):
@@ -230,6 +235,12 @@ def _as_pure(model: Any, params: Any, request: SourceRequest) -> tuple[Callable,
     if bound_to is not None and "flax" in {c.__module__.split(".")[0] for c in type(bound_to).__mro__} and model.__name__ == "apply":
         expected = _linen_variables(bound_to, params, request)  # module.apply: its variables are known
     return model, params, expected, parameters[1:] if parameters is not None else None
+
+
+def _has_modes(model: Any) -> bool:
+    """Whether the model is a flax NNX or Equinox module, which has a training and an inference mode."""
+    roots = {cls.__module__.split(".")[0] for cls in type(model).__mro__}
+    return ("flax" in roots and _is_nnx(model)) or "equinox" in roots
 
 
 def _is_nnx(model: Any) -> bool:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from convert.backends.huggingface import image_domain, offline, position_offset, stored_dtype
+from convert.backends.huggingface import decoder_start, image_domain, offline, position_offset, stored_dtype
 from convert.backends.moe import use_dense_experts
 from convert.backends.torch import CallConvention, require_torch
 from convert.compat import library_mismatch
@@ -905,6 +905,6 @@ def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec
                     ids = torch.from_numpy(rng.integers(0, layout.vocab_size, size=(2, 5)))
                     states = encoder(input_ids=ids, attention_mask=torch.from_numpy(context["encoder_attention_mask"])).last_hidden_state
             context["encoder_hidden_states"] = states.numpy()
-            return np.full((2, 1), config.decoder_start_token_id or 0, dtype=np.int64), context
+            return np.full((2, 1), decoder_start(self.model) or 0, dtype=np.int64), context
 
     return _by_name(Decoder, names)
