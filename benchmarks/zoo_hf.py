@@ -76,6 +76,8 @@ class Cell:
     truth_why: str = ""
     truth_budget: str = ""
     seconds: float | None = None  # the whole cell: build, conversion, truth check
+    domains: str = ""  # what each float input was drawn from, and why (the report's source.input_domains)
+    defaulted: str = ""  # forward inputs left at their defaults, as the report's notes name them ("none" where none)
 
 
 def _environment(extra_path: str | None = None) -> dict[str, str]:
@@ -185,9 +187,22 @@ def _symbols(report: dict) -> list[str]:
     return list(dict.fromkeys(s for spec in specs for s in spec.symbols))
 
 
+DEFAULTED_NOTE = "forward inputs left at their defaults, not inputs of the artifact: "
+
+
 def classify(report: dict, name: str) -> Cell:
-    """The cell of the report's ONNX artifact, as benchmarks.zoo judges one (symbols from the report's inputs)."""
-    return Cell(name, **artifact_verdict(report, "onnx", _symbols(report), _reason))
+    """The cell of the report's ONNX artifact, as benchmarks.zoo judges one (symbols from the report's inputs), with the
+    domains its inputs were drawn from and the forward inputs the report says were left at their defaults."""
+    cell = Cell(name, **artifact_verdict(report, "onnx", _symbols(report), _reason))
+    domains = (report.get("source") or {}).get("input_domains") or []
+    cell.domains = "; ".join(
+        f"{d['name']}: {d['drawn']}" + ("" if d.get("source") in ("default", "the source's input specs") else f" ({d['source']})")
+        for d in domains
+        if d.get("drawn", "").startswith(("uniform", "standard normal"))
+    )
+    defaulted = [note.removeprefix(DEFAULTED_NOTE) for note in report.get("notes") or [] if note.startswith(DEFAULTED_NOTE)]
+    cell.defaulted = "; ".join(re.sub(r" \([^()]*(?:\([^()]*\)[^()]*)*\)", "", d) for d in defaulted) or "none"
+    return cell
 
 
 def run_zoo(
@@ -908,8 +923,13 @@ def render(cells: list[Cell], jobs: int, seconds: float, command: str, progress:
         f"random tokens. Budget per element: |onnx − eager| ≤ atol·max(1, |eager|), atol by the artifact's dtype ({budgets}); "
         "ONNX Runtime failing at a size the artifact declares dynamic is a contradiction.",
         "",
-        "| entry | family | status | truth | truth error | truth sizes | validated sizes | export s | validation s | tool's max abs error | reason |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "`float inputs drawn from` is what the report records of each generated float input (a range the model declares "
+        "names where it comes from); `left at default` names the forward inputs the report's notes say the artifact does not "
+        "take (none may be left silently).",
+        "",
+        "| entry | family | status | truth | truth error | truth sizes | validated sizes | float inputs drawn from | left at default "
+        "| export s | validation s | tool's max abs error | reason |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         truth = c.truth or ""
@@ -919,7 +939,8 @@ def render(cells: list[Cell], jobs: int, seconds: float, command: str, progress:
             truth = f"{c.truth}; {c.truth_why.split('; ', 1)[1]}"
         lines.append(
             f"| {c.entry} | {ENTRIES[c.entry].family} | {c.status} | {_cell(_one_line(truth, 500))} | {_number(c.truth_error, '.1e')} | "
-            f"{c.truth_sizes} | {c.sizes} | {_number(c.export_s, '.1f')} | {_number(c.validate_s, '.1f')} | "
+            f"{c.truth_sizes} | {c.sizes} | {_cell(_one_line(c.domains, 300))} | {_cell(c.defaulted)} | "
+            f"{_number(c.export_s, '.1f')} | {_number(c.validate_s, '.1f')} | "
             f"{_number(c.max_abs_error, '.1e')} | {_cell(c.reason)} |"
         )
     failing = [c for c in cells if c.status != "passed"]

@@ -13,9 +13,10 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.reports import model as rm
-from convert.validation import named_as_the_source
+from convert.validation import ValidationCase, case_comparison, named_as_the_source, token_outputs
 from convert.validators import TolerancePolicy
 from convert.validators.compare import compare_outputs
+from convert.validators.inputs import ShapeCase
 
 CAPTURED_FORMATS = ("torch_export", "torchscript")  # the artifact is the program its exporter captured
 
@@ -43,7 +44,7 @@ def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: 
         found.links = [
             skipped("optimization", step, compares, unmeasured)
             if unmeasured
-            else link("optimization", step, compares, before, outputs, feed, policy, artifact.precision)
+            else link("optimization", step, compares, before, outputs, feed, policy, artifact.precision, artifact.inputs)
         ]
         return found
     if artifact.format in CAPTURED_FORMATS:
@@ -51,7 +52,7 @@ def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: 
         found.links = [
             skipped("capture", step, compares, outputs)
             if isinstance(outputs, str)
-            else link("capture", step, compares, reference, outputs, feed, policy, artifact.precision)
+            else link("capture", step, compares, reference, outputs, feed, policy, artifact.precision, artifact.inputs)
         ]
         return found
     capture = "the source model against the program the exporter captured"
@@ -69,10 +70,10 @@ def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: 
         found.links = [skipped("capture", step, capture, captured), skipped("conversion", step, conversion, captured)]
         return found
     found.links = [
-        link("capture", step, capture, reference, captured, feed, policy, artifact.precision),
+        link("capture", step, capture, reference, captured, feed, policy, artifact.precision, artifact.inputs),
         skipped("conversion", step, conversion, outputs)
         if isinstance(outputs, str)
-        else link("conversion", step, conversion, captured, outputs, feed, policy, artifact.precision),
+        else link("conversion", step, conversion, captured, outputs, feed, policy, artifact.precision, artifact.inputs),
     ]
     return found
 
@@ -88,9 +89,13 @@ def _shapes(feed: dict) -> tuple:
     return tuple((name, value.shape) for name, value in feed.items())
 
 
-def link(kind: str, step: str, compares: str, expected: dict, actual: dict, feed: dict, policy: TolerancePolicy, precision: str):
-    """One link measured: the worst output's figures, and whether every output is within the tolerance of ``precision``."""
-    results = compare_outputs(expected, named_as_the_source(actual, expected, tuple(feed)), policy, precision)
+def link(kind: str, step: str, compares: str, expected: dict, actual: dict, feed: dict, policy: TolerancePolicy, precision: str, specs=()):
+    """One link measured: the worst output's figures, and whether every output is within the tolerance of ``precision``,
+    compared as validation compares (token-level outputs at the positions the padding mask of ``specs`` keeps, the atol
+    scaled by each output's RMS)."""
+    case = ValidationCase(ShapeCase("chain", {}), feeds=[feed], references=[expected])
+    shown, stats = case_comparison(case, token_outputs(specs, [case]))
+    results = compare_outputs(expected, named_as_the_source(actual, expected, tuple(feed)), policy, precision, shown[0], stats)
     measured = rm.ChainLink(link=kind, step=step, compares=compares, status="measured")
     measured.within_tolerance = all(r.status == "passed" for r in results)
     errors = [(r.max_abs_error, r.name) for r in results if r.max_abs_error is not None]

@@ -19,8 +19,9 @@ from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.text import first_line
 from convert.validators import TolerancePolicy, compare_outputs, merge_results
+from convert.validators.compare import ReferenceStats, reference_stats
 from convert.validators.generation import GenerationTrace, hide_padding
-from convert.validators.inputs import ShapeCase
+from convert.validators.inputs import ShapeCase, is_padding_mask
 from convert.validators.task_metrics import describe_drop
 
 ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
@@ -40,6 +41,46 @@ class ValidationCase:
     task: rm.TaskResult | None = None  # the source's task metrics on them (``metrics`` with source values only)
     metric: str | None = None  # the user's --metric, module:function
     padding: list[np.ndarray] | None = None  # a decoder's text: each feed's attention mask, whose hidden positions are not compared
+
+
+def token_outputs(specs, cases: list[ValidationCase]) -> dict[str, str]:
+    """Output → the padding mask input whose [batch, tokens] its leading axes are in every sample of every case that
+    ran: a token-level output, compared only at the tokens the mask keeps. An output that fits two masks alike is
+    compared everywhere (which mask hides it is not known), as is one whose axes match a mask only by chance at some
+    size (a hidden size equal to a sequence length)."""
+    masks = [spec.name for spec in specs if is_padding_mask(spec) and len(spec.dims) == 2]
+    ran = [case for case in cases if case.feeds and case.references and case.generation is None]
+    if not masks or not ran:
+        return {}
+    samples = [(feed, reference) for case in ran for feed, reference in zip(case.feeds, case.references)]
+    found = {}
+    for output in ran[0].references[0]:
+        fits = [
+            mask
+            for mask in masks
+            if all(mask in feed and output in ref and np.shape(ref[output])[:2] == np.shape(feed[mask]) for feed, ref in samples)
+        ]
+        if len(fits) == 1:
+            found[output] = fits[0]
+    return found
+
+
+def case_comparison(
+    case: ValidationCase, masked: dict[str, str]
+) -> tuple[list[dict[str, tuple[str, np.ndarray]]], dict[str, ReferenceStats | None]]:
+    """What comparing a case's outputs takes besides the values: per sample, each token-level output's mask input
+    and the positions it keeps; per output, the source's statistics over every sample (the atol's scale, the spread)."""
+    shown = [{output: (mask, np.asarray(feed[mask]) != 0) for output, mask in masked.items()} for feed in case.feeds]
+    names = list(case.references[0]) if case.references else []
+    stats = {
+        name: reference_stats(
+            [reference[name] for reference in case.references],
+            [positions.get(name, ("", None))[1] for positions in shown],
+        )
+        for name in names
+        if all(name in reference for reference in case.references)
+    }
+    return shown, stats
 
 
 def checks_on(
@@ -81,6 +122,7 @@ def checks_on(
             )
         ]
     checks = []
+    masked = token_outputs(artifact.inputs, cases)
     try:
         declared_inputs, declared_outputs = runner.input_metadata(), runner.output_metadata()
         for case in cases:
@@ -105,6 +147,7 @@ def checks_on(
                 check.status, check.reason = "skipped", f"not run at this shape: {fixed}"
             else:
                 per_sample, scored = [], []
+                shown, stats = case_comparison(case, masked)
                 for index, (feed, reference) in enumerate(zip(case.feeds, case.references)):
                     try:
                         actual = runner.infer(feed)
@@ -128,7 +171,7 @@ def checks_on(
                         first_outputs = None
                     if case.padding is not None:
                         actual = hide_padding(actual, case.padding[index])
-                    per_sample.append(compare_outputs(reference, actual, policy, artifact.precision))
+                    per_sample.append(compare_outputs(reference, actual, policy, artifact.precision, shown[index], stats))
                     if case.labels is not None:
                         scored.append(actual)
                 check.samples = len(per_sample)

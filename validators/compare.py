@@ -2,10 +2,23 @@
 
 No broadcasting, no fuzzy or positional matching, NaN never equals NaN, and an empty output never passes
 vacuously. Each output gets metrics, not a bare boolean.
+
+Three things fit the comparison to the output (docs/concepts/validation.md):
+
+- The default atol scales with the output's RMS over a shape case (validators/tolerances.py).
+- Positions a padding mask excludes are not compared: the values of a token-level output (its leading axes the
+  mask's [batch, tokens]) at a masked token are the model's own garbage, which frameworks compute differently; no
+  value at a real token depends on them. The report counts the values left out (``masked_values``).
+- An output whose values spread over less than its tolerance (max - min over a shape case's samples, below the
+  tolerance at its largest value) cannot fail an elementwise check whatever the artifact computes (a near-uniform
+  softmax): it is also judged by the cosine similarity of the artifact's and the source's deviations from the
+  source's mean, which must be at least DEVIATION_COSINE. Where the deviations are float32 rounding only (a constant
+  output), there is nothing for a cosine to judge: the output is noted as constant and judged elementwise.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -13,6 +26,11 @@ from convert.validators.tolerances import Tolerance, TolerancePolicy
 from pydantic import BaseModel, Field
 
 TOP_K = 5  # top-k agreement: the reference's top-1 class is among the artifact's top 5
+# the cosine of the deviations from the mean a low-spread output must reach: float32 noise on deviations well above
+# rounding leaves it at 1 - 1e-8 or so, while a permuted, shifted or constant artifact's is far below
+DEVIATION_COSINE = 0.9999
+# deviations whose RMS is below this many float32 roundings of the largest value are rounding, not signal
+ROUNDING_SPAN = 1000
 # Lower edges of the absolute-error histogram: exactly 0, then one bin per decade from 1e-10 up, the last open-ended.
 # Fixed edges let samples, shapes and runs be summed and compared bin by bin.
 ERROR_HISTOGRAM_EDGES = [0.0, *(10.0**e for e in range(-10, 2))]
@@ -49,6 +67,20 @@ class OutputMetrics(BaseModel):
     error_histogram: list[int] | None = Field(
         None, description="counts of |actual - expected| per bin of the report's error_histogram_edges"
     )
+    atol_scale: float | None = Field(
+        None,
+        description="the RMS of the source's output over the shape case: atol is the default's times max(1, atol_scale); "
+        "null where the atol is absolute (the user's --tolerance atol, or an output that is not float)",
+    )
+    masked_values: int = Field(0, description="values at positions the padding mask excludes, not compared (nor counted in elements)")
+    masked_by: str = Field("", description="the padding mask input whose zeros left those positions out")
+    spread: float | None = Field(None, description="max - min of the source's compared values over the shape case's samples")
+    deviation_cosine: float | None = Field(
+        None,
+        description="cosine similarity of the artifact's and the source's deviations from the source's mean; judged "
+        f"(>= {DEVIATION_COSINE}) where the spread is below the tolerance",
+    )
+    note: str = Field("", description="what the verdict cannot tell about this output (a constant or low-spread output)")
 
 
 class OutputResult(OutputMetrics):
@@ -58,17 +90,81 @@ class OutputResult(OutputMetrics):
     bounds: tuple = Field((), exclude=True)  # the accuracy budget's (metric, op, bound) terms
     exact: bool = Field(False, exclude=True)  # compared exactly (integer and bool outputs)
     elementwise: bool = Field(True, exclude=True)  # False: judged by a task metric's drop, not by these values
+    by_deviation: bool = Field(False, exclude=True)  # a low-spread output: its deviation_cosine is judged too
     reasons: list[str] = Field([], exclude=True)
 
     def metrics(self) -> OutputMetrics:
         return OutputMetrics(**self.model_dump())
 
 
+@dataclass(frozen=True)
+class ReferenceStats:
+    """What judging an output takes from the source's values over a shape case's samples (compared positions only)."""
+
+    rms: float
+    mean: float
+    spread: float  # max - min
+    largest: float  # max |value|
+    deviation_rms: float  # RMS of value - mean
+    varies: bool | None  # whether the samples' outputs differ (None: a single sample)
+
+    def low_spread(self, tolerance: Tolerance) -> str:
+        """How an elementwise check falls short here: "cosine" where the values spread over less than the tolerance at
+        the largest of them and their deviations are more than float32 rounding; "constant" where they are rounding
+        only; "" where it can tell."""
+        if self.spread > tolerance.atol + tolerance.rtol * self.largest:
+            return ""
+        return "constant" if self.deviation_rms <= ROUNDING_SPAN * np.finfo(np.float32).eps * self.largest else "cosine"
+
+
+def shown_values(array: np.ndarray, shown: np.ndarray | None) -> np.ndarray:
+    """The values at the positions ``shown`` (a boolean mask over the leading axes) keeps; all of them without one."""
+    return array if shown is None else np.asarray(array)[np.asarray(shown, dtype=bool)]
+
+
+def reference_stats(references: list[np.ndarray], shown: list[np.ndarray | None] | None = None) -> ReferenceStats | None:
+    """The statistics of one output's reference values over samples (None for an output that is not float, or not
+    finite, or empty: such outputs are judged on what they are)."""
+    shown = shown or [None] * len(references)
+    arrays = [np.asarray(r) for r in references]
+    if not arrays or not all(_is_float(a) for a in arrays):
+        return None
+    values = np.concatenate([shown_values(a, m).astype(np.float64).ravel() for a, m in zip(arrays, shown)])
+    if not values.size or not np.isfinite(values).all():
+        return None
+    mean = float(values.mean())
+    same_shape = len(arrays) > 1 and all(a.shape == arrays[0].shape for a in arrays)
+    return ReferenceStats(
+        rms=float(np.sqrt(np.mean(values**2))),
+        mean=mean,
+        spread=float(values.max() - values.min()),
+        largest=float(np.abs(values).max()),
+        deviation_rms=float(np.sqrt(np.mean((values - mean) ** 2))),
+        varies=any(not np.array_equal(a, arrays[0]) for a in arrays[1:]) if same_shape else None,
+    )
+
+
 def _is_float(array: np.ndarray) -> bool:
     return np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.complexfloating)
 
 
-def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, tolerance: Tolerance) -> OutputResult:
+def compare_output(
+    name: str,
+    expected: np.ndarray,
+    actual: np.ndarray,
+    tolerance: Tolerance,
+    shown: np.ndarray | None = None,
+    stats: ReferenceStats | None = None,
+    masked_by: str = "",
+) -> OutputResult:
+    """One output of one sample. ``shown``: the positions compared (a boolean mask over the leading axes, from the
+    padding mask ``masked_by``); ``stats``: the reference's over the whole shape case (this sample's alone without)."""
+    if shown is not None and (expected.shape[: np.ndim(shown)] != np.shape(shown) or actual.shape != expected.shape):
+        shown = None  # not token-level here: compared everywhere (a shape mismatch fails below)
+    if stats is None:
+        stats = reference_stats([expected], [shown])
+    if stats is not None:
+        tolerance = tolerance.scaled(stats.rms)
     result = OutputResult(
         name=name,
         status="passed",
@@ -79,12 +175,17 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
         elements=int(expected.size),
         atol=tolerance.atol,
         rtol=tolerance.rtol,
+        atol_scale=tolerance.scale,
         tolerance_source=tolerance.source,
         bounds=tolerance.budget,
         budget=tolerance.describe_budget(),
         budget_source=tolerance.budget_source,
         elementwise=tolerance.elementwise,
     )
+    if shown is not None:
+        expected, actual = shown_values(expected, shown), shown_values(actual, shown)
+        result.masked_values, result.masked_by = result.elements - int(expected.size), masked_by
+        result.elements = int(expected.size)
     problems = []
     if _is_float(actual):
         result.nan_count = int(np.isnan(actual).sum())
@@ -93,7 +194,9 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
         problems.append(f"dtype {actual.dtype} where the source gives {expected.dtype}")
     if actual.shape != expected.shape:
         problems.append(f"shape {list(actual.shape)} where the source gives {list(expected.shape)}")
-    if expected.size == 0 or actual.size == 0:
+    if result.masked_values and expected.size == 0:
+        problems.append(f"every position is masked by '{masked_by}': there is nothing to compare")
+    elif expected.size == 0 or actual.size == 0:
         problems.append("empty output: there is nothing to compare")
     if _is_float(expected) and not np.isfinite(expected).all():
         problems.append("the source model's own output has NaN or Inf on these inputs")
@@ -120,6 +223,8 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
         result.max_rel_error = float(rel[finite].max()) if finite.any() else float("nan")
         result.cosine_similarity = _cosine(exp, act)
         result.exact = exact
+        if stats is not None and not exact:
+            _judge_spread(result, stats, tolerance, exp, act)
         # measured for every float output, judged only where a budget bounds them (reduced precision, or a gate policy)
         if not exact and np.isfinite(act).all():
             norm = float(np.linalg.norm(exp))
@@ -134,6 +239,23 @@ def compare_output(name: str, expected: np.ndarray, actual: np.ndarray, toleranc
     return result
 
 
+def _judge_spread(result: OutputResult, stats: ReferenceStats, tolerance: Tolerance, exp: np.ndarray, act: np.ndarray) -> None:
+    """Note what an elementwise check cannot tell about this output, and judge a low-spread one by its deviations."""
+    result.spread = stats.spread
+    kind = stats.low_spread(tolerance)
+    notes = []
+    if kind == "constant":
+        notes.append(f"constant: every value is {stats.mean:.6g} up to float32 rounding, so it is judged elementwise only")
+    elif kind == "cosine":
+        result.deviation_cosine = _cosine(exp - stats.mean, act - stats.mean)
+        result.by_deviation = not result.bounds  # a budget judges reduced precision by metrics of its own
+        judged = f"judged by the cosine of its deviations from their mean too (>= {DEVIATION_COSINE})" if result.by_deviation else ""
+        notes.append(f"its values spread over {stats.spread:.3g}, within its tolerance" + (f": {judged}" if judged else ""))
+    if stats.varies is False:
+        notes.append("the same for every sample: it does not depend on the generated inputs")
+    result.note = "; ".join(notes)
+
+
 def error_histogram(errors: np.ndarray) -> list[int]:
     """Counts of absolute errors per bin of ERROR_HISTOGRAM_EDGES (the first bin holds exact zeros and errors below 1e-10)."""
     bins = np.searchsorted(np.asarray(ERROR_HISTOGRAM_EDGES[1:]), errors.ravel(), side="right")
@@ -145,12 +267,21 @@ def _finish(result: OutputResult) -> None:
     problems = list(result.reasons)
     if result.bounds and not result.exact:
         problems += _budget_problems(result)
-    elif result.mismatch_count and (result.elementwise or result.exact):
-        bound = "exactly" if result.exact else f"atol={result.atol:g}, rtol={result.rtol:g}"
-        problems.append(
-            f"{result.mismatch_count} of {result.elements} values differ beyond {bound} "
-            f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g})"
-        )
+    else:
+        if result.mismatch_count and (result.elementwise or result.exact):
+            bound = "exactly" if result.exact else f"atol={result.atol:g}, rtol={result.rtol:g}"
+            scaled = f" (atol scaled by the output's RMS {result.atol_scale:.3g})" if result.atol_scale and result.atol_scale > 1 else ""
+            problems.append(
+                f"{result.mismatch_count} of {result.elements} values differ beyond {bound}{scaled} "
+                f"(max abs error {result.max_abs_error:.3g}, max rel error {result.max_rel_error:.3g})"
+            )
+        cosine = result.deviation_cosine
+        if result.by_deviation and not result.exact and (cosine is None or not cosine >= DEVIATION_COSINE):
+            shown = "unknown" if cosine is None else f"{cosine:.6g}"
+            problems.append(
+                f"its values spread over only {result.spread:.3g}, within its tolerance, and the artifact's deviations from "
+                f"their mean have cosine {shown} with the source's, below {DEVIATION_COSINE}"
+            )
     if problems or result.status == "failed":
         result.status = "failed"
         result.reason = "; ".join(problems) or result.reason
@@ -188,9 +319,17 @@ def _cosine(expected: np.ndarray, actual: np.ndarray) -> float | None:
 
 
 def compare_outputs(
-    expected: dict[str, np.ndarray], actual: dict[str, np.ndarray], policy: TolerancePolicy, precision: str = "fp32"
+    expected: dict[str, np.ndarray],
+    actual: dict[str, np.ndarray],
+    policy: TolerancePolicy,
+    precision: str = "fp32",
+    shown: dict[str, tuple[str, np.ndarray]] | None = None,
+    stats: dict[str, ReferenceStats | None] | None = None,
 ) -> list[OutputResult]:
-    """Every expected output must be present by its exact name; extra outputs fail too."""
+    """Every expected output must be present by its exact name; extra outputs fail too. ``shown``: output → (the
+    padding mask input, the positions it keeps) for token-level outputs; ``stats``: output → its reference statistics
+    over the shape case (each sample's own where not given)."""
+    shown, stats = shown or {}, stats or {}
     results = []
     for name, reference in expected.items():
         if name not in actual:
@@ -204,7 +343,18 @@ def compare_outputs(
                 )
             )
             continue
-        results.append(compare_output(name, np.asarray(reference), np.asarray(actual[name]), policy.for_output(name, precision)))
+        mask_name, positions = shown.get(name, ("", None))
+        results.append(
+            compare_output(
+                name,
+                np.asarray(reference),
+                np.asarray(actual[name]),
+                policy.for_output(name, precision),
+                positions,
+                stats.get(name),
+                mask_name,
+            )
+        )
     for name in actual:
         if name not in expected:
             results.append(
@@ -231,6 +381,10 @@ def merge_results(per_sample: list[list[OutputResult]]) -> list[OutputResult]:
             m.max_abs_error = _worst(m.max_abs_error, r.max_abs_error, max)
             m.max_rel_error = _worst(m.max_rel_error, r.max_rel_error, max)
             m.cosine_similarity = _worst(m.cosine_similarity, r.cosine_similarity, min)
+            m.deviation_cosine = _worst(m.deviation_cosine, r.deviation_cosine, min)
+            m.masked_values += r.masked_values
+            m.by_deviation = m.by_deviation or r.by_deviation
+            m.spread = _worst(m.spread, r.spread, max)
             m.rel_rms_error = _worst(m.rel_rms_error, r.rel_rms_error, max)
             m.top1_agreement = _worst(m.top1_agreement, r.top1_agreement, min)
             m.top5_agreement = _worst(m.top5_agreement, r.top5_agreement, min)

@@ -4,6 +4,13 @@ Full-precision artifacts are judged element by element: an element passes when
 ``|actual - expected| <= atol + rtol * |expected|``. The fp32 defaults sit close to what ONNX Runtime
 achieves on CPU for float32 graphs.
 
+The default atol scales with the output: it is ``atol x max(1, RMS)``, the RMS of the source's output over the
+values compared in one shape case (every sample). A float32 graph that sums in another order than the source errs
+in proportion to the magnitudes it sums, not to the value it lands on, so a value near zero inside an output whose
+values run to hundreds (a detector's box coordinates) errs far beyond 1e-4. An output of unit scale or less keeps the
+absolute atol, and the elementwise rtol is kept for every output. An atol the user gives (``--tolerance atol=...``)
+is taken as it is, absolute: the report records the scale (``atol_scale``) only where it applied.
+
 Reduced-precision artifacts (fp16, int8, int4) are judged by an accuracy budget of metrics that fit them:
 cosine similarity and relative RMS error by default. Top-1 agreement (last axis of 2 or more), top-5
 agreement (last axis over 5) and max abs error are reported, and budgeted only where a user asks: only
@@ -15,7 +22,7 @@ which applied and where it came from.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from convert.errors import ConvertError
 
@@ -59,6 +66,14 @@ class Tolerance:
     budget: tuple[tuple[str, str, float], ...] = ()  # (metric, ">=" or "<=", bound): set for fp16 / int8 / int4
     budget_source: str = ""
     elementwise: bool = True  # False: a reduced-precision output judged by a task metric's drop instead (no default budget)
+    scales: bool = True  # the atol is the default's, scaled by the output's RMS; False: the user's, taken as absolute
+    scale: float | None = None  # the RMS the atol was scaled by (None: not scaled yet, or absolute)
+
+    def scaled(self, rms: float) -> Tolerance:
+        """This tolerance for an output whose reference values have this RMS: the default atol times max(1, RMS)."""
+        if not self.scales or self.scale is not None:
+            return self
+        return replace(self, atol=self.atol * max(1.0, rms), scale=rms)
 
     def describe_budget(self) -> str:
         return ",".join(f"{metric}{op}{bound:.10g}" for metric, op, bound in self.budget)
@@ -106,17 +121,21 @@ class TolerancePolicy:
 
     def for_output(self, name: str, precision: str = "fp32") -> Tolerance:
         base = default_tolerance(precision)
-        values = {"atol": base.atol, "rtol": base.rtol, **self._tolerances.for_output(name)}
+        given = self._tolerances.for_output(name)
+        values = {"atol": base.atol, "rtol": base.rtol, **given}
         source = self._tolerances.source(name, base.source)
+        scales = "atol" not in given
         if precision not in BUDGET_DEFAULTS:
-            return Tolerance(values["atol"], values["rtol"], source)
+            return Tolerance(values["atol"], values["rtol"], source, scales=scales)
         # a task budget judges the scored output of reduced precision by what the task loses: its default budget no
         # longer applies (the other outputs keep theirs)
         by_task = bool(self.task_budget) and name == self.task_output
         bounds = {**({} if by_task else BUDGET_DEFAULTS[precision]), **self._budgets.for_output(name)}
         budget = tuple((metric, op, bound) for metric, (op, bound) in bounds.items())
         default = "the task metrics' drop" if by_task else f"default {precision}"
-        return Tolerance(values["atol"], values["rtol"], source, budget, self._budgets.source(name, default), elementwise=bool(budget))
+        return Tolerance(
+            values["atol"], values["rtol"], source, budget, self._budgets.source(name, default), elementwise=bool(budget), scales=scales
+        )
 
     def unknown_outputs(self, outputs: tuple[str, ...] | list[str]) -> list[str]:
         return [name for name in [*self._tolerances.per_output, *self._budgets.per_output] if name not in outputs]

@@ -42,6 +42,8 @@ from convert.reports import model as rm
 from convert.safety import Staging
 from convert.sources.request import SourceRequest
 from convert.sources.signature import fixed_shape_note
+from convert.specs import InputSpec
+from convert.validators.inputs import DEFAULT_INT_DOMAIN, is_padding_mask
 from convert.worker import Session, SourceSummary, log_bytes
 from convert.worker import start as start_worker
 
@@ -103,7 +105,7 @@ def _run_one(request: ConvertRequest, progress: Progress | None, hooks: RunHooks
     try:
         with stages.run("load") as stage:
             ctx.source = setup_job(worker, stage, Session.load, source_request)
-        report.source = _source_record(ctx.source)
+        report.source = _source_record(ctx.source, the_plan.specs)
         report.notes.extend(ctx.source.info.notes)
         inputs = ctx.source.signature.inputs
         if note := fixed_shape_note(inputs, bool(the_plan.specs), the_plan.example is not None, ctx.source.info.kind):
@@ -115,6 +117,7 @@ def _run_one(request: ConvertRequest, progress: Progress | None, hooks: RunHooks
             ctx.cases = reference(ctx, stage, the_plan.dim_sizes)
         report.source.outputs = list(ctx.source.signature.outputs)
         report.source.inputs = [str(s) for s in ctx.source.signature.inputs]
+        report.source.input_domains = input_domains(ctx.source.signature.inputs, the_plan.specs)
         # checked before anything is written: bad calibration data must not leave exported artifacts behind
         if any(REGISTRY.get("optimizer", o).calibrated for o in the_plan.optimizations) or (
             the_plan.optimizations and request.calibration_data is not None  # the weight-only passes' data-aware methods
@@ -234,7 +237,7 @@ def environment() -> rm.Environment:
     )
 
 
-def _source_record(source: SourceSummary) -> rm.SourceRecord:
+def _source_record(source: SourceSummary, given: tuple[InputSpec, ...]) -> rm.SourceRecord:
     info = source.info
     return rm.SourceRecord(
         framework=info.framework,
@@ -243,4 +246,36 @@ def _source_record(source: SourceSummary) -> rm.SourceRecord:
         sha256=info.sha256,
         description=info.description,
         inputs=[str(s) for s in source.signature.inputs],
+        input_domains=input_domains(source.signature.inputs, given),
     )
+
+
+def input_domains(specs: tuple[InputSpec, ...], given: tuple[InputSpec, ...]) -> list[rm.InputDomain]:
+    """What each input's generated values are drawn from (as convert.validators.inputs.generate_feed draws them), and
+    why: the domain --input gave, the one the model declares, the source's, or the default where there is none."""
+    given_domains = {s.name: (s.low, s.high) for s in given if s.low is not None}
+    domains = []
+    for spec in specs:
+        if is_padding_mask(spec):
+            drawn = "padding masks (each row ones, then zeros)"
+        elif spec.dtype == "bool":
+            drawn = f"booleans {_number(spec.low)}..{_number(spec.high)}" if spec.low is not None else "booleans"
+        elif spec.is_integer:
+            low, high = (spec.low, spec.high) if spec.low is not None else DEFAULT_INT_DOMAIN
+            drawn = f"integers {_number(low)}..{_number(high)}"
+        else:
+            drawn = f"uniform in [{_number(spec.low)}, {_number(spec.high)})" if spec.low is not None else "standard normal"
+        if spec.structure == "boxes":
+            drawn += ", as boxes (x0 <= x1, y0 <= y1)"
+        if spec.low is not None and given_domains.get(spec.name) == (spec.low, spec.high):
+            source = "given"
+        elif spec.domain_source:
+            source = spec.domain_source
+        else:
+            source = "the source's input specs" if spec.low is not None else "default"
+        domains.append(rm.InputDomain(name=spec.name, drawn=drawn, low=spec.low, high=spec.high, source=source))
+    return domains
+
+
+def _number(value: float | None) -> str:
+    return f"{value:.6g}"

@@ -19,7 +19,7 @@ from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import FAILED_FOLDER, sha256_files, size_of
 from convert.text import first_line
-from convert.validation import ValidationCase, fixed_dims
+from convert.validation import ValidationCase, case_comparison, fixed_dims, token_outputs
 from convert.validators import TolerancePolicy
 from convert.validators.task_metrics import metric_drop
 from convert.worker import Session, StageCrashed
@@ -362,8 +362,9 @@ def rejudged(
         return f"it holds {len(checks)} checks over no shape, one {checks[0].status}"
     if len(checks) != len(cases):
         return f"{len(cases)} shape cases but {len(checks)} checks in the entry"
+    masked = token_outputs(artifact.inputs, cases)
     for check, case in zip(checks, cases):
-        why = _rejudged_check(check, case, artifact, cases, policy, allow_fixed_shapes)
+        why = _rejudged_check(check, case, artifact, cases, policy, allow_fixed_shapes, masked)
         if why:
             return f"{check.shape}: {why}"
     return ""
@@ -376,6 +377,7 @@ def _rejudged_check(
     cases: list[ValidationCase],
     policy: TolerancePolicy,
     allow_fixed_shapes: bool,
+    masked: dict[str, str],
 ) -> str:
     if case.generation is not None:
         if check.kind != "generation" or check.shape != case.shape.label:
@@ -396,10 +398,11 @@ def _rejudged_check(
     if check.status == "skipped":
         return "recorded skipped, but this run would have run it"
     precision = artifact.precision
+    compared = _Compared(case, masked)
     if check.status == "failed":
         if not check.outputs:  # the runtime failed, or did not take the feed, before every sample was compared
             return "" if check.samples < len(case.feeds) else "recorded failed with no output compared, yet every sample ran"
-        outputs = [_rejudged_output(o, case, policy.for_output(o.name, precision)) for o in check.outputs]
+        outputs = [_rejudged_output(o, case, compared.tolerance(policy, o.name, precision), compared) for o in check.outputs]
         explained = "failed" in outputs or check.declared_mismatches or _task_failure(check, policy)
         return "" if explained else "recorded failed, but its metrics pass under this run's tolerances"
     # recorded passed: every sample compared, every output the source's and supported by its metrics, no other failure
@@ -411,13 +414,13 @@ def _rejudged_check(
     if [o.name for o in check.outputs] != expected:
         return f"recorded passed with the outputs {[o.name for o in check.outputs]}, where the source's are {expected}"
     for output in check.outputs:
-        tolerance = policy.for_output(output.name, precision)
-        status = _rejudged_output(output, case, tolerance)
+        tolerance = compared.tolerance(policy, output.name, precision)
+        status = _rejudged_output(output, case, tolerance, compared)
         if status != "passed" or output.status != "passed":
             return f"output '{output.name}' is recorded {output.status}, re-judged {status}" + (
                 f" ({_described(output)})" if output.max_abs_error is not None else ""
             )
-        why = _unsupported_pass(output, case, tolerance, check.samples)
+        why = _unsupported_pass(output, case, tolerance, check.samples, compared)
         if why:
             return f"output '{output.name}' {why}"
     if case.labels is not None:
@@ -433,6 +436,35 @@ def _references(case: ValidationCase, name: str) -> list[np.ndarray]:
     return [np.asarray(reference[name]) for reference in case.references if name in reference]
 
 
+class _Compared:
+    """A case's outputs as its checks compare them (convert/validation.py case_comparison): the values at the positions
+    a padding mask keeps, and the tolerance scaled by the source's statistics."""
+
+    def __init__(self, case: ValidationCase, masked: dict[str, str]):
+        self.case = case
+        self.shown, self.stats = case_comparison(case, masked)
+
+    def tolerance(self, policy: TolerancePolicy, name: str, precision: str):
+        tolerance = policy.for_output(name, precision)
+        stats = self.stats.get(name)
+        return tolerance.scaled(stats.rms) if stats is not None else tolerance
+
+    def references(self, name: str) -> list[np.ndarray]:
+        """Each sample's compared values of an output (every value where no mask applies to it)."""
+        from convert.validators.compare import shown_values
+
+        return [
+            shown_values(np.asarray(reference[name]), positions.get(name, ("", None))[1])
+            for reference, positions in zip(self.case.references, self.shown)
+            if name in reference
+        ]
+
+    def low_spread(self, name: str, tolerance) -> bool:
+        """Whether the output is judged by its deviations too (a low-spread float output at an elementwise tolerance)."""
+        stats = self.stats.get(name)
+        return stats is not None and not tolerance.budget and stats.low_spread(tolerance) == "cosine"
+
+
 def _is_float(dtype) -> bool:
     return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating)
 
@@ -446,7 +478,7 @@ def _named_float(name: str) -> bool:
         return "float" in name
 
 
-def _rejudged_output(output, case: ValidationCase, tolerance) -> str:
+def _rejudged_output(output, case: ValidationCase, tolerance, compared: _Compared) -> str:
     """The status the validators' judgement gives an output from its recorded metrics and this run's tolerance: the
     problems compare_output finds besides the values, re-derived from the references, then merge_results' verdict."""
     from convert.validators.compare import OutputResult, merge_results
@@ -477,17 +509,19 @@ def _rejudged_output(output, case: ValidationCase, tolerance) -> str:
         budget_source=tolerance.budget_source,
         elementwise=tolerance.elementwise,
         exact=exact and not problems,
+        by_deviation=not exact and compared.low_spread(output.name, tolerance),
         reasons=problems,
     )
     return merge_results([[result]])[0].status
 
 
-def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int) -> str:
+def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int, compared: _Compared) -> str:
     """Why an output's recorded metrics cannot be those of a pass under ``tolerance`` ("" when they can): the tolerance
     it records, its counts, the metrics every compared output has, and the bounds a pass puts on its errors."""
     from convert.validators.compare import ERROR_HISTOGRAM_EDGES, TOP_K
 
-    if (output.atol, output.rtol, output.budget) != (tolerance.atol, tolerance.rtol, tolerance.describe_budget()):
+    recorded = (output.atol, output.rtol, output.budget, output.atol_scale)
+    if recorded != (tolerance.atol, tolerance.rtol, tolerance.describe_budget(), tolerance.scale):
         return (
             f"was judged with atol={output.atol:g}, rtol={output.rtol:g}{', ' + output.budget if output.budget else ''} where this "
             f"run's tolerance is atol={tolerance.atol:g}, rtol={tolerance.rtol:g}"
@@ -495,13 +529,17 @@ def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int) -> 
             if output.atol is not None and output.rtol is not None
             else "records no tolerance"
         )
-    references = _references(case, output.name)[:samples]
+    references = compared.references(output.name)[:samples]
     elements = sum(r.size for r in references)
-    if output.samples != samples or output.elements != elements:
-        return f"counts {output.elements} values over {output.samples} samples where the source gives {elements} over {samples}"
+    masked = sum(r.size for r in _references(case, output.name)[:samples]) - elements
+    if output.samples != samples or (output.elements, output.masked_values) != (elements, masked):
+        return (
+            f"counts {output.elements} values ({output.masked_values} masked) over {output.samples} samples where the source "
+            f"gives {elements} ({masked} masked) over {samples}"
+        )
     if not 0 <= output.mismatch_count <= elements:
         return f"counts {output.mismatch_count} mismatches of {elements} values"
-    shape = output.expected_shape or []
+    shape = references[0].shape  # the compared values' (a masked output's positions are one axis)
     exact = not (_is_float(references[0].dtype) or _named_float(output.dtype))
     needed = ["max_abs_error", "max_rel_error", "cosine_similarity"]
     if not exact:

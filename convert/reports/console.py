@@ -6,6 +6,7 @@ grep finds each whole."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from itertools import groupby
 from typing import TYPE_CHECKING
@@ -17,7 +18,17 @@ from rich.text import Text
 
 from convert.registry import REGISTRY
 from convert.reports import facts
-from convert.reports.model import ArtifactRecord, AutoCandidate, Benchmark, PrecisionAttestation, Report, Verdict, decode_figure
+from convert.reports.model import (
+    ArtifactRecord,
+    AutoCandidate,
+    Benchmark,
+    Check,
+    PrecisionAttestation,
+    Report,
+    SourceRecord,
+    Verdict,
+    decode_figure,
+)
 from convert.text import first_line
 
 if TYPE_CHECKING:  # the batch's types, for annotations only
@@ -619,7 +630,7 @@ def print_failures(report: Report, console: Console, report_path: str) -> None:
             )
     for artifact in report.artifacts:
         if artifact.checks and not artifact.passed and not facts.not_chosen(report, artifact):
-            console.print(f"[bold red]error:[/] {escape(failed_validation(artifact, report_path))}", soft_wrap=True)
+            console.print(f"[bold red]error:[/] {escape(failed_validation(artifact, report_path, report.source))}", soft_wrap=True)
     for missing in report.unbuilt:
         if missing.status == "skipped" and not missing.accepted:
             console.print(
@@ -649,8 +660,9 @@ def print_failures(report: Report, console: Console, report_path: str) -> None:
         )
 
 
-def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
-    """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next."""
+def failed_validation(artifact: ArtifactRecord, report_path: str, source: SourceRecord | None = None) -> str:
+    """One paragraph for an artifact that failed validation: the first failing check, where the artifact is, what next
+    (``source``: the report's, whose input domains a failure on generated inputs names)."""
     key = artifact.key
     check = next(iter(facts.failed_checks(artifact)), None)
     attested = artifact.detail(PrecisionAttestation)
@@ -669,16 +681,71 @@ def failed_validation(artifact: ArtifactRecord, report_path: str) -> str:
         if check
         else f"no check of the {key} artifact could run: {first_line(artifact.checks[0].reason).rstrip('.')}"
     )
-    values_failed = check is None or any(o.status == "failed" for o in check.outputs)
-    advice = (
-        "Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "
-        "configs) would be wrong too."
-        if check is not None and check.declared_mismatches and not values_failed
-        else "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
-        if check is not None and artifact.fixed_dims and not check.outputs
-        else "If the difference is expected, loosen it with --tolerance (--accuracy for fp16, int8 and int4); otherwise the conversion is wrong."
+    return f"{problem}. {where} {_next_step(artifact, check, source)} Every check is in {report_path}"
+
+
+TOLERANCE_ADVICE = "loosen it with --tolerance (--accuracy for fp16, int8 and int4)"
+DATA_CHECK = "data"  # the shape a check on the user's --data samples is labelled with
+# how a runner says the feed does not fit the artifact's inputs (convert/runtimes/base.py's FeedMismatch)
+_SIGNATURE = re.compile(
+    r"input '(?P<name>[^']+)' (?:has rank \d+ but the artifact takes rank (?P<rank>\d+)|is \S+ but the artifact takes (?P<dtype>\w+))"
+)
+_DOMAINS_SHOWN = 4
+
+
+def _next_step(artifact: ArtifactRecord, check: Check | None, source: SourceRecord | None) -> str:
+    """What to do about a failed check: for a signature, shape or dtype that differs, the fix (no tolerance changes it);
+    for values that differ on generated inputs, the domains they were drawn from, then real samples (--data) or each
+    input's {low..high}, and --tolerance last."""
+    if check is None:
+        return "No tolerance changes that: the checks must run first."
+    failed = [o for o in check.outputs if o.status == "failed"]
+    structural = [o for o in failed if o.shape != o.expected_shape or o.dtype != o.expected_dtype or not o.elements]
+    values_failed = len(structural) < len(failed) or check.generation is not None  # a decoder's tokens or logits differ
+    if check.declared_mismatches and not values_failed:
+        return (
+            "Its values are right but its declared shapes are not, and tools that read them (TensorRT profiles, serving "
+            "configs) would be wrong too."
+        )
+    if artifact.fixed_dims and not check.outputs:
+        return "Export it with those dims dynamic, or accept fixed shapes with --allow-fixed-shapes."
+    if not check.outputs and check.generation is None:
+        signature = _SIGNATURE.search(check.reason)
+        if signature:
+            takes = f"rank {signature['rank']}" if signature["rank"] else f"dtype {signature['dtype']}"
+            return (
+                f"The artifact's signature differs from the declared one: its input '{signature['name']}' takes {takes}, which no "
+                f"tolerance changes. Declare the input with {takes} in --input, or export the model so that it takes the declared one."
+            )
+        if "does not take these inputs" in check.reason:
+            return "The artifact's inputs differ from the declared ones, which no tolerance changes: declare them as it takes them."
+        return "No tolerance changes that: the runtime's error says what stops the artifact."
+    if structural:
+        named = ", ".join(f"'{o.name}'" for o in structural)
+        return (
+            f"The artifact's outputs {named} are missing, extra, empty, or of another shape or dtype than the source's, which no "
+            "tolerance changes: the conversion is wrong."
+        )
+    if check.shape == DATA_CHECK or not values_failed:
+        return f"If the difference is expected, {TOLERANCE_ADVICE}; otherwise the conversion is wrong."
+    return _generated_inputs_advice(source)
+
+
+def _generated_inputs_advice(source: SourceRecord | None) -> str:
+    """The advice for values that differ on generated inputs: what they were drawn from, and the next steps in order."""
+    domains = source.input_domains if source is not None else []
+    drawn = "; ".join(d.describe() for d in domains[:_DOMAINS_SHOWN])
+    if len(domains) > _DOMAINS_SHOWN:
+        drawn += f"; and {len(domains) - _DOMAINS_SHOWN} more (the report has each)"
+    floats = [d for d in domains if d.drawn.startswith(("uniform", "standard normal"))]
+    chosen = (floats or domains or [None])[0]
+    spec = next((text for text in (source.inputs if source else []) if chosen and text.startswith(chosen.name + ":")), "")
+    example = f' (e.g. --input "{spec.split("{")[0]}{{LOW..HIGH}}")' if spec else ""
+    return (
+        f"These inputs were generated, not real ({drawn or 'each from its spec'}), and a model can be right on its inputs and "
+        f"not on others. Check it on real samples with --data, or give each input the range of real inputs with --input"
+        f"{example}; only if the difference is still expected, {TOLERANCE_ADVICE}; otherwise the conversion is wrong."
     )
-    return f"{problem}. {where} {advice} Every check is in {report_path}"
 
 
 def print_batch_progress(outcome: ModelOutcome, console: Console) -> None:

@@ -32,7 +32,7 @@ from convert.validators.compare import ERROR_HISTOGRAM_EDGES, OutputMetrics
 from convert.validators.generation import GenerationMetrics
 from convert.validators.task_metrics import describe_drop
 
-SCHEMA_VERSION = "2.5"
+SCHEMA_VERSION = "2.6"
 D = TypeVar("D", bound=ArtifactDetail)
 
 
@@ -496,6 +496,27 @@ class CacheRecord(BaseModel):
     rebuilt: list[CacheRebuild] = Field([], description="cached entries that could not be trusted, so the job ran again")
 
 
+class InputDomain(BaseModel):
+    """What one input's generated values were drawn from, and why that (a run on --data samples does not use them)."""
+
+    name: str
+    drawn: str = Field(
+        description="'uniform in [low, high)' (a float input with a domain), 'standard normal' (one without), 'integers low..high', "
+        "'padding masks' (each row ones, then zeros), 'boxes ...' (ordered corners)"
+    )
+    low: float | None = None
+    high: float | None = None
+    source: str = Field(
+        description="'given' (--input's {low..high}), what the model itself declares (\"the model's Rescaling layer ...\", "
+        "\"the folder's preprocessor_config.json ...\"), 'the source's input specs' (token ids below the vocabulary size...), "
+        "or 'default' (the model declares none)"
+    )
+
+    def describe(self) -> str:
+        why = {"default": " (no range given or declared)", "given": ", as --input gives it"}.get(self.source, f", from {self.source}")
+        return f"{self.name}: {self.drawn}{why}"
+
+
 class SourceRecord(BaseModel):
     framework: str | None = None
     kind: str | None = None
@@ -503,6 +524,7 @@ class SourceRecord(BaseModel):
     sha256: str | None = None
     description: str = ""
     inputs: list[str] = []
+    input_domains: list[InputDomain] = Field([], description="per input, the values its generated samples were drawn from, and why")
     outputs: list[str] = []
 
 

@@ -27,6 +27,15 @@ from convert.timing import is_unstable
 # What each schema version changed, newest first: the documentation's changelog is generated from it, and a test keeps
 # it complete (every version from 1.0 to SCHEMA_VERSION, with no gap).
 SCHEMA_CHANGES: dict[str, str] = {
+    "2.6": "Adds to each output's metrics `atol_scale` (the RMS of the source's output over the shape case: the default "
+    "atol is multiplied by max(1, atol_scale); null where the atol is the user's, taken as absolute), `masked_values` and "
+    "`masked_by` (values of a token-level output at positions the padding mask excludes, not compared), `spread` and "
+    "`deviation_cosine` (an output whose values spread over less than its tolerance is judged by the cosine of its "
+    "deviations from the source's mean, >= 0.9999, too) and `note`. `atol` is the atol applied, scaled or not. A 2.5 "
+    "report's outputs were judged with an absolute atol at every position: they have none of these (null, 0: not "
+    "recorded). Adds `source.input_domains`: per generated input, what its values were drawn from (`drawn`, `low`, "
+    "`high`) and why (`source`: 'given', what the model declares such as its Rescaling layer or its folder's "
+    "preprocessor_config.json, the source's input specs, or 'default'); a 2.5 report has none (empty).",
     "2.5": "Adds the `chain` detail of every validated artifact: the error each link adds on one sample (`links`: "
     "`capture`, the source model against the program its exporter captured; `conversion`, that program against the "
     "artifact; `optimization`, a pass's base artifact against its output), each `measured` with its largest absolute "
@@ -137,6 +146,12 @@ def upgrade_2_4_to_2_5(data: dict) -> dict:
     return {**data, "schema_version": "2.5"}
 
 
+def upgrade_2_5_to_2_6(data: dict) -> dict:
+    """2.6 added the scale of an output's atol, its masked values, spread, deviation cosine and note, and the source's
+    input domains: a 2.5 report's outputs have none (its atol was absolute, every position compared), nor its source."""
+    return {**data, "schema_version": "2.6"}
+
+
 def upgrade_2_3_to_2_4(data: dict) -> dict:
     """2.4 added the ``precision`` detail: a 2.3 report's artifacts have none (what they compute in was not measured)."""
     return {**data, "schema_version": "2.4"}
@@ -175,6 +190,7 @@ UPGRADES: dict[str, Callable[[dict], dict]] = {
     "2.2": upgrade_2_2_to_2_3,
     "2.3": upgrade_2_3_to_2_4,
     "2.4": upgrade_2_4_to_2_5,
+    "2.5": upgrade_2_5_to_2_6,
 }
 
 

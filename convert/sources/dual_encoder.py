@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from convert.backends.huggingface import position_offset, stored_dtype
+from convert.backends.huggingface import image_domain, position_offset, stored_dtype
 from convert.backends.torch import CallConvention, require_torch
 from convert.errors import ConvertError, require
 from convert.safety import sha256_files
@@ -56,7 +56,7 @@ def load_dual_encoder_component(request: SourceRequest) -> TorchSource:
         text_specs.append(InputSpec("attention_mask", "int64", (texts, "S")))
     size = vision.image_size
     height, width = (size, size) if isinstance(size, int) else tuple(size)
-    pixels = InputSpec("pixel_values", dtype, ("B", vision.num_channels, height, width))
+    pixels = InputSpec("pixel_values", dtype, ("B", vision.num_channels, height, width), **image_domain(request.model))
     positions = {"S": (1, text.max_position_embeddings - position_offset(text))}
     if component == "text_model":
         specs, ranges = tuple(text_specs), positions

@@ -26,7 +26,13 @@ from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_files
 from convert.sources.base import SourceInfo, SourceModel, example_arrays
 from convert.sources.request import SourceRequest
-from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
+from convert.sources.signature import (
+    SPEC_HINT,
+    export_sizes_from_arrays,
+    order_by_parameters,
+    specs_from_arrays,
+    with_declared_domains,
+)
 from convert.specs import InputSpec, SourceSignature
 
 TRUST_HINT = (
@@ -35,6 +41,9 @@ TRUST_HINT = (
 )
 SAVEDMODEL_MARKER = "saved_model.pb"
 BATCH_SYMBOL = "B"
+# A Normalization layer with no Rescaling before it declares its input's mean and variance, not a range: inputs are drawn
+# within this many standard deviations of the mean (a 0..255 image normalised with ImageNet's statistics spans about 2.1)
+NORMALIZATION_SPREAD = 2.0
 
 
 def flatten_outputs(value: Any, names: list[str] | None = None, prefix: str = "") -> dict[str, Any]:
@@ -166,6 +175,8 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
     if own_specs and len(specs) != len(own_specs):
         missing = [s.name for s in own_specs if s.name not in {t.name for t in specs}]
         raise ConvertError(f"no spec is given for the input '{missing[0]}' of {what}", "Give an --input spec for every input.")
+    if signature_fn is None:
+        specs = with_declared_domains(specs, declared_domains(model))
     export_sizes = export_sizes_from_arrays(specs, arrays) if arrays is not None else {}
     source = KerasSource(
         model,
@@ -425,6 +436,74 @@ def _specs_from_model(model) -> tuple[InputSpec, ...]:
     tensors = model.inputs
     dims = _symbolic_dims(names, [tuple(t.shape) for t in tensors])
     return tuple(InputSpec(name, _dtype_name(t.dtype), d) for name, t, d in zip(names, tensors, dims))
+
+
+def declared_domains(model) -> dict[str, tuple[float, float, str]]:
+    """The value domain each input of a model takes, from the preprocessing layer it meets first, in the model or in a
+    model nested in it (a keras.applications network built with its preprocessing, inside the user's model): name ->
+    (low, high, which layer). An input that meets neither a Rescaling nor a Normalization layer first has none."""
+    names = _keras_input_names(model) if getattr(model, "built", False) else None
+    domains = {}
+    for name, tensor in zip(names or [], getattr(model, "inputs", None) or []):
+        layer = _first_layer(model, tensor)
+        domain = _layer_domain(layer) if layer is not None else None
+        if domain is not None:
+            domains[name] = domain
+    return domains
+
+
+def _first_layer(model, tensor, depth: int = 0):
+    """The one layer of ``model`` that takes ``tensor`` (looking inside a nested model with one input); None where no
+    layer or several do."""
+    takers = [
+        layer
+        for layer in getattr(model, "layers", [])
+        if any(any(t is tensor for t in node.input_tensors) for node in getattr(layer, "_inbound_nodes", []))
+    ]
+    if len(takers) != 1:
+        return None
+    layer = takers[0]
+    nested = getattr(layer, "inputs", None) if isinstance(layer, keras().Model) and layer.built else None
+    if nested and len(nested) == 1 and depth < 8:
+        return _first_layer(layer, nested[0], depth + 1)
+    return layer
+
+
+def _layer_domain(layer) -> tuple[float, float, str] | None:
+    """The inputs a preprocessing layer is made for. A Rescaling layer maps 0..(1 - offset) / scale to offset..1 (0..1,
+    or -1..1 with an offset of -1): its input is 0..255 for scale 1/255, and for scale 1/127.5 with offset -1. A
+    Normalization layer is fed its mean within NORMALIZATION_SPREAD standard deviations. Per-channel values give the
+    range over every channel."""
+    layers = keras().layers
+
+    def values(value) -> np.ndarray:
+        return np.asarray(keras().ops.convert_to_numpy(value), dtype=np.float64).ravel()
+
+    if isinstance(layer, layers.Rescaling):
+        scale, offset = values(layer.scale), values(layer.offset)
+        if not (np.all(scale > 0) and np.all(offset < 1)):
+            return None
+        high = round(float(np.max((1 - offset) / scale)), 6)
+        mapped = f"0..{high:g} becomes {_numbers(offset)}..1"
+        return 0.0, high, f"the model's Rescaling layer '{layer.name}' (scale {_numbers(scale)}, offset {_numbers(offset)}: {mapped})"
+    mean, variance = getattr(layer, "mean", None), getattr(layer, "variance", None)  # set when the layer is built
+    if isinstance(layer, layers.Normalization) and not getattr(layer, "invert", False) and mean is not None and variance is not None:
+        mean, variance = values(mean), values(variance)
+        if not np.all(variance > 0):
+            return None
+        spread = NORMALIZATION_SPREAD * np.sqrt(variance)
+        return (
+            round(float(np.min(mean - spread)), 6),
+            round(float(np.max(mean + spread)), 6),
+            f"the model's Normalization layer '{layer.name}' (mean {_numbers(mean)}, variance {_numbers(variance)}): its mean "
+            f"within {NORMALIZATION_SPREAD:g} standard deviations",
+        )
+    return None
+
+
+def _numbers(values: np.ndarray) -> str:
+    shown = [f"{v:.6g}" for v in values]
+    return shown[0] if len(set(shown)) == 1 else "[" + ", ".join(shown) + "]"
 
 
 def _specs_from_signature(signature_fn) -> tuple[InputSpec, ...]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from convert.errors import ConvertError
@@ -97,3 +99,15 @@ def order_by_parameters(
             "Give an --input spec for every input, in any order.",
         )
     return ordered
+
+
+def with_declared_domains(specs: tuple[InputSpec, ...], domains: dict[str, tuple[float, float, str]]) -> tuple[InputSpec, ...]:
+    """The specs with the value domain the model itself declares for an input (name -> (low, high, where it comes from)),
+    where the spec has none: a domain given with --input wins. Only float inputs take one (they are drawn uniformly in
+    it instead of from a standard normal)."""
+    return tuple(
+        replace(spec, low=domains[spec.name][0], high=domains[spec.name][1], domain_source=domains[spec.name][2])
+        if spec.name in domains and spec.low is None and not spec.is_integer and spec.dtype != "bool"
+        else spec
+        for spec in specs
+    )

@@ -24,8 +24,14 @@ from convert.errors import ConvertError
 from convert.safety import detect_format, sha256_file
 from convert.sources.base import SourceInfo, example_arrays
 from convert.sources.request import SourceRequest, importable_working_folder, weights_need_factory
-from convert.sources.signature import SPEC_HINT, export_sizes_from_arrays, order_by_parameters, specs_from_arrays
-from convert.sources.torch_model import TorchSource
+from convert.sources.signature import (
+    SPEC_HINT,
+    export_sizes_from_arrays,
+    order_by_parameters,
+    specs_from_arrays,
+    with_declared_domains,
+)
+from convert.sources.torch_model import TorchSource, image_domain
 from convert.specs import InputSpec
 
 
@@ -72,6 +78,9 @@ def load_torch_source(request: SourceRequest) -> TorchSource:
         specs, dim_ranges, arrays = _specs_from_exported(exported)
     else:
         raise ConvertError(f"the input shapes and dtypes of {what} are not known", SPEC_HINT)
+    domain = image_domain(model) if exported is None and specs else None
+    if domain is not None:  # the image a model of a known image library takes is its first input
+        specs = with_declared_domains(specs, {specs[0].name: domain})
     if exported is not None:
         convention = CallConvention.of_program(exported)
     elif named:

@@ -8,11 +8,12 @@ convert/backends/torch.py, which exporters and runtimes share; this class is the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
+from convert.backends.huggingface import normalized_range
 from convert.backends.torch import CallConvention, flatten_outputs, require_torch, to_numpy, to_tensors
 from convert.sources.base import SourceInfo, SourceModel
 from convert.specs import InputSpec, SourceSignature
@@ -65,6 +66,27 @@ class TorchSource(SourceModel):
             yield True
         finally:
             torch.set_num_threads(before)
+
+
+def image_domain(module: Any) -> tuple[float, float, str] | None:
+    """The range of the images a module of a known image library is made for, read from its attributes (the libraries
+    themselves are not imported: they need torchvision): a timm model's ``pretrained_cfg`` mean and std normalise 0..1
+    images; an ultralytics model (its class from ``ultralytics.nn.tasks``) takes 0..1 images as they are. None for any
+    other module: (low, high, where it comes from)."""
+    config = getattr(module, "pretrained_cfg", None)
+    if isinstance(config, Mapping) and "mean" in config and "std" in config:
+        normalized = normalized_range(config["mean"], config["std"], 0.0, 1.0)
+        if normalized is not None:
+            low, high = normalized
+            return (
+                round(low, 6),
+                round(high, 6),
+                f"the model's pretrained_cfg (timm): 0..1 images normalised with mean {config['mean']} and std {config['std']}",
+            )
+    library = next((c for c in type(module).__mro__ if c.__module__.startswith("ultralytics.nn.tasks")), None)
+    if library is not None:
+        return 0.0, 1.0, f"an ultralytics {library.__name__}: it takes 0..1 images (pixels divided by 255)"
+    return None
 
 
 def _precision_of(module: Any) -> str:

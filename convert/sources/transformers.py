@@ -308,11 +308,14 @@ def _with_given_inputs(specs, ranges, given_specs, parameters: list[str], task: 
 
 def _in_place(given: InputSpec | None, spec: InputSpec) -> InputSpec:
     """The spec ``--input`` gives for an input, holding what its last axis means where its shape keeps that axis (boxes
-    given a domain of the user's are still drawn as boxes); the tool's own where none is given."""
+    given a domain of the user's are still drawn as boxes) and the value domain the model declares where the user gives
+    none (a processor's pixel range); the tool's own where none is given."""
     if given is None:
         return spec
     if spec.structure and given.dims[-1:] == spec.dims[-1:]:
-        return replace(given, structure=spec.structure)
+        given = replace(given, structure=spec.structure)
+    if given.low is None and spec.domain_source and given.dtype == spec.dtype:
+        given = replace(given, low=spec.low, high=spec.high, domain_source=spec.domain_source)
     return given
 
 
