@@ -819,13 +819,15 @@ def _in_order(context: Context, outputs: dict, eager: list) -> None:
 
 
 def check_keras(context: Context) -> None:
-    """A .keras archive: its module imported from its folder, keras.saving.load_model, one call."""
+    """A .keras or .h5 file: its module of layers imported from its folder where it has one, keras.saving.load_model,
+    one call."""
     import importlib
 
     import numpy as np
 
-    sys.path.insert(0, str(context.model.parent))
-    importlib.import_module(KERAS_MODULE)
+    if (context.model.parent / f"{KERAS_MODULE}.py").exists():  # the user's own layers, registered on import
+        sys.path.insert(0, str(context.model.parent))
+        importlib.import_module(KERAS_MODULE)
     import keras
 
     model = keras.saving.load_model(context.model)
