@@ -8,6 +8,10 @@ EXTRAS := torch,tensorflow,jax,openvino,optimize,data,executorch,litert,mlflow,r
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 LOCK := requirements.lock
+# keras-hub goes in with --no-deps, beside the lock: on Linux it requires tensorflow-text, which would pull the full
+# tensorflow beside tensorflow-cpu, and it pins an older kagglesdk than the lock's. Its backbones and task models run
+# without tensorflow-text: only its tokenizers and preprocessors use it, and a conversion runs the model alone.
+KERAS_HUB := keras-hub==0.32.0
 # uv reads no pip configuration: it is given the --find-links pip is configured with (where the CPU torch wheel lies)
 UV_FIND_LINKS := $(foreach link,$(PIP_FIND_LINKS),--find-links $(link))
 DEMO := out/demo
@@ -18,9 +22,10 @@ OPTIMUM_STAMP := $(OPTIMUM_VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml $(LOCK)
+$(STAMP): pyproject.toml $(LOCK) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet -r $(LOCK)
+	$(PIP) install --quiet --no-deps $(KERAS_HUB)
 	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 

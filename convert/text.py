@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
+
+# Keras re-raises an exception from inside a layer with its message set in bold inside a banner: "Exception encountered
+# when calling Embedding.call().\n\n\x1b[1m<the message>\x1b[0m\n\nArguments received by ..."
+_KERAS_BANNER = re.compile(r"\s*Exception encountered when calling [^\n]*\n\s*\x1b\[1m(.*?)\x1b\[0m", re.S)
+# TensorFlow starts an op's error with the function it ran in: "{{function_node __wrapped__GatherV2_device_/job:...}} "
+_TF_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 
 
 def first_line(text: str, limit: int | None = 160) -> str:
-    """The first non-blank line of a message, cut to ``limit`` characters (None: whole)."""
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    """The first non-blank line of a message, cut to ``limit`` characters (None: whole). A message Keras wrapped in its
+    banner gives the library's own message inside it, without TensorFlow's function-node prefix."""
+    text = text or ""
+    wrapped = _KERAS_BANNER.match(text)
+    if wrapped:
+        text = _TF_FUNCTION_NODE.sub("", wrapped.group(1).strip())
+    lines = [line for line in text.strip().splitlines() if line.strip()]
     line = lines[0].strip() if lines else ""
     return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"
 

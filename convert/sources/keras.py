@@ -15,6 +15,7 @@ import re
 import sys
 import zipfile
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from convert.sources.signature import (
     with_declared_domains,
 )
 from convert.specs import InputSpec, SourceSignature
+from convert.text import first_line
 
 TRUST_HINT = (
     "If you trust the file and where it came from, pass --trust-code; otherwise save the model as a "
@@ -154,11 +156,12 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
         )
 
     arrays = example_arrays(request.example_inputs, _keras_input_names(model) if signature_fn is None else None, to_numpy)
+    dim_ranges: dict[str, tuple[int, int | None]] = {}
     if signature_fn is not None:
         own_specs = _specs_from_signature(signature_fn)
         what = f"the SavedModel's {SERVING_KEY} signature"
     else:
-        own_specs = _specs_from_model(model)
+        own_specs, dim_ranges = keras_hub_specs(model, _specs_from_model(model))
         what = f"the Keras model {model.name}"
     parameters = [s.name for s in own_specs] if own_specs else []
     if request.inputs:
@@ -188,6 +191,7 @@ def load_keras_source(request: SourceRequest) -> KerasSource:
         signature_fn=signature_fn,
     )
     source.example_feed = arrays
+    source.dim_ranges = {symbol: bounds for symbol, bounds in dim_ranges.items() if symbol in source.signature.symbols}
     if request.weights is not None:
         _load_weights(source, request.weights)
     return source
@@ -438,6 +442,47 @@ def _specs_from_model(model) -> tuple[InputSpec, ...]:
     return tuple(InputSpec(name, _dtype_name(t.dtype), d) for name, t, d in zip(names, tensors, dims))
 
 
+# keras-hub's text inputs, named by what they hold with a prefix per sequence: one sequence's token ids, padding mask and
+# segment ids share its length; an encoder-decoder backbone (BART, T5) has an encoder_ and a decoder_ sequence
+KERAS_HUB_TEXT_INPUTS = ("token_ids", "padding_mask", "segment_ids")
+KERAS_HUB_LENGTHS = {"": "S", "encoder_": "S", "decoder_": "T"}
+
+
+def keras_hub_specs(model, specs: tuple[InputSpec, ...]) -> tuple[tuple[InputSpec, ...], dict[str, tuple[int, int | None]]]:
+    """A keras-hub model's text inputs as its config declares them, with the sizes each sequence's length may take: the
+    inputs of one sequence share its length symbol, token ids lie below the config's ``vocabulary_size``, segment ids
+    below its ``num_segments``, padding masks are 0/1, and a length is at most ``max_sequence_length``. A task model (a
+    classifier, a causal LM) takes its backbone's inputs and is read from its backbone's config. Other models, and inputs
+    keras-hub does not name so, keep ``specs``."""
+    if not type(model).__module__.startswith("keras_hub."):
+        return specs, {}
+    backbone = getattr(model, "backbone", None)
+    config = (backbone if isinstance(backbone, keras().Model) else model).get_config()
+    domains = {
+        "token_ids": (config.get("vocabulary_size"), "vocabulary_size"),
+        "segment_ids": (config.get("num_segments"), "num_segments"),
+    }
+    positions = config.get("max_sequence_length")
+    ranges: dict[str, tuple[int, int | None]] = {}
+    derived = []
+    for spec in specs:
+        prefix, held = next(((spec.name[: -len(k)], k) for k in KERAS_HUB_TEXT_INPUTS if spec.name.endswith(k)), ("", None))
+        symbol = KERAS_HUB_LENGTHS.get(prefix)
+        if held is None or symbol is None or not spec.is_integer or len(spec.dims) != 2:
+            derived.append(spec)
+            continue
+        if isinstance(spec.dims[1], str):  # a length the model leaves open (not one it was built with)
+            ranges[symbol] = (1, positions if isinstance(positions, int) and positions > 0 else None)
+            spec = replace(spec, dims=(spec.dims[0], symbol))
+        count, field = domains.get(held, (None, ""))
+        if held == "padding_mask":
+            spec = replace(spec, low=0, high=1, domain_source="keras-hub's padding mask (1 for a token, 0 for padding)")
+        elif isinstance(count, int) and count > 0:
+            spec = replace(spec, low=0, high=count - 1, domain_source=f"the keras-hub config's {field} ({count})")
+        derived.append(spec)
+    return tuple(derived), ranges
+
+
 def declared_domains(model) -> dict[str, tuple[float, float, str]]:
     """The value domain each input of a model takes, from the preprocessing layer it meets first, in the model or in a
     model nested in it (a keras.applications network built with its preprocessing, inside the user's model): name ->
@@ -529,5 +574,4 @@ def _dtype_name(dtype) -> str:
 
 
 def _first(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
+    return first_line(str(exc), None)
