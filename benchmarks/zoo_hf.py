@@ -788,6 +788,14 @@ def check_seq2seq(context: Context) -> None:
             "encoder_attention_mask": encoder_mask.numpy(),
             "encoder_hidden_states": _numpy(states.last_hidden_state).astype(np.float32),
         }
+        # a decoder that reads its cross-attention cache (Optimum's past_key_values.N.encoder.*) instead of the
+        # encoder's states: the eager model's own, computed once from those states
+        cross = getattr(
+            _cache_of(model(decoder_input_ids=torch.from_numpy(ids[:, :1]), use_cache=True, **common)), "cross_attention_cache", None
+        )
+        for number, layer in enumerate(cross.layers if cross is not None else ()):
+            context_feed[f"past_key_values.{number}.encoder.key"] = _numpy(layer.keys).astype(np.float32)
+            context_feed[f"past_key_values.{number}.encoder.value"] = _numpy(layer.values).astype(np.float32)
         _decode(
             context,
             ids[:, :past],
