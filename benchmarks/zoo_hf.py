@@ -432,7 +432,7 @@ def _padded(shape: tuple[int, ...], rng):
 def _feed(context: Context, sizes: dict[str, int], rng) -> dict:
     """Inputs for every spec at ``sizes``: token ids and classes in their domain, masks as a tokenizer pads, floats
     standard normal (or uniform in their domain)."""
-    import numpy as np
+    from convert.validators.inputs import ordered_boxes
 
     feed = {}
     for spec in context.specs:
@@ -444,9 +444,8 @@ def _feed(context: Context, sizes: dict[str, int], rng) -> dict:
         elif spec.is_integer:
             low, high = (int(spec.low), int(spec.high)) if spec.low is not None else (0, 9)
             values = rng.integers(low, high + 1, size=shape)
-            if spec.name == "bbox" and shape[-1] == 4:  # a layout model's boxes: (x0, y0, x1, y1), each corner pair ordered
-                x, y = np.sort(values[..., 0::2], axis=-1), np.sort(values[..., 1::2], axis=-1)
-                values = np.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], axis=-1)
+            if spec.name == "bbox":  # a layout model's boxes: (x0, y0, x1, y1), each corner pair ordered
+                values = ordered_boxes(values)
             feed[spec.name] = values.astype(spec.dtype)
         elif spec.low is not None:
             feed[spec.name] = rng.uniform(spec.low, spec.high, size=shape).astype(_numpy_dtype(spec.dtype))

@@ -122,7 +122,7 @@ def _padding_mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
     return (np.arange(length)[None, :] < kept[:, None]).reshape(shape)
 
 
-def _boxes(values: np.ndarray) -> np.ndarray:
+def ordered_boxes(values: np.ndarray) -> np.ndarray:
     """Boxes along the last axis of 4, as (x0, y0, x1, y1): each corner pair ordered, so x0 <= x1 and y0 <= y1 (a
     layout model's bbox; a box drawn as four independent values is upside down half of the time)."""
     if values.ndim == 0 or values.shape[-1] != 4:
@@ -147,14 +147,14 @@ def generate_feed(specs, sizes: dict[str, int], sample: int, seed: int = 0) -> d
         elif spec.is_integer:
             low, high = (spec.low, spec.high) if spec.low is not None else DEFAULT_INT_DOMAIN
             values = rng.integers(int(low), int(high), size=shape, endpoint=True)
-            feed[spec.name] = (_boxes(values) if spec.structure == "boxes" else values).astype(spec.dtype)
+            feed[spec.name] = (ordered_boxes(values) if spec.structure == "boxes" else values).astype(spec.dtype)
         else:
             if spec.low is not None:
                 values = rng.uniform(spec.low, spec.high, size=shape)
             else:
                 values = rng.standard_normal(size=shape)
             if spec.structure == "boxes":
-                values = _boxes(values)
+                values = ordered_boxes(values)
             dtype = np.float32 if spec.dtype == "bfloat16" else spec.dtype
             feed[spec.name] = np.asarray(values, dtype=dtype)
     return feed
