@@ -760,7 +760,7 @@ class Report(BaseModel):
     packages: list[PackageRecord] = Field([], description="what --package built from the validated artifacts")
     error_histogram_edges: list[float] = Field(ERROR_HISTOGRAM_EDGES, description="lower edges of every output's error_histogram bins")
     gate: Verdict | None = Field(None, description="the promotion gate's verdict, when the report was made by 'convert gate'")
-    composite: str = Field(
+    composite: Literal["", "encoder-decoder", "dual-encoder", "diffusion-pipeline"] = Field(
         "", description="encoder-decoder, dual-encoder or diffusion-pipeline: a model of several networks, each a component"
     )
     components: list[ComponentRecord] = Field([], description="a composite's components, each converted by a run with its own report")

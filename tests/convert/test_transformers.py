@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import convert
-from convert.compat import tested_ranges
+from convert import compat
 from convert.errors import ConvertError
 from tests.conftest import CliRun, load_report, run_cli
 from tests.test_docs import user_environment
@@ -303,7 +303,7 @@ def test_a_decoder_whose_forward_declares_no_cache_argument_is_a_library_mismatc
     assert info.value.exit_code == 2
     assert info.value.problem.startswith(f"transformers {transformers.__version__} does not have the API this tool expects")
     assert "tested range of transformers" in info.value.problem and "takes no cache" not in info.value.problem
-    assert f"pip install 'transformers=={tested_ranges()['transformers'].high}'" in info.value.next_step
+    assert f"pip install 'transformers=={compat.tested_ranges()['transformers'].high}'" in info.value.next_step
 
 
 def test_the_api_takes_a_model_object_with_its_task(tmp_path):

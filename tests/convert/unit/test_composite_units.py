@@ -5,8 +5,10 @@ the gate's judgement of a composite report (gate/judge.py), each reason alone.""
 from __future__ import annotations
 
 import json
+from typing import get_args
 
 import pytest
+from pydantic import ValidationError
 
 from convert.composites import COMPONENTS, composite_of
 from convert.errors import ConvertError
@@ -136,7 +138,13 @@ def test_the_gate_rejects_a_component_it_rejected_on_its_own_report_and_a_failed
 def test_a_required_component_the_model_does_not_have_rejects():
     verdict = judge(_composite_report([_component(n) for n in EVERY], [PASSED_CHECK]), _policy(components=["unet"]))
     assert [(r.code, r.artifact) for r in verdict.reasons] == [("missing_component", "unet")]
-    assert set(COMPONENTS) == {"encoder-decoder", "dual-encoder", "diffusion-pipeline"}
+
+
+def test_a_report_names_only_composites_the_gate_knows():
+    """The report's composite field is the registry's keys: a report naming another fails to load, never reaching the gate."""
+    assert set(get_args(rm.Report.model_fields["composite"].annotation)) - {""} == set(COMPONENTS)
+    with pytest.raises(ValidationError):
+        rm.Report.model_validate({**_composite_report([], []).model_dump(), "composite": "nan"})
 
 
 def test_every_rendering_shows_the_components_and_the_check_that_ran_them_together():
