@@ -17,7 +17,6 @@ ENV PIP_NO_CACHE_DIR=1 PIP_BREAK_SYSTEM_PACKAGES=1
 WORKDIR /opt/model-convert
 COPY pyproject.toml constraints.txt README.md ./
 COPY convert ./convert
-COPY validators ./validators
 RUN python3 -m pip install -c constraints.txt ".[torch,openvino,optimize,data,tensorrt]" "tensorrt>=11" "cuda-python>=12,<13" \
     && python3 -m pip uninstall -y onnxruntime \
     && python3 -m pip install -c constraints.txt onnxruntime-gpu
@@ -33,7 +32,6 @@ ENV PIP_EXTRA_INDEX_URL=${PIP_EXTRA_INDEX_URL} PIP_NO_CACHE_DIR=1
 WORKDIR /opt/model-convert
 COPY pyproject.toml requirements.lock README.md ./
 COPY convert ./convert
-COPY validators ./validators
 RUN python -m pip install -c requirements.lock ".[torch]"
 WORKDIR /work
 ENTRYPOINT ["convert"]

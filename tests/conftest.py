@@ -27,7 +27,7 @@ os.environ["CONVERT_NO_CACHE"] = "1"
 # test module with neither is not even imported (the imports of its frameworks would cost more than the fast tests).
 FAST = (
     "tests/convert/unit",
-    "tests/validators",
+    "tests/convert/validators",
     "tests/convert/test_options.py",
     "tests/convert/test_compat.py",
     "tests/convert/test_layers.py",

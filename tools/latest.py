@@ -29,7 +29,7 @@ LOCK = REPO / "requirements.lock"
 # one model each), every optimizer on one model, and the Transformers folders' tasks.
 TESTS = (
     "tests/convert/unit",
-    "tests/validators",
+    "tests/convert/validators",
     "tests/convert/test_options.py",
     "tests/convert/test_registry_packages.py",
     "tests/convert/test_e2e_torch.py::test_pt2_fixture_exports_and_validates_every_target",

@@ -26,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from convert.validators.tolerances import Tolerance
 from pydantic import BaseModel, Field
+
+from convert.validators.tolerances import Tolerance
 
 GENERATION_STEPS = 16
 GENERATION_BATCH = 2

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from convert.validators.tolerances import Tolerance, TolerancePolicy
 from pydantic import BaseModel, Field
+
+from convert.validators.tolerances import Tolerance, TolerancePolicy
 
 TOP_K = 5  # top-k agreement: the reference's top-1 class is among the artifact's top 5
 # the cosine of the deviations from the mean a low-spread output must reach: float32 noise on deviations well above

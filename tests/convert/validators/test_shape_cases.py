@@ -1,6 +1,7 @@
 """Symbols take distinct export sizes and move independently: an artifact right only when two dims are equal fails."""
 
 import numpy as np
+
 from convert.validators import plan_shape_cases
 
 

@@ -5,6 +5,7 @@ cache changes every step after the first."""
 from __future__ import annotations
 
 import numpy as np
+
 from convert.validators.generation import CacheLayout, compare_generation, decode, make_prompts
 from convert.validators.tolerances import TolerancePolicy
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from convert.validators import TolerancePolicy, compare_outputs, merge_results
 from convert.validators.compare import compare_output
 from convert.validators.tolerances import Tolerance

@@ -1,7 +1,7 @@
 import numpy as np
-from convert.validators import generate_feed, plan_shape_cases
 
 from convert.specs import parse_input_specs
+from convert.validators import generate_feed, plan_shape_cases
 
 
 def test_generated_values_respect_domains_and_dtypes():

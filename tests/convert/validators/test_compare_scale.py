@@ -4,6 +4,7 @@ rule (an absolute atol, every position) decided on it."""
 
 import numpy as np
 import pytest
+
 from convert.validators import TolerancePolicy, compare_outputs, merge_results
 from convert.validators.compare import DEVIATION_COSINE, compare_output, reference_stats
 from convert.validators.tolerances import Tolerance
