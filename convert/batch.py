@@ -23,10 +23,9 @@ from __future__ import annotations
 import contextlib
 import re
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +44,6 @@ from convert.safety import atomic_write_text
 SUMMARY_SCHEMA_VERSION = "1.0"
 MANIFEST_HINT = "Fix those keys; docs/reference/policy.md lists every key."
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-INTERRUPT_GRACE_SECONDS = 30  # how long an interrupted model may take to write its 'interrupted' report
 
 
 class Resources(_Strict):
@@ -233,43 +231,6 @@ def policy_yaml(data: dict) -> str:
 
 
 # The convert processes running on this machine, so that an interruption reaches each of them.
-_RUNNING: set[subprocess.Popen] = set()
-
-
-def run_model(command: list[str], log: str) -> tuple[int, float, str]:
-    """Run one model's command with its output in ``log``; its exit code (negative: the signal that killed it),
-    seconds and where it ran. Also the body of a Ray task."""
-    import socket
-
-    started = time.perf_counter()
-    with open(log, "w", encoding="utf-8") as stream:
-        process = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        _RUNNING.add(process)
-        try:
-            code = process.wait()
-        finally:
-            _RUNNING.discard(process)
-    return code, round(time.perf_counter() - started, 3), socket.gethostname()
-
-
-@contextlib.contextmanager
-def interrupts_forwarded() -> Iterator[None]:
-    """On Ctrl-C (or SIGTERM), pass SIGINT to every running model, give each time to write its report, then stop."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        for process in list(_RUNNING):
-            with contextlib.suppress(OSError):
-                process.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + INTERRUPT_GRACE_SECONDS
-        for process in list(_RUNNING):
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-        raise
-
-
 def outcome_of(job: BatchJob, code: int | None, seconds: float, where: str, failure: str = "") -> ModelOutcome:
     """What one model's run came to, from its exit code, its report and its log (``failure``: why it never finished)."""
     from convert.reports.model import Report

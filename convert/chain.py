@@ -8,17 +8,19 @@ end-to-end checks saw. The figures judge nothing: the checks judge the artifact.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from convert.artifacts import Artifact
+from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.validation import ValidationCase, case_comparison, named_as_the_source, token_outputs
 from convert.validators import TolerancePolicy
 from convert.validators.compare import compare_outputs
 from convert.validators.inputs import ShapeCase
-
-CAPTURED_FORMATS = ("torch_export", "torchscript")  # the artifact is the program its exporter captured
+from convert.worker.protocol import WorkerState, traced_key, worker_job
 
 
 def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: TolerancePolicy, base, traced, kept: dict):
@@ -47,7 +49,7 @@ def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: 
             else link("optimization", step, compares, before, outputs, feed, policy, artifact.precision, artifact.inputs)
         ]
         return found
-    if artifact.format in CAPTURED_FORMATS:
+    if REGISTRY.format(artifact.format).captured_program:
         compares = "the source model against the program the exporter captured (this artifact)"
         found.links = [
             skipped("capture", step, compares, outputs)
@@ -131,3 +133,33 @@ def outputs_on_cpu(artifact: Artifact, feed: dict[str, np.ndarray]) -> dict[str,
         except Exception as exc:  # noqa: BLE001 - a link that cannot be run is reported, never fails the run
             return f"{entry.name} failed on the CPU: {runtime_failure(exc)}"
     return "no runtime runs it on this machine's CPU" + (f" ({'; '.join(reasons)})" if reasons else "")
+
+
+@worker_job
+@dataclass(frozen=True)
+class MeasureChain:
+    """The error each link of the artifact's chain adds on one sample (``measure``): for an exported artifact its capture
+    and conversion links, for an optimized one (``base``: the artifact the pass started from) its pass's. Each
+    artifact's outputs are kept for the passes made from it (one sample per artifact)."""
+
+    artifact: Artifact
+    exporter: str
+    strategy: str
+    job: Any  # the export's ExportJob, as the exporter traces the source again
+    feed: dict
+    reference: dict
+    policy: TolerancePolicy
+    base: Artifact | None = None
+
+    def run(self, state: WorkerState) -> rm.ChainLinks:
+        from convert.memory import available_bytes
+        from convert.safety import size_of
+
+        def traced():
+            """The kept program, or one traced again where that leaves room: a frozen graph holds a copy of the weights."""
+            kept = traced_key(self.exporter, self.strategy, self.job) in state.captured
+            if not kept and 4 * size_of(self.artifact.files) > available_bytes():
+                return "tracing the program again would hold a second copy of the weights, more than a quarter of the memory available"
+            return state.traced_program(self.exporter, self.strategy, self.job)
+
+        return measure(self.artifact, self.strategy, self.feed, self.reference, self.policy, self.base, traced, state.chain_outputs)

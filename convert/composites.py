@@ -83,7 +83,6 @@ DIFFUSION_PIPELINE = (
     Component("unet", "model", "the denoiser: a noisy latent, its timestep and the prompt's states to the predicted noise"),
     Component("vae_decoder", "model", "the autoencoder's decoder: a latent to the image"),
 )
-COMPONENTS = {"encoder-decoder": ENCODER_DECODER, "dual-encoder": DUAL_ENCODER, "diffusion-pipeline": DIFFUSION_PIPELINE}
 # The seq2seq tasks (Optimum's names) whose model is an encoder-decoder: given with --task, still the whole model
 SEQ2SEQ_TASKS = ("text2text-generation-with-past", "automatic-speech-recognition-with-past", "image-to-text-with-past")
 # config model types of an encoder and a decoder joined by transformers' generic classes
@@ -91,52 +90,57 @@ JOINED_TYPES = ("vision-encoder-decoder", "speech-encoder-decoder", "encoder-dec
 DUAL_ENCODER_ARCHITECTURES = ("CLIPModel", "SiglipModel", "Siglip2Model")
 
 
-def composite_of(model: Any, task: str | None, framework: str | None) -> Composite | None:
-    """The composite the model folder holds, or None: a model file, an object, a folder of one network, or a task that
-    names one network (``--task feature-extraction`` of an encoder-decoder is its encoder alone)."""
-    if not isinstance(model, (str, os.PathLike)) or framework not in (None, "transformers", "diffusers"):
-        return None
-    folder = Path(model)
-    if not folder.is_dir():
-        return None
-    index = _json(folder / "model_index.json")
-    if index is not None and task is None and framework in (None, "diffusers"):
-        if all(isinstance(index.get(part), list) for part in ("text_encoder", "unet", "vae")):
-            return Composite(
-                "diffusion-pipeline",
-                DIFFUSION_PIPELINE,
-                "convert.sources.diffusion_pipeline:load_pipeline_component",
-                "convert.assembled.diffusion:check_pipeline",
-                flat=False,
-                why=f"model_index.json names {index.get('_class_name', 'a pipeline')} with a text encoder, a UNet and a VAE",
-            )
-        return None
-    config = _json(folder / "config.json")
-    if config is None or framework == "diffusers" or (folder / "adapter_config.json").is_file():
-        return None
-    architecture = (config.get("architectures") or [""])[0]
-    model_type = config.get("model_type", "")
-    if (config.get("is_encoder_decoder") or model_type in JOINED_TYPES) and (task is None or task in SEQ2SEQ_TASKS):
-        return Composite(
-            "encoder-decoder",
-            ENCODER_DECODER,
-            "convert.sources.encoder_decoder:load_encoder_decoder_component",
-            "convert.assembled.encoder_decoder:check_generation",
-            flat=True,
-            why=f"config.json says {architecture or model_type} is an encoder-decoder",
-            ready=_names_decoder_start,
-        )
-    # a task given names one network: zero-shot-image-classification the joint model alone, as a run of one network
-    if architecture in DUAL_ENCODER_ARCHITECTURES and task is None:
-        return Composite(
-            "dual-encoder",
-            DUAL_ENCODER,
-            "convert.sources.dual_encoder:load_dual_encoder_component",
-            "convert.assembled.dual_encoder:check_similarity",
-            flat=False,
-            why=f"config.json names {architecture}, a text and a vision tower",
-        )
+@dataclass(frozen=True)
+class CompositeKind:
+    """A kind of model made of several networks, declared once: its components, how one is loaded, the check of them
+    run together, and how a folder is told to be one (``detect``: why the folder is one, or None)."""
+
+    name: str  # the report's ``composite``
+    components: tuple[Component, ...]
+    load: str  # module:function that loads one component as a source (called in the worker with the SourceRequest)
+    assembled: str  # module:function, called in the worker with the components' artifacts (convert/assembled/)
+    flat: bool  # the components' artifacts lie in one folder (Optimum's seq2seq layout) instead of one folder each
+    detect: Callable[[Path, str | None, str | None], str | None]  # (folder, task, framework) -> why it is one, or None
+    ready: Callable[[Path], None] | None = None  # as Composite.ready
+
+    def of(self, why: str) -> Composite:
+        return Composite(self.name, self.components, self.load, self.assembled, self.flat, why, self.ready)
+
+
+def _pipeline_index(folder: Path, task: str | None, framework: str | None) -> dict | None:
+    """A diffusers folder's model_index.json, where the run takes the folder as a pipeline (no --task names one network)."""
+    return _json(folder / "model_index.json") if task is None and framework in (None, "diffusers") else None
+
+
+def _is_diffusion_pipeline(folder: Path, task: str | None, framework: str | None) -> str | None:
+    index = _pipeline_index(folder, task, framework)
+    if index is not None and all(isinstance(index.get(part), list) for part in ("text_encoder", "unet", "vae")):
+        return f"model_index.json names {index.get('_class_name', 'a pipeline')} with a text encoder, a UNet and a VAE"
     return None
+
+
+def _transformers_config(folder: Path, task: str | None, framework: str | None) -> dict | None:
+    """The config.json of a transformers model folder taken whole: not a pipeline's, nor a PEFT adapter's."""
+    if framework == "diffusers" or _pipeline_index(folder, task, framework) is not None or (folder / "adapter_config.json").is_file():
+        return None
+    return _json(folder / "config.json")
+
+
+def _is_encoder_decoder(folder: Path, task: str | None, framework: str | None) -> str | None:
+    config = _transformers_config(folder, task, framework)
+    if config is None or task not in (None, *SEQ2SEQ_TASKS):
+        return None
+    model_type = config.get("model_type", "")
+    if config.get("is_encoder_decoder") or model_type in JOINED_TYPES:
+        return f"config.json says {(config.get('architectures') or [''])[0] or model_type} is an encoder-decoder"
+    return None
+
+
+def _is_dual_encoder(folder: Path, task: str | None, framework: str | None) -> str | None:
+    config = _transformers_config(folder, task, framework)
+    # a task given names one network: zero-shot-image-classification the joint model alone, as a run of one network
+    architecture = (config.get("architectures") or [""])[0] if config is not None and task is None else ""
+    return f"config.json names {architecture}, a text and a vision tower" if architecture in DUAL_ENCODER_ARCHITECTURES else None
 
 
 def _names_decoder_start(folder: Path) -> None:
@@ -155,6 +159,53 @@ def _names_decoder_start(folder: Path) -> None:
         "model.generation_config.decoder_start_token_id = model.config.pad_token_id), or convert some components only "
         "with --component, which runs no generation check.",
     )
+
+
+# Every composite kind, tried in this order; the report's ``composite`` field takes their names
+# (tests/convert/unit/test_composite_units.py holds the report schema to them).
+COMPOSITE_KINDS = (
+    CompositeKind(
+        name="diffusion-pipeline",
+        components=DIFFUSION_PIPELINE,
+        load="convert.sources.diffusion_pipeline:load_pipeline_component",
+        assembled="convert.assembled.diffusion:check_pipeline",
+        flat=False,
+        detect=_is_diffusion_pipeline,
+    ),
+    CompositeKind(
+        name="encoder-decoder",
+        components=ENCODER_DECODER,
+        load="convert.sources.encoder_decoder:load_encoder_decoder_component",
+        assembled="convert.assembled.encoder_decoder:check_generation",
+        flat=True,
+        detect=_is_encoder_decoder,
+        ready=_names_decoder_start,
+    ),
+    CompositeKind(
+        name="dual-encoder",
+        components=DUAL_ENCODER,
+        load="convert.sources.dual_encoder:load_dual_encoder_component",
+        assembled="convert.assembled.dual_encoder:check_similarity",
+        flat=False,
+        detect=_is_dual_encoder,
+    ),
+)
+COMPONENTS = {kind.name: kind.components for kind in COMPOSITE_KINDS}
+
+
+def composite_of(model: Any, task: str | None, framework: str | None) -> Composite | None:
+    """The composite the model folder holds, or None: a model file, an object, a folder of one network, or a task that
+    names one network (``--task feature-extraction`` of an encoder-decoder is its encoder alone)."""
+    if not isinstance(model, (str, os.PathLike)) or framework not in (None, "transformers", "diffusers"):
+        return None
+    folder = Path(model)
+    if not folder.is_dir():
+        return None
+    for kind in COMPOSITE_KINDS:
+        why = kind.detect(folder, task, framework)
+        if why:
+            return kind.of(why)
+    return None
 
 
 def _json(path: Path) -> dict | None:

@@ -29,21 +29,24 @@ class ConvertError(Exception):
 class MissingDependency(ConvertError):
     """An optional framework or runtime is not installed."""
 
-    def __init__(self, package: str, extra: str, purpose: str):
+    def __init__(self, package: str, purpose: str):
+        from convert.registry import REGISTRY
+
+        extra = REGISTRY.extra_of(package)  # the registry declares each package with the extra that installs it
         super().__init__(
             f"{purpose} needs the Python package '{package}', which is not installed",
             f"Install it with: pip install 'model-convert[{extra}]'",
         )
 
 
-def require(module: str, extra: str, purpose: str):
-    """Import an optional dependency or raise a MissingDependency naming the extra to install."""
+def require(module: str, purpose: str):
+    """Import an optional dependency or raise a MissingDependency naming the extra that installs it (the registry's)."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingDependency(module.split(".")[0], extra, purpose) from exc
+        raise MissingDependency(module.split(".")[0], purpose) from exc
 
 
 class ArtifactUnsupported(Exception):

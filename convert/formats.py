@@ -1,7 +1,8 @@
 """The artifact formats: what is true of each wherever the pipeline meets one (convert/registry.py ``FormatSpec``).
 
 Each spec states every fact. ``RUN_ONLY_FACTS`` names the facts of a format the tool only runs (no byte detection or
-refusal, no code on load, no files beside it, no output names it reads, no repair or localisation); a format
+refusal, no code on load, no files beside it, no output names it reads, no repair or localisation, not a captured
+program); a format
 spells out where it differs."""
 
 from convert.registry import REGISTRY, FormatSpec
@@ -20,6 +21,7 @@ RUN_ONLY_FACTS = dict(
     repair_output_dims=None,
     localizable=False,
     attest=None,
+    captured_program=None,
 )
 _FACTS = {
     "onnx": {
@@ -40,6 +42,7 @@ _FACTS = {
         "given_detect": "convert.safety:is_torchscript",
         "loading_runs_code": "it is TorchScript, whose code runs when it loads",
         "localizable": True,  # its submodules, each run on the inputs its eager twin received
+        "captured_program": "convert.backends.torch:TracedScript.of_file",
     },
     "torch_export": {
         "title": "a torch.export program",
@@ -47,6 +50,7 @@ _FACTS = {
         "given_suffixes": (".pt2",),
         "runs_code_check": "convert.backends.torch:pt2_code_reasons",
         "localizable": True,  # the program itself, module by module beside the source run eagerly
+        "captured_program": "convert.backends.torch:TracedProgram.of_file",
     },
     "savedmodel": {
         "title": "a SavedModel",

@@ -18,15 +18,18 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from convert.artifacts import Artifact
 from convert.backends.onnx import module_path
+from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.text import first_line
 from convert.validators.compare import compare_output
 from convert.validators.tolerances import Tolerance
+from convert.worker.protocol import WorkerState, worker_job
 
 CHUNK_BYTES = 256 * 2**20
 REPRODUCER_SCRIPT = "reproduce.py"
@@ -59,7 +62,7 @@ def locate(
 
     started = time.perf_counter()
     divergence = rm.Divergence(status="not-found", method=traced.method)
-    if artifact.format in ("torch_export", "torchscript"):  # the artifact is the captured program: capture is its one link
+    if REGISTRY.format(artifact.format).captured_program:  # the artifact is the captured program: capture is its one link
         if not _captured_differently(divergence, traced, feed, reference, tolerance, lambda: traced.outputs(feed)):
             divergence.reason = "the program's own outputs are within tolerance of the source model's on this sample"
         return _finish(divergence, started)
@@ -362,3 +365,36 @@ within = actual.shape == expected.shape and bool(np.all(error <= ATOL + RTOL * n
 print("within tolerance" if within else f"out of tolerance (atol={{ATOL}}, rtol={{RTOL}})")
 sys.exit(0 if within else 1)
 '''
+
+
+@worker_job
+@dataclass(frozen=True)
+class Localize:
+    """Where the artifact first diverges from the source on one feed (``locate``); ``exporter`` and ``strategy`` made the
+    ONNX file it comes from, which is ``graph`` for an OpenVINO IR. A captured program is its own trace."""
+
+    artifact: Artifact
+    exporter: str
+    strategy: str
+    job: Any  # the export's ExportJob, as the exporter traces the source again
+    feed: dict[str, np.ndarray]
+    reference: dict[str, np.ndarray]
+    tolerance: Tolerance
+    folder: Path
+    graph: Path | None = None
+
+    def run(self, state: WorkerState) -> rm.Divergence:
+        import io
+
+        from convert.exporters.base import quiet
+        from convert.registry import load_target
+
+        captured = REGISTRY.format(self.artifact.format).captured_program
+        if captured:
+            program = load_target(captured)(state.source, self.artifact.path)
+            return locate(program, self.artifact, self.feed, self.reference, self.tolerance, self.folder)
+        traced = state.traced_program(self.exporter, self.strategy, self.job)
+        if traced is None:
+            return rm.Divergence(status="skipped", reason=f"the graph {self.strategy} wrote keeps no names of the source's values")
+        with quiet(io.StringIO()):  # the program's chatter, as when the exporter ran it
+            return locate(traced, self.artifact, self.feed, self.reference, self.tolerance, self.folder, self.graph)

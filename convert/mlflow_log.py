@@ -19,7 +19,7 @@ def local_store() -> list[Path]:
     """The file or folder of the tracking store in effect when it is local (``file:``, ``sqlite:``, a plain path)."""
     from urllib.parse import urlparse
 
-    mlflow = require("mlflow", "mlflow", "--mlflow")
+    mlflow = require("mlflow", "--mlflow")
     uri = mlflow.get_tracking_uri()
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
@@ -31,7 +31,7 @@ def local_store() -> list[Path]:
 
 def log_run(report: Report, report_path: Path, renderings: list[Path]) -> str:
     """Start a run, log everything, and return its run id."""
-    mlflow = require("mlflow", "mlflow", "--mlflow")
+    mlflow = require("mlflow", "--mlflow")
     verdict = report.gate
     source = Path(report.source.path or "model").name
     try:

@@ -20,13 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from convert.worker import DEFAULT_STAGE_TIMEOUT
-
-if TYPE_CHECKING:
-    from convert.pipeline import ConvertRequest
-    from convert.policy import Policy
+from convert.errors import ConvertError
 
 Kind = Literal["value", "flag", "negated-flag", "multiple", "comma-list"]
 # When an artifact's reproduce command repeats the option: always, only for an optimization's artifact, or never
@@ -59,6 +55,49 @@ class Differs:
     why: str
 
 
+def number_text(value: float) -> str:
+    """A number as a user writes it: 4294967295, not 4.29497e+09; 0.5; nan."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a number option takes, from ``low`` to ``high`` (None: no bound on that side), both ends included
+    unless ``low_open`` (a positive number: ``Bounds(0, low_open=True)``). The CLI and the API are refused by
+    ``check_bounds`` when the run is planned; a policy's schema takes them as its field's constraints."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+
+    def holds(self, value: float) -> bool:
+        """Whether ``value`` is within them (NaN never is)."""
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        return above and (self.high is None or value <= self.high)
+
+    def requirement(self, value: float) -> str:
+        """What a value outside them must be, on the side it misses: "at least 1", "positive", "at most 10000"."""
+        if self.high is not None and value > self.high:
+            return f"at most {number_text(self.high)}"
+        if self.low_open:
+            return "positive" if self.low == 0 else f"more than {number_text(self.low)}"
+        return f"at least {number_text(self.low)}" if self.low is not None else "a number"
+
+    def range_text(self) -> str:
+        """Every value they hold: "from 1 to 10000", "above 0 and up to 3600", "of at least 1"."""
+        if self.low is None:
+            return f"up to {number_text(self.high)}" if self.high is not None else "of any size"
+        low = f"above {number_text(self.low)}" if self.low_open else f"from {number_text(self.low)}"
+        if self.high is None:
+            return low if self.low_open else f"of at least {number_text(self.low)}"
+        return f"{low} {'and up to' if self.low_open else 'to'} {number_text(self.high)}"
+
+    def constraints(self) -> dict[str, float]:
+        """The pydantic Field constraints of a policy key (ge/gt, le)."""
+        found = {} if self.low is None else {"gt" if self.low_open else "ge": self.low}
+        return found if self.high is None else {**found, "le": self.high}
+
+
 @dataclass(frozen=True)
 class RunOption:
     name: str  # the ConvertRequest field and the Python API keyword
@@ -83,6 +122,7 @@ class RunOption:
     choices_from: str | None = None  # a registry kind whose entries' names are the only values
     choices: tuple[str, ...] = ()  # the only values (where no registry lists them)
     recorded: bool = True  # kept in the report's options (not where the run writes, nor --force)
+    bounds: Bounds | None = None  # the values a number option takes, on every surface
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
@@ -317,6 +357,7 @@ OPTIONS: tuple[RunOption, ...] = (
         metavar="N",
         policy="validation.data_samples",
         stages=("reference", "optimize", "validate"),
+        bounds=Bounds(1),
     ),
     RunOption(
         "columns",
@@ -401,6 +442,7 @@ OPTIONS: tuple[RunOption, ...] = (
         policy="validation.weight_group_size",
         stages=("optimize",),
         reproduce="optimization",
+        bounds=Bounds(-1),
     ),
     RunOption(
         "weight_ratio",
@@ -416,6 +458,7 @@ OPTIONS: tuple[RunOption, ...] = (
         policy="validation.weight_ratio",
         stages=("optimize",),
         reproduce="optimization",
+        bounds=Bounds(0, 1, low_open=True),
     ),
     RunOption(
         "accuracy",
@@ -463,6 +506,7 @@ OPTIONS: tuple[RunOption, ...] = (
         policy="benchmark.threads",
         reproduce="never",
         not_reproduced="a measurement setting",
+        bounds=Bounds(1, 4096),
     ),
     RunOption(
         "benchmark_batch",
@@ -475,6 +519,7 @@ OPTIONS: tuple[RunOption, ...] = (
         policy="benchmark.batch",
         reproduce="never",
         not_reproduced="a measurement setting",
+        bounds=Bounds(1, 1_000_000),
     ),
     RunOption(
         "benchmark_seconds",
@@ -488,6 +533,7 @@ OPTIONS: tuple[RunOption, ...] = (
         policy="benchmark.seconds",
         reproduce="never",
         not_reproduced="a measurement setting",
+        bounds=Bounds(0, 3600, low_open=True),
     ),
     RunOption(
         "opset",
@@ -497,6 +543,7 @@ OPTIONS: tuple[RunOption, ...] = (
         type=int,
         policy="validation.opset",
         stages=("export", "optimize"),
+        bounds=Bounds(1, 100),
     ),
     RunOption(
         "tolerances",
@@ -519,6 +566,7 @@ OPTIONS: tuple[RunOption, ...] = (
         show_default=True,
         policy="validation.samples",
         stages=("reference", "validate"),
+        bounds=Bounds(1, 10_000),
     ),
     RunOption(
         "seed",
@@ -530,6 +578,7 @@ OPTIONS: tuple[RunOption, ...] = (
         show_default=True,
         policy="validation.seed",
         stages=("reference", "export", "validate"),
+        bounds=Bounds(0, 2**32 - 1),
     ),
     RunOption(
         "allow_fixed_shapes",
@@ -555,6 +604,7 @@ OPTIONS: tuple[RunOption, ...] = (
         metavar="SHARE",
         policy="validation.min_precision_share",
         stages=("validate",),
+        bounds=Bounds(0, 1),
     ),
     RunOption(
         "unbuilt",
@@ -599,12 +649,13 @@ OPTIONS: tuple[RunOption, ...] = (
         group="Execution, cache and isolation",
         details="A stage is loading, an export, a validation, or a device's benchmark session (all its artifacts timed together).",
         type=float,
-        default=DEFAULT_STAGE_TIMEOUT,
+        default=3600.0,
         show_default=True,
         metavar="SECONDS",
         policy="validation.stage_timeout",
         reproduce="never",
         not_reproduced="a limit on the run, not how the artifact is made",
+        bounds=Bounds(0, 7 * 24 * 3600, low_open=True),
     ),
     RunOption(
         "isolate",
@@ -655,6 +706,26 @@ BY_NAME = {option.name: option for option in OPTIONS}
 DEFAULTS: MappingProxyType[str, Any] = MappingProxyType({option.name: option.default for option in OPTIONS})
 # the Python API's keyword defaults, by keyword (convert.convert, convert.load)
 API_DEFAULTS: MappingProxyType[str, Any] = MappingProxyType({option.keyword: option.default_on("api") for option in OPTIONS})
+
+
+def check_bounds(request: Any) -> None:
+    """Refuse a ConvertRequest (from the CLI or the API) whose bounded option is outside its bounds: the bounds a
+    policy's schema holds its keys to (``policy_bounds``)."""
+    for option in OPTIONS:
+        value = getattr(request, option.name)
+        if option.bounds is None or value is None or option.bounds.holds(value):
+            continue
+        default = f"leave it out for {number_text(option.default)}" if option.default is not None else "leave it out for the default"
+        raise ConvertError(
+            f"{option.flag} must be {option.bounds.requirement(value)}, not {number_text(value)}",
+            f"Give {option.flag} a value {option.bounds.range_text()}, or {default}.",
+        )
+
+
+def policy_bounds(key: str) -> dict[str, float]:
+    """The Field constraints of a promotion policy's key ("section.key"): its option's bounds."""
+    bounds = next(option for option in OPTIONS if option.policy == key).bounds
+    return bounds.constraints() if bounds else {}
 
 
 def policy_default(key: str) -> Any:
@@ -727,8 +798,10 @@ def from_api(values: dict[str, Any]) -> dict[str, Any]:
     return {option.name: option.to_request(values[option.keyword]) for option in OPTIONS if option.keyword in values}
 
 
-def from_policy(policy: Policy) -> dict[str, Any]:
-    """ConvertRequest keywords from a promotion policy's keys (the options a policy does not name keep their defaults)."""
+def from_policy(policy: Any) -> dict[str, Any]:
+    """ConvertRequest keywords from a promotion policy's keys (the options a policy does not name keep their defaults).
+    ``policy`` is a convert.policy.Policy, read by each option's key path: the options sit below the policy and the
+    pipeline, which import them."""
     found: dict[str, Any] = {}
     for option in OPTIONS:
         if option.policy is None:
@@ -740,13 +813,14 @@ def from_policy(policy: Policy) -> dict[str, Any]:
     return found
 
 
-def record(request: ConvertRequest) -> dict[str, Any]:
-    """The report's ``options``: every option's value, as JSON (the output paths and the API-only objects left out)."""
+def record(request: Any) -> dict[str, Any]:
+    """The report's ``options``: every option's value in a ConvertRequest, as JSON (the output paths and the API-only
+    objects left out)."""
     return {option.name: _json(getattr(request, option.name)) for option in OPTIONS if option.recorded}
 
 
-def digest(request: ConvertRequest, stage: Stage) -> str:
-    """A digest of every option that changes the results of ``stage``, for its cache key."""
+def digest(request: Any, stage: Stage) -> str:
+    """A digest of every option of a ConvertRequest that changes the results of ``stage``, for its cache key."""
     values = {option.name: _json(getattr(request, option.name)) for option in OPTIONS if stage in option.stages}
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()
 

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from convert.errors import ConvertError
-from convert.options import CALIBRATION_METHODS, policy_default
+from convert.options import CALIBRATION_METHODS, policy_bounds, policy_default
 from convert.readers import PlainYamlLoader, load_yaml, shown
 from convert.text import closest
 
@@ -24,6 +24,8 @@ Device = Literal["cpu", "cuda"]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 # one bound for every device, or one per device
 PerDevice = Positive | Annotated[dict[Device, Positive], Field(min_length=1)] | None
+# the budgets of an artifact that are judged on a benchmark's measurement (convert/gate/budgets.py)
+TIMED_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_per_s", "prefill_ms_p50", "decode_tokens_per_s")
 
 
 class _Strict(BaseModel):
@@ -102,8 +104,8 @@ class Requirements(_Strict):
 class Validation(_Strict):
     dims: list[str] = policy_default("validation.dims")
     shape_ranges: list[str] = policy_default("validation.shape_ranges")
-    samples: int = Field(policy_default("validation.samples"), ge=1, le=10_000)
-    seed: int = Field(policy_default("validation.seed"), ge=0, le=2**32 - 1)
+    samples: int = Field(policy_default("validation.samples"), **policy_bounds("validation.samples"))
+    seed: int = Field(policy_default("validation.seed"), **policy_bounds("validation.seed"))
     allow_fixed_shapes: bool = Field(
         policy_default("validation.allow_fixed_shapes"),
         description="accept an artifact that fixes a dim asked dynamic; its checks at other "
@@ -111,8 +113,7 @@ class Validation(_Strict):
     )
     min_precision_share: float = Field(
         policy_default("validation.min_precision_share"),
-        ge=0,
-        le=1,
+        **policy_bounds("validation.min_precision_share"),
         description="the least share of multiply-accumulates a reduced-precision artifact computes (or, weight-only, stores) in its "
         "precision, as --min-precision-share (0 judges nothing)",
     )
@@ -120,13 +121,15 @@ class Validation(_Strict):
     accuracy: list[str] = Field(
         policy_default("validation.accuracy"), description="accuracy budgets that judge fp16 / int8 / int4 checks, as --accuracy"
     )
-    opset: int | None = Field(policy_default("validation.opset"), ge=1, le=100)
+    opset: int | None = Field(policy_default("validation.opset"), **policy_bounds("validation.opset"))
     data: str | None = Field(
         policy_default("validation.data"),
         description="samples every artifact is validated on, in any form --data takes (relative to this file)",
     )
     data_samples: int = Field(
-        policy_default("validation.data_samples"), ge=1, description="samples of the data used, chosen with the seed when there are more"
+        policy_default("validation.data_samples"),
+        **policy_bounds("validation.data_samples"),
+        description="samples of the data used, chosen with the seed when there are more",
     )
     columns: list[str] = Field(
         policy_default("validation.columns"), description="INPUT=COLUMN: the column or array that feeds an input, or label=COLUMN"
@@ -143,19 +146,17 @@ class Validation(_Strict):
     )
     weight_group_size: int = Field(
         policy_default("validation.weight_group_size"),
-        ge=-1,
+        **policy_bounds("validation.weight_group_size"),
         description="weights per scale in the weight-only passes, as --weight-group-size (-1: one per output channel)",
     )
     weight_ratio: float = Field(
         policy_default("validation.weight_ratio"),
-        gt=0,
-        le=1,
+        **policy_bounds("validation.weight_ratio"),
         description="share of the layers openvino:int4 puts in INT4 (the rest in INT8), as --weight-ratio",
     )
     stage_timeout: float = Field(
         policy_default("validation.stage_timeout"),
-        gt=0,
-        le=7 * 24 * 3600,
+        **policy_bounds("validation.stage_timeout"),
         description="seconds a stage may run in the worker process before it is stopped and failed",
     )
 
@@ -212,8 +213,6 @@ class ArtifactBudget(_Strict):
         return accuracy
 
     def timed(self) -> bool:
-        from convert.gate.budgets import TIMED_METRICS
-
         return any(getattr(self, metric) is not None for metric in TIMED_METRICS)
 
 
@@ -248,10 +247,12 @@ class Baseline(_Strict):
 
 
 class BenchmarkOptions(_Strict):
-    threads: int | None = Field(policy_default("benchmark.threads"), ge=1, le=4096)
-    batch: int = Field(policy_default("benchmark.batch"), ge=1, le=1_000_000)
+    threads: int | None = Field(policy_default("benchmark.threads"), **policy_bounds("benchmark.threads"))
+    batch: int = Field(policy_default("benchmark.batch"), **policy_bounds("benchmark.batch"))
     seconds: float = Field(
-        policy_default("benchmark.seconds"), gt=0, le=3600, description="each measurement's least duration, as --benchmark-seconds"
+        policy_default("benchmark.seconds"),
+        **policy_bounds("benchmark.seconds"),
+        description="each measurement's least duration, as --benchmark-seconds",
     )
 
 

@@ -9,6 +9,9 @@ imports no framework."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from convert.worker.protocol import WorkerState, worker_job
 
 # the names a measuring function gives types, in the report's spelling
 INTEGER_TYPES = ("int8", "int4")
@@ -119,3 +122,22 @@ def macs_text(macs: int) -> str:
         if macs >= scale:
             return f"{macs / scale:.3g} {unit}MACs"
     return f"{macs} MACs"
+
+
+@worker_job
+@dataclass(frozen=True)
+class Attest:
+    """What the artifact's matrix products compute in (``Measured``), as its format's spec says how; the reason, a
+    string, where it cannot be read here."""
+
+    format: str
+    path: Path
+    input_shapes: dict[str, list[int]]
+
+    def run(self, state: WorkerState) -> Measured | str:
+        from convert.registry import REGISTRY, load_target
+
+        try:
+            return load_target(REGISTRY.format(self.format).attest)(self.path, self.input_shapes)
+        except NotMeasured as exc:
+            return str(exc)

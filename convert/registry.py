@@ -26,6 +26,9 @@ from typing import Any, ClassVar, Literal
 # ``extra`` that installs it), once: the environment record, the cache's version keys and ``convert doctor`` read them here.
 CORE_PACKAGES = ("numpy", "onnx", "onnxruntime")
 CORE_EXTRA = "(core)"
+# The packages that no entry declares, with the extra that installs each: those of features outside the registered
+# stages (--mlflow, --engine ray), and one that changes what a source loads (a source's loading_packages, PEFT).
+FEATURE_EXTRAS = {"mlflow": "mlflow", "ray": "ray", "peft": "peft"}
 _DECLARING_PACKAGES = (
     "convert.formats",
     "convert.sources",
@@ -39,8 +42,12 @@ Precision = Literal["fp32", "fp16", "int8", "int4"]
 
 
 def load_target(target: str) -> Any:
+    """What ``package.module:attribute`` names (the attribute may be dotted: ``Class.method``)."""
     module_name, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module_name), attribute)
+    found = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found
 
 
 def _check_target(target: str | None, what: str) -> None:
@@ -82,10 +89,14 @@ class FormatSpec:
     # "module:function(path, {input: shape}) -> convert.precision.Measured": what its matrix products compute in, read
     # from the artifact and its runtime (convert/precision.py); None where the tool cannot read it
     attest: str | None
+    # "module:function(source, path) -> program": the artifact is the program its exporter captured from the source
+    # (the chain's one link is capture; localisation runs it beside the source); None for any other format
+    captured_program: str | None
 
     def __post_init__(self) -> None:
         for target, what in (
             (self.attest, "attest"),
+            (self.captured_program, "captured_program"),
             (self.given_detect, "given_detect"),
             (self.runs_code_check, "runs_code_check"),
             (self.external_data, "external_data"),
@@ -339,10 +350,17 @@ class Registry:
         )
 
     def extra_of(self, package: str) -> str:
-        """The extra that installs ``package`` (CORE_EXTRA for the tool's own dependencies)."""
+        """The extra that installs ``package``: CORE_EXTRA for the tool's own dependencies; else that of the most specific
+        entry declaring it, the one declaring the fewest packages (transformers: the transformers source's extra, not the
+        sentence-transformers source's, which needs transformers too); else the feature's (FEATURE_EXTRAS)."""
         if package in CORE_PACKAGES:
             return CORE_EXTRA
-        return next(entry.extra for kind in KINDS for entry in self.entries(kind) if package in entry.packages)
+        declaring = [entry for kind in KINDS for entry in self.entries(kind) if package in entry.packages]
+        if declaring:
+            return min(declaring, key=lambda entry: len(entry.packages)).extra
+        if package in FEATURE_EXTRAS:
+            return FEATURE_EXTRAS[package]
+        raise LookupError(f"no registered entry declares the package {package!r}: add it to a spec's packages or to FEATURE_EXTRAS")
 
     def target_formats(self) -> list[str]:
         """Every format some exporter can produce, in registration order (the CLI's --to choices)."""

@@ -12,12 +12,14 @@ import glob
 import shutil
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from convert.backends.onnx import module_path
 from convert.reports import model as rm
 from convert.validators.compare import compare_outputs, merge_results
 from convert.validators.tolerances import TolerancePolicy
+from convert.worker.protocol import WorkerState, worker_job
 
 REDUCED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 MAX_CANDIDATES = 48
@@ -109,3 +111,19 @@ def _compared(optimizer, job, kept: list[str], scratch: str, samples: list[tuple
             for (feed, reference), outputs in zip(samples, actual)
         ]
     )
+
+
+@worker_job
+@dataclass(frozen=True)
+class RankSensitivity:
+    """The nodes that cost the pass ``optimizer`` its accuracy, and which to keep in FP32 (``rank``)."""
+
+    optimizer: str
+    job: Any  # the pass's OptimizeJob
+    samples: list[tuple[dict, dict]]
+    policy: TolerancePolicy
+
+    def run(self, state: WorkerState) -> rm.Sensitivity:
+        from convert.registry import REGISTRY
+
+        return rank(REGISTRY.get("optimizer", self.optimizer).load()(), replace(self.job, source=state.source), self.samples, self.policy)

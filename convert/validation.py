@@ -8,9 +8,11 @@ the other sizes unless fixed shapes are allowed; then those checks are skipped w
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from convert.validators.compare import ReferenceStats, reference_stats
 from convert.validators.generation import GenerationTrace, hide_padding
 from convert.validators.inputs import ShapeCase, is_padding_mask
 from convert.validators.task_metrics import describe_drop
+from convert.worker.protocol import WorkerState, worker_job
 
 ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
 
@@ -177,20 +180,9 @@ def checks_on(
                 check.samples = len(per_sample)
                 if check.status == "passed":
                     check.outputs = [result.metrics() for result in merge_results(per_sample)]
-                    failing = [f"output '{o.name}': {o.reason}" for o in check.outputs if o.status == "failed"]
-                    failing += [m.reason for m in check.declared_mismatches]
                     if case.labels is not None:
                         check.task = task_result(case, scored, policy)
-                        failing += [
-                            f"task {m.name} {describe_drop(m.name, m.drop)} ({m.source:.4f} → {m.artifact:.4f}), over the budget "
-                            f"task_{m.name}_drop<={m.budget * 100:.4g}%"
-                            for m in check.task.metrics
-                            if m.status == "failed"
-                        ]
-                        if check.task.reason and policy.task_budget:
-                            failing.append(f"a task budget was given and {check.task.describe()}")
-                    if failing:
-                        check.status, check.reason = "failed", "; ".join(failing)
+                    verdict(check, policy)
             if case.labels is not None and policy.task_budget and check.task is None and check.status == "skipped":
                 # the task budget replaced the default budget of reduced precision: a data check that cannot run fails
                 check.status, check.reason = (
@@ -233,10 +225,138 @@ def task_result(case: ValidationCase, outputs: list[dict[str, np.ndarray]], poli
     for reference in source.metrics:
         value = scores.get(reference.name, float("nan"))
         drop = metric_drop(reference.name, reference.source, value)
-        budget = policy.task_budget.get(f"task_{reference.name}_drop")
-        status = "not-budgeted" if budget is None else "passed" if drop <= budget + 1e-12 else "failed"
-        metrics.append(reference.model_copy(update={"artifact": value, "drop": drop, "budget": budget, "status": status}))
+        metrics.append(judge_task_metric(reference.model_copy(update={"artifact": value, "drop": drop}), policy))
     return rm.TaskResult(output=source.output, samples=len(outputs), metrics=metrics)
+
+
+# --- the judge ------------------------------------------------------------------------------------------------------
+# A check's measurements (each output's metrics, the declared shapes that did not hold, the task metrics) are judged by
+# the functions below, under one run's tolerances and budgets: a fresh check as it is measured (checks_on), and one the
+# cache kept (judge_cached) when a later run reuses it, so that a changed budget judges a kept measurement again.
+
+
+def verdict(check: rm.Check, policy: TolerancePolicy) -> None:
+    """Set a measured check's status and reason: failed where an output failed its tolerance, a declared shape did not
+    hold, a task metric fell beyond its budget or none was computed under a task budget; passed otherwise."""
+    failing = [f"output '{o.name}': {o.reason}" for o in check.outputs if o.status == "failed"]
+    failing += [m.reason for m in check.declared_mismatches]
+    if check.task is not None:
+        failing += [
+            f"task {m.name} {describe_drop(m.name, m.drop)} ({m.source:.4f} → {m.artifact:.4f}), over the budget "
+            f"task_{m.name}_drop<={m.budget * 100:.4g}%"
+            for m in check.task.metrics
+            if m.status == "failed"
+        ]
+        if check.task.reason and policy.task_budget:
+            failing.append(f"a task budget was given and {check.task.describe()}")
+    check.status, check.reason = ("failed", "; ".join(failing)) if failing else ("passed", "")
+
+
+def judge_task_metric(metric: rm.TaskMetric, policy: TolerancePolicy) -> rm.TaskMetric:
+    """A task metric's drop judged by this run's budget for it (not-budgeted where it has none)."""
+    budget = policy.task_budget.get(f"task_{metric.name}_drop")
+    status = "not-budgeted" if budget is None else "passed" if metric.drop <= budget + 1e-12 else "failed"
+    return metric.model_copy(update={"budget": budget, "status": status})
+
+
+def judge_output(output: rm.OutputMetrics, case: ValidationCase, tolerance, compared: CaseComparison) -> rm.OutputMetrics:
+    """An output's recorded metrics judged under ``tolerance`` by the validators' own judgement (compare.merge_results,
+    which sets an output's status from its metrics): the problems compare_output finds besides the values, derived
+    again from the source's references. Its mismatch count is the one measured, at the tolerance it records."""
+    from convert.validators.compare import OutputResult, merge_results
+
+    references = compared.all_references(output.name)
+    if not references or output.dtype is None or output.shape is None:  # an output the source lacks, or the artifact did
+        return output.model_copy(update={"status": "failed", "reason": output.reason or "not compared"})
+    reference = references[0]
+    exact = not (is_float(reference.dtype) or named_float(output.dtype))
+    problems = []
+    if output.dtype != str(reference.dtype):
+        problems.append(f"dtype {output.dtype} where the source gives {reference.dtype}")
+    if output.shape != list(reference.shape):
+        problems.append(f"shape {output.shape} where the source gives {list(reference.shape)}")
+    if reference.size == 0 or math.prod(output.shape) == 0:
+        problems.append("it is empty")
+    if is_float(reference.dtype) and not all(np.isfinite(r).all() for r in references):
+        problems.append("the source's own output is not finite")
+    if output.nan_count or output.inf_count:
+        problems.append(f"{output.nan_count} NaN and {output.inf_count} Inf values")
+    result = OutputResult(
+        **output.model_dump(exclude={"status", "reason", "atol", "rtol", "budget", "budget_source"}),
+        status="passed",
+        atol=tolerance.atol,
+        rtol=tolerance.rtol,
+        bounds=tolerance.budget,
+        budget=tolerance.describe_budget(),
+        budget_source=tolerance.budget_source,
+        elementwise=tolerance.elementwise,
+        exact=exact and not problems,
+        by_deviation=not exact and compared.low_spread(output.name, tolerance),
+        reasons=problems,
+    )
+    judged = merge_results([[result]])[0].metrics()
+    if (judged.status, judged.atol, judged.rtol, judged.budget) == (output.status, output.atol, output.rtol, output.budget):
+        return output  # judged as recorded: its own words stand
+    return judged
+
+
+def judge_cached(check: rm.Check, case: ValidationCase, precision: str, policy: TolerancePolicy, compared: CaseComparison) -> rm.Check:
+    """A check the cache kept, judged under this run's tolerances and budgets where it measured every output (a check
+    decided before running, or stopped by its runtime, stands as recorded)."""
+    if not check.outputs or case.generation is not None:
+        return check
+    judged = check.model_copy(deep=True)
+    judged.outputs = [judge_output(o, case, compared.tolerance(policy, o.name, precision), compared) for o in check.outputs]
+    if judged.task is not None:
+        judged.task.metrics = [judge_task_metric(m, policy) for m in judged.task.metrics]
+    verdict(judged, policy)
+    return judged
+
+
+class CaseComparison:
+    """A case's outputs as its checks compare them (case_comparison): the values at the positions a padding mask keeps,
+    and the tolerance scaled by the source's statistics."""
+
+    def __init__(self, case: ValidationCase, masked: dict[str, str]):
+        self.case = case
+        self.shown, self.stats = case_comparison(case, masked)
+
+    def tolerance(self, policy: TolerancePolicy, name: str, precision: str):
+        tolerance = policy.for_output(name, precision)
+        stats = self.stats.get(name)
+        return tolerance.scaled(stats.rms) if stats is not None else tolerance
+
+    def all_references(self, name: str) -> list[np.ndarray]:
+        """Each sample's reference values of an output, every position."""
+        return [np.asarray(reference[name]) for reference in self.case.references if name in reference]
+
+    def references(self, name: str) -> list[np.ndarray]:
+        """Each sample's compared values of an output (every value where no mask applies to it)."""
+        from convert.validators.compare import shown_values
+
+        return [
+            shown_values(np.asarray(reference[name]), positions.get(name, ("", None))[1])
+            for reference, positions in zip(self.case.references, self.shown)
+            if name in reference
+        ]
+
+    def low_spread(self, name: str, tolerance) -> bool:
+        """Whether the output is judged by its deviations too (a low-spread float output at an elementwise tolerance)."""
+        stats = self.stats.get(name)
+        return stats is not None and not tolerance.budget and stats.low_spread(tolerance) == "cosine"
+
+
+def is_float(dtype) -> bool:
+    return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating)
+
+
+def named_float(name: str) -> bool:
+    """Whether a recorded dtype name is a float's (bfloat16 and the float8 types are known to NumPy only once ml_dtypes
+    is imported)."""
+    try:
+        return is_float(np.dtype(name))
+    except TypeError:
+        return "float" in name
 
 
 def user_metric(reference: str | None):
@@ -398,3 +518,42 @@ def name_onnx_output_dims(path, dims: dict[tuple[str, int], str]) -> None:
                 dim.Clear()
                 dim.dim_param = dim_name
     onnx.save(model, str(path))
+
+
+@worker_job
+@dataclass(frozen=True)
+class Validate:
+    """The checks of an artifact on one runtime and device (``checks_on``); on the CPU, the outputs of its first sample
+    are kept for the chain's links, once per artifact."""
+
+    artifact: Artifact
+    runtime: str
+    device: str
+    cases: list[ValidationCase]
+    policy: TolerancePolicy
+    allow_fixed_shapes: bool
+
+    def run(self, state: WorkerState) -> list[rm.Check]:
+        import functools
+
+        from convert.chain import keep_outputs
+
+        first = None
+        if self.device == "cpu" and not any(key[0] == self.artifact.sha256 for key in state.chain_outputs):
+            first = functools.partial(keep_outputs, state.chain_outputs, self.artifact)
+        return checks_on(self.artifact, self.runtime, self.device, self.cases, self.policy, self.allow_fixed_shapes, first)
+
+
+@worker_job
+@dataclass(frozen=True)
+class RepairOutputDims:
+    """Make the artifact's declared output dims dynamic in place, as its format's spec says how."""
+
+    format: str
+    path: Path
+    dims: dict[tuple[str, int], str]
+
+    def run(self, state: WorkerState) -> None:
+        from convert.registry import load_target
+
+        load_target(REGISTRY.format(self.format).repair_output_dims)(self.path, self.dims)

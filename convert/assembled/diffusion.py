@@ -196,7 +196,7 @@ def _library_pipeline(folder: Path, trust_code: bool):
     networks = {
         name: resolve_source(SourceRequest(model=folder, component=name, trust_code=trust_code)).native.model for name in COMPONENTS
     }
-    diffusers = require("diffusers", "diffusers", "Checking a diffusion pipeline")
+    diffusers = require("diffusers", "Checking a diffusion pipeline")
     diffusers.utils.logging.set_verbosity_error()
     with offline():
         pipeline = diffusers.StableDiffusionPipeline.from_pretrained(

@@ -29,7 +29,7 @@ DEFAULT_MAX_SIZE = 64
 
 
 def require_executorch(purpose: str):
-    return require("executorch", EXTRA, purpose)
+    return require("executorch", purpose)
 
 
 def default_bounds(

@@ -62,11 +62,12 @@ def dense_experts(model: Any) -> Iterator[str | None]:
 
 def use_dense_experts(model: Any) -> str | None:
     """Compute ``model``'s experts densely from now on; a sentence saying so for the source's description, or None
-    where the model has no experts modules that transformers lets it switch."""
-    from transformers.integrations.moe import ExpertsInterface
-
+    where the model has no experts modules that transformers lets it switch (none before transformers 5, which has no
+    experts interface to import)."""
     if not experts_modules(model):
         return None
+    from transformers.integrations.moe import ExpertsInterface
+
     ExpertsInterface.register(DENSE, dense_experts_forward)
     model.set_experts_implementation(DENSE)
     switched = [m for m in experts_modules(model) if m.config._experts_implementation == DENSE]

@@ -26,12 +26,12 @@ def tensorflow():
         return sys.modules["tensorflow"]
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with native_stderr_silenced():
-        return require("tensorflow", "tensorflow", "A Keras or TensorFlow model")
+        return require("tensorflow", "A Keras or TensorFlow model")
 
 
 def keras():
     tensorflow()
-    return require("keras", "tensorflow", "A Keras model")
+    return require("keras", "A Keras model")
 
 
 def to_numpy(value) -> np.ndarray:
@@ -45,7 +45,7 @@ def tflite_interpreter_class():
         from ai_edge_litert.interpreter import Interpreter
     except ImportError:
         if importlib.util.find_spec("tensorflow") is None:
-            raise MissingDependency("ai_edge_litert", "litert", "Running a .tflite model") from None
+            raise MissingDependency("ai_edge_litert", "Running a .tflite model") from None
         return tensorflow().lite.Interpreter
     return Interpreter
 

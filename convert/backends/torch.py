@@ -31,7 +31,7 @@ PYTREE_LIBRARIES = {"transformers": "transformers"}
 
 
 def require_torch():
-    return require("torch", "torch", "Loading a PyTorch model")
+    return require("torch", "Loading a PyTorch model")
 
 
 def flatten_outputs(value: Any, prefix: str = "") -> dict[str, Any]:

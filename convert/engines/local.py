@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from convert.batch import interrupts_forwarded, run_model
+from convert.engines import interrupts_forwarded, run_model
 
 
 class LocalEngine:

@@ -6,13 +6,13 @@ on every node, and the manifest's paths and the batch's out folder must be on a 
 
 from __future__ import annotations
 
-from convert.batch import interrupts_forwarded, run_model
+from convert.engines import interrupts_forwarded, run_model
 from convert.errors import ConvertError, require
 
 
 class RayEngine:
     def __init__(self, address: str | None):
-        require("ray", "ray", "--engine ray")
+        require("ray", "--engine ray")
         self.address = address
         self.description = f"ray ({address or 'a local instance'})"
 

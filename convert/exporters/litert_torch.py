@@ -82,7 +82,7 @@ def _write(job: ExportJob, path: Path, shapes: dict[str, dict] | None) -> None:
     """Convert the source, called with the specs' names as keywords, to a .tflite file at ``path``. 64-bit inputs and
     outputs stay 64-bit (litert-torch narrows them by default): the artifact takes what the source takes."""
     with native_stderr_silenced():  # litert-torch imports TensorFlow and JAX, whose C++ side writes to file descriptor 2
-        litert_torch = require("litert_torch", "litert", "Converting a PyTorch model to TFLite (LiteRT)")
+        litert_torch = require("litert_torch", "Converting a PyTorch model to TFLite (LiteRT)")
     specs = job.source.signature.inputs
     module = _named_module(exportable_module(job), job.source.convention, specs)
     sample = {spec.name: value for spec, value in zip(specs, to_tensors(specs, job.feed))}

@@ -18,8 +18,8 @@ from convert.gate.budgets import worse
 from convert.policy import Allowance
 from convert.readers import loads_json
 from convert.reports import model as rm
+from convert.reports.ratios import describe_ratio, paired_ratio
 from convert.reports.versions import upgrade
-from convert.timing import describe_ratio, paired_ratio
 
 
 def load_report(path: Path, what: str = "baseline report") -> rm.Report:

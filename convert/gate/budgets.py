@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from convert.policy import ArtifactBudget
+from convert.policy import TIMED_METRICS, ArtifactBudget
 from convert.reports import model as rm
 from convert.validators.tolerances import parse_budget
 
@@ -20,7 +20,6 @@ ACCURACY_FIELDS = {
     "top5": ("top5_agreement", True),
     "max_abs": ("max_abs_error", False),
 }
-TIMED_METRICS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_per_s", "prefill_ms_p50", "decode_tokens_per_s")
 RATES = ("throughput_per_s", "decode_tokens_per_s")  # a minimum; the other timed metrics are maxima
 # the 95% interval each timed figure is judged on, where the benchmark measures one
 INTERVALS = {

@@ -46,7 +46,7 @@ def gate(
     allowance = policy_model.baseline.allowance if policy_model.baseline else Allowance()
     check_writable(_path(html), _path(markdown), _path(junit))
     if mlflow:
-        require("mlflow", "mlflow", "--mlflow")
+        require("mlflow", "--mlflow")
     reads = reads_of(policy=policy if isinstance(policy, (str, os.PathLike)) else None, baseline_report=baseline_path)
     writes = [
         Write(f"the {what} rendering", Path(path))

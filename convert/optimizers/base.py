@@ -13,6 +13,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.exporters.base import Exporter, ExportJob
+from convert.options import DEFAULTS
 from convert.registry import REGISTRY, FromSpec
 from convert.validators.tolerances import loosest
 
@@ -48,11 +49,11 @@ class OptimizeJob(ExportJob):
     base: Artifact | None = None  # the validated artifact the pass starts from
     calibration: list[dict[str, np.ndarray]] = field(default_factory=list)  # feeds for calibrated quantization
     shape_ranges: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # symbol -> (min, opt, max) sizes
-    keep_fp32: tuple[str, ...] = ()  # node-name or module-path patterns a reduced-precision pass leaves in FP32
-    calibration_method: str = "minmax"  # how static INT8 sets activation ranges: minmax, entropy or percentile
+    keep_fp32: tuple[str, ...] = DEFAULTS["keep_fp32"]  # node-name or module-path patterns a reduced-precision pass leaves in FP32
+    calibration_method: str = DEFAULTS["calibration_method"]  # how static INT8 sets activation ranges: minmax, entropy or percentile
     task: TaskControl | None = None  # a task-drop budget the INT8 passes control their accuracy by
-    weight_group_size: int = 128  # weights per scale in the weight-only passes; -1: one per output channel
-    weight_ratio: float = 1.0  # share of the layers NNCF's INT4 compression puts in INT4, the rest in INT8
+    weight_group_size: int = DEFAULTS["weight_group_size"]  # weights per scale in the weight-only passes; -1: one per output channel
+    weight_ratio: float = DEFAULTS["weight_ratio"]  # share of the layers NNCF's INT4 compression puts in INT4, the rest in INT8
     calibration_given: bool = False  # the calibration feeds are the user's --calibration-data (the data-aware methods need them)
 
 

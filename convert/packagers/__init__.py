@@ -20,6 +20,6 @@ REGISTRY.add(
         takes=("onnx", "openvino", "torchscript", "tensorrt", "savedmodel"),
         suffix=".triton",  # a folder: the model repository itself (tritonserver --model-repository=STEM.triton)
         packages=("protobuf",),  # its configurations are checked with Triton's schema, protobuf generated code
-        extra=CORE_EXTRA,  # protobuf comes with onnx
+        extra=CORE_EXTRA,  # protobuf is a core dependency, at the version the vendored schema checks
     )
 )

@@ -11,8 +11,8 @@ from convert.pipeline.context import RunContext
 from convert.pipeline.validate import publish
 from convert.precision import figure
 from convert.reports import model as rm
+from convert.reports.ratios import describe_ratio, paired_ratio
 from convert.text import first_line
-from convert.timing import describe_ratio, paired_ratio
 
 AUTO_BASE = "onnx"  # the artifact auto's candidates start from: every pass it tries takes an exported ONNX model
 # the simpler of two candidates as fast as each other: full precision first, then the exported artifact itself

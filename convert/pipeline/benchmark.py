@@ -16,7 +16,7 @@ from convert.precision import figure
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import sha256_files
-from convert.worker import Session, StageCrashed
+from convert.worker import BenchmarkSession, StageCrashed
 
 
 def benchmark(ctx: RunContext, plan: BenchmarkPlan, settings: BenchmarkSettings) -> None:
@@ -70,13 +70,13 @@ def _session(
     """All of a device's entries timed together; if that session crashes, each alone, so that one crash costs only its own."""
     jobs = [(runtime, artifact, entry_device) for _, runtime, artifact, entry_device in entries]
     try:
-        return ctx.worker.call(Session.benchmark_session, jobs, plan, settings, f"{device}-{uuid.uuid4().hex[:8]}")
+        return ctx.worker.call(BenchmarkSession(jobs, plan, settings, f"{device}-{uuid.uuid4().hex[:8]}"))
     except StageCrashed as exc:
         ctx.report.notes.append(f"the interleaved benchmark session on {device} did not finish ({exc}); each was then timed alone")
     results = []
     for runtime, artifact, entry_device in jobs:
         try:
-            results += ctx.worker.call(Session.benchmark_session, [(runtime, artifact, entry_device)], plan, settings, uuid.uuid4().hex[:8])
+            results += ctx.worker.call(BenchmarkSession([(runtime, artifact, entry_device)], plan, settings, uuid.uuid4().hex[:8]))
         except StageCrashed as exc:
             name = runtime or f"{ctx.report.source.framework} (source)"
             results.append(rm.Benchmark(runtime=name, device=entry_device, status="failed", reason=crashed(stage, exc)))

@@ -20,7 +20,7 @@ from convert.reports import model as rm
 from convert.safety import sha256_files
 from convert.sources.request import SourceRequest
 from convert.validators.tolerances import loosest
-from convert.worker import Session, StageCrashed
+from convert.worker import AssembledCheck, StageCrashed
 from convert.worker import start as start_worker
 
 # The files of a Hugging Face folder a runtime's loader reads beside the ONNX files (Optimum's ORTModel classes read the
@@ -229,7 +229,7 @@ def _run_check(
     worker, composite: Composite, request: ConvertRequest, paths: dict[str, Path], precision: str, key: str
 ) -> rm.AssembledCheck:
     try:
-        return worker.call(Session.assembled, composite.assembled, Path(request.model), paths, precision, request.seed, request.trust_code)
+        return worker.call(AssembledCheck(composite.assembled, Path(request.model), paths, precision, request.seed, request.trust_code))
     except StageCrashed as exc:
         return rm.AssembledCheck(name=_check_name(composite), artifact=key, status="failed", reason=f"the check's worker crashed: {exc}")
     except ConvertError as exc:

@@ -21,7 +21,7 @@ from convert.safety import sha256_files
 from convert.validation import ValidationCase
 from convert.validators import ShapeCase
 from convert.validators.generation import CacheLayout, hide_padding, next_token_labels, text_feed, text_inputs
-from convert.worker import Session
+from convert.worker import TaskScores
 
 DATA_CASE = "data"  # the label of the --data case's checks
 
@@ -120,7 +120,7 @@ def _next_tokens(sample: Sample, data: str) -> np.ndarray:
 
 def _source_task(ctx: RunContext, case: ValidationCase) -> rm.TaskResult:
     """The source's task metrics on the labelled samples (in the worker: a --metric is the user's code)."""
-    output, scores = ctx.worker.call(Session.task_scores, case.references, case.labels, case.metric)
+    output, scores = ctx.worker.call(TaskScores(case.references, case.labels, case.metric))
     if not scores:
         raise ConvertError(f"no task metric applies to output {output} and the labels", "Give labels of one class id per row or per token.")
     unknown = [name for name in ctx.policy.task_budget if name.removeprefix("task_").removesuffix("_drop") not in scores]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from convert.artifacts import Artifact
@@ -17,7 +16,7 @@ from convert.pipeline.context import RunContext, crashed
 from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate_and_publish
 from convert.reports import model as rm
-from convert.worker import Session, StageCrashed, log_bytes
+from convert.worker import Export, Job, Optimize, StageCrashed, log_bytes
 
 
 def export_target(ctx: RunContext, target: str, exporter: str) -> None:
@@ -39,7 +38,7 @@ def export_target(ctx: RunContext, target: str, exporter: str) -> None:
             dim_ranges,
             judge=artifact_judge(stage.name, target, ctx.source.precision, exporter),  # exporters write what the source holds
         )
-        artifact = recorded(made(ctx, stage, lookup, Session.export, exporter, job), record, stage)
+        artifact = recorded(made(ctx, stage, lookup, Export(exporter, job)), record, stage)
     if artifact is not None:
         validate_and_publish(ctx, target, artifact, record)
 
@@ -73,10 +72,10 @@ def artifact_judge(label: str, fmt: str, precision: str, exporter: str, base: Ar
     return judge
 
 
-def setup_job(worker, stage: rm.Stage, job: Callable, *args):
+def setup_job(worker, stage: rm.Stage, job: Job):
     """A job the worker must have done before any other (loading the source): a crash here is the model's fault."""
     try:
-        return worker.call(job, *args, setup=True)
+        return worker.call(job, setup=True)
     except StageCrashed as exc:
         crashed(stage, exc)
         printed = _log_kept_outside(worker)
@@ -107,7 +106,7 @@ def _log_kept_outside(worker) -> str | None:
     return name
 
 
-def made(ctx: RunContext, stage: rm.Stage, lookup: Lookup, method: Callable, name: str, job):
+def made(ctx: RunContext, stage: rm.Stage, lookup: Lookup, job: Export | Optimize):
     """An export or optimization: from the cache when its entry is there and trusted, else made and then cached."""
     from convert.exporters.base import Attempt, ExportOutcome
 
@@ -119,9 +118,9 @@ def made(ctx: RunContext, stage: rm.Stage, lookup: Lookup, method: Callable, nam
         return ExportOutcome(cached_artifact(lookup.hit, folder), attempts)
     started = time.perf_counter()
     try:
-        outcome = ctx.worker.call(method, name, job)
+        outcome = ctx.worker.call(job)
     except StageCrashed as exc:  # a crash or timeout: a failed attempt of a failed stage
-        return ExportOutcome(None, [Attempt(name, "failed", time.perf_counter() - started, crashed(stage, exc))])
+        return ExportOutcome(None, [Attempt(job.name, "failed", time.perf_counter() - started, crashed(stage, exc))])
     if outcome.artifact is not None:
         cache.keep(lookup, {**artifact_data(outcome.artifact), "attempts": [a.__dict__ for a in outcome.attempts]}, outcome.artifact.files)
     return outcome

@@ -9,12 +9,13 @@ from typing import TypeVar
 
 from convert.artifacts import Artifact
 from convert.exporters.base import ExportJob
+from convert.localize import Localize
 from convert.pipeline.context import RunContext, crashed
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.text import first_line
 from convert.validation import ValidationCase
-from convert.worker import Session, StageCrashed
+from convert.worker import Job, StageCrashed
 
 T = TypeVar("T")
 
@@ -30,12 +31,12 @@ def failing_case(ctx: RunContext, record: rm.ArtifactRecord) -> tuple[rm.Check, 
     return (check, cases[check.shape]) if check is not None else None
 
 
-def diagnosis(ctx: RunContext, stage_id: tuple[rm.StageKind, str], skipped: Callable[[str], T], job: Callable, *args) -> T:
+def diagnosis(ctx: RunContext, stage_id: tuple[rm.StageKind, str], skipped: Callable[[str], T], job: Job) -> T:
     """A diagnosing job in the worker as the stage ``stage_id`` (kind, subject); one that crashes or fails is a skipped
     stage with its whole message, gives ``skipped(why)``, and fails nothing the checks have not failed."""
     with ctx.stages.run(*stage_id) as stage:
         try:
-            return ctx.worker.call(job, *args)
+            return ctx.worker.call(job)
         except StageCrashed as exc:
             reason = crashed(stage, exc)
             stage.status, stage.reason, stage.error = "skipped", reason, ""
@@ -62,22 +63,22 @@ def localize(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactR
         return
     graph = Path(record.derived_from) if artifact.format == "openvino" and record.derived_from else None
     output = next((o.name for o in check.outputs if o.status == "failed"), "")
-    job = export_job(ctx)
     exported = _exported(ctx.report, record)
     divergence = diagnosis(
         ctx,
         ("localize", key),
         lambda why: rm.Divergence(status="skipped", reason=f"localisation failed: {why}"),
-        Session.localize,
-        artifact,
-        exported.exporter,
-        exported.strategy,
-        job,
-        case.feeds[0],
-        case.references[0],
-        ctx.policy.for_output(output, artifact.precision),
-        artifact.path.with_name(f"{artifact.path.name}{REPRODUCER_SUFFIX}"),
-        graph,
+        Localize(
+            artifact,
+            exported.exporter,
+            exported.strategy,
+            export_job(ctx),
+            case.feeds[0],
+            case.references[0],
+            ctx.policy.for_output(output, artifact.precision),
+            artifact.path.with_name(f"{artifact.path.name}{REPRODUCER_SUFFIX}"),
+            graph,
+        ),
     )
     divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
     record.add(divergence)

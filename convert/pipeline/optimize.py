@@ -13,7 +13,8 @@ from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate, validate_and_publish
 from convert.registry import REGISTRY
 from convert.reports import model as rm
-from convert.worker import Session
+from convert.sensitivity import RankSensitivity
+from convert.worker import Optimize
 
 
 def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
@@ -68,7 +69,7 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
             weight_ratio=ctx.request.weight_ratio,
             calibration_given=ctx.request.calibration_data is not None,
         )
-        artifact = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, job), Session.optimize, name, job), record, stage)
+        artifact = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, job), Optimize(name, job)), record, stage)
     if artifact is None:
         return
     validated = False
@@ -156,11 +157,7 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
         ctx,
         ("accuracy-control", name),
         lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=why),
-        Session.sensitivity,
-        name,
-        job,
-        list(zip(data.feeds, data.references)),
-        ctx.policy,
+        RankSensitivity(name, job, list(zip(data.feeds, data.references)), ctx.policy),
     )
     control.seconds, control.drop = found.seconds, found.drop
     if found.status != "found":
@@ -168,7 +165,7 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
         return artifact, True
     kept = replace(job, keep_fp32=(*job.keep_fp32, *(glob.escape(node) for node in found.keep)))
     with ctx.stages.run("optimize", name, f"keeping {len(found.keep)} in FP32") as stage:
-        rebuilt = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, kept), Session.optimize, name, kept), record, stage)
+        rebuilt = recorded(made(ctx, stage, _lookup(ctx, stage, entry, name, kept), Optimize(name, kept)), record, stage)
     if rebuilt is None:
         control.status, control.reason = "not-met", "the pass failed with the nodes kept in FP32"
         return artifact, True
@@ -200,10 +197,6 @@ def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> N
         ctx,
         ("sensitivity", name),
         lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=f"sensitivity failed: {why}"),
-        Session.sensitivity,
-        name,
-        job,
-        [pair for c in cases for pair in zip(c.feeds, c.references)],
-        ctx.policy,
+        RankSensitivity(name, job, [pair for c in cases for pair in zip(c.feeds, c.references)], ctx.policy),
     )
     record.add(found)

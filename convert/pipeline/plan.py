@@ -11,7 +11,7 @@ from typing import Any
 from convert.artifacts import given_format
 from convert.benchmark import BenchmarkSettings
 from convert.errors import ConvertError, require
-from convert.options import DEFAULTS
+from convert.options import DEFAULTS, check_bounds
 from convert.pipeline.auto import AUTO_BASE
 from convert.pipeline.context import ConvertRequest, RunHooks
 from convert.protected_inputs import Read, Write, reads_of, refuse_writes_to_inputs
@@ -50,12 +50,8 @@ def plan(request: ConvertRequest, hooks: RunHooks | None = None) -> Plan:
     check_given_trust(given, request.trust_code)
     targets = check_targets(request.to or default_targets(request.model)) if request.to or not given else []
     optimizations, auto = check_optimizations(request.optimize, targets)
+    check_bounds(request)  # the CLI's and the API's values, held to the bounds a policy's schema holds its keys to
     check_weight_options(request, optimizations)
-    if not 0 <= request.min_precision_share <= 1:
-        raise ConvertError(
-            f"--min-precision-share {request.min_precision_share:g} is not a share",
-            "Give a number from 0 (judge no precision claim) to 1 (every multiply-accumulate in the claimed precision); the default is 0.5.",
-        )
     formats = {**{t: t for t in targets}, **{o: REGISTRY.get("optimizer", o).format for o in optimizations}}
     packages = check_packages(request.package, {*formats.values(), *(fmt for _, fmt in given.values())})
     out_dir = Path(request.out)
@@ -65,23 +61,6 @@ def plan(request: ConvertRequest, hooks: RunHooks | None = None) -> Plan:
     # a range's opt, min and max are validated, with opt as the export size, unless --dim chooses the sizes
     dim_sizes = {**{s: tuple(dict.fromkeys((opt, low, high))) for s, (low, opt, high) in shape_ranges.items()}, **dim_sizes}
     policy = TolerancePolicy(request.tolerances, request.accuracy)
-    if request.samples < 1:
-        raise ConvertError("--samples must be at least 1", "Use 3 or more samples per shape.")
-    if request.threads is not None and request.threads < 1 or request.benchmark_batch < 1:
-        raise ConvertError(
-            "--threads and --benchmark-batch must be at least 1",
-            f"Leave them out for every core and a batch of {DEFAULTS['benchmark_batch']}.",
-        )
-    if not request.benchmark_seconds > 0:
-        raise ConvertError(
-            f"--benchmark-seconds must be positive, not {request.benchmark_seconds}",
-            f"Leave it out for {DEFAULTS['benchmark_seconds']:g} seconds.",
-        )
-    if request.stage_timeout is not None and not request.stage_timeout > 0:
-        raise ConvertError(
-            f"the stage timeout must be a positive number of seconds, not {request.stage_timeout}",
-            f"Leave it out for {DEFAULTS['stage_timeout']:g} s.",
-        )
     check_data_options(request, policy)
     settings = BenchmarkSettings(
         **{k: v for k, v in (("threads", request.threads), ("batch", request.benchmark_batch)) if v}, seconds=request.benchmark_seconds
@@ -120,13 +99,11 @@ def plan(request: ConvertRequest, hooks: RunHooks | None = None) -> Plan:
 
 def check_data_options(request: ConvertRequest, policy: TolerancePolicy) -> None:
     """Refuse what the data options cannot do before any work: a user metric without --trust-code, a task metric
-    without data, fewer than one sample, an unreadable --columns or --preprocess."""
+    without data, an unreadable --columns or --preprocess."""
     from convert.datasets import parse_columns, parse_preprocess
 
     parse_columns(request.columns)
     parse_preprocess(request.preprocess)
-    if request.data_samples < 1:
-        raise ConvertError("--data-samples must be at least 1", "Leave it out for up to 500 samples.")
     if request.metric and not request.trust_code:
         raise ConvertError(
             f"--metric {request.metric} runs your code, and that needs --trust-code",
@@ -204,7 +181,7 @@ def check_optimizations(names, targets: list[str]) -> tuple[list[str], bool]:
                 f"--optimize {name} works on the {entry.takes} artifact, which --to does not ask for", f"Add {entry.takes} to --to."
             )
         for package in entry.requires:
-            require(package, entry.extra, f"--optimize {name}")
+            require(package, f"--optimize {name}")
     return chosen, False
 
 

@@ -14,7 +14,7 @@ from convert.pipeline.context import RunContext, crashed
 from convert.reports import model as rm
 from convert.validation import ValidationCase
 from convert.validators import ShapeCase, generate_feed, plan_shape_cases
-from convert.worker import ChildWorker, Session, StageCrashed
+from convert.worker import ChildWorker, GreedyDecoding, ReferenceOutputs, SelectOutputs, StageCrashed
 
 CALIBRATION_SAMPLES = 16
 
@@ -77,7 +77,7 @@ def reference(ctx: RunContext, stage: rm.Stage, dim_sizes: dict[str, tuple[int, 
     outputs = tuple(cases[0].references[0])
     if not outputs:
         raise ConvertError("the model returns no tensors", "Return at least one tensor from the model.")
-    worker.call(Session.set_outputs, outputs, setup=True)
+    worker.call(SelectOutputs(outputs), setup=True)
     source.with_outputs(outputs)
     unknown_outputs = ctx.policy.unknown_outputs(outputs)
     if unknown_outputs:
@@ -106,7 +106,7 @@ def source_outputs(
     if lookup.hit is not None:
         return _cached_references(lookup), lookup.hit.data["error"], True
     try:
-        references, error = ctx.worker.call(Session.reference, feeds)
+        references, error = ctx.worker.call(ReferenceOutputs(feeds))
     except StageCrashed as exc:
         raise ConvertError(f"{crashed(stage, exc)} ({where})", hint) from None
     ctx.cache.keep(
@@ -122,7 +122,7 @@ def _generation_case(ctx: RunContext, stage: rm.Stage) -> ValidationCase:
     from convert.validators.generation import GENERATION_STEPS
 
     try:
-        generation = ctx.worker.call(Session.generate, ctx.request.seed, GENERATION_STEPS)
+        generation = ctx.worker.call(GreedyDecoding(ctx.request.seed, GENERATION_STEPS))
     except StageCrashed as exc:
         raise ConvertError(
             f"{crashed(stage, exc)} (the source model decoding greedily)", "Run the model's generate() to see the crash."

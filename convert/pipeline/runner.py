@@ -44,7 +44,7 @@ from convert.sources.request import SourceRequest
 from convert.sources.signature import fixed_shape_note
 from convert.specs import InputSpec
 from convert.validators.inputs import DEFAULT_INT_DOMAIN, is_padding_mask
-from convert.worker import Session, SourceSummary, log_bytes
+from convert.worker import LoadSource, SourceSummary, log_bytes
 from convert.worker import start as start_worker
 
 
@@ -104,7 +104,7 @@ def _run_one(request: ConvertRequest, progress: Progress | None, hooks: RunHooks
     earlier_report = _identity(ctx.report_path)  # to tell it from a report another run writes while this one works
     try:
         with stages.run("load") as stage:
-            ctx.source = setup_job(worker, stage, Session.load, source_request)
+            ctx.source = setup_job(worker, stage, LoadSource(source_request))
         report.source = _source_record(ctx.source, the_plan.specs)
         report.notes.extend(ctx.source.info.notes)
         inputs = ctx.source.signature.inputs

@@ -19,10 +19,21 @@ from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import FAILED_FOLDER, sha256_files, size_of
 from convert.text import first_line
-from convert.validation import ValidationCase, case_comparison, fixed_dims, token_outputs
+from convert.validation import (
+    CaseComparison,
+    RepairOutputDims,
+    Validate,
+    ValidationCase,
+    fixed_dims,
+    is_float,
+    judge_cached,
+    judge_output,
+    named_float,
+    token_outputs,
+)
 from convert.validators import TolerancePolicy
 from convert.validators.task_metrics import metric_drop
-from convert.worker import Session, StageCrashed
+from convert.worker import StageCrashed
 
 
 def validate_and_publish(ctx: RunContext, key: str, artifact: Artifact, record: rm.ArtifactRecord, validated: bool = False) -> None:
@@ -111,7 +122,7 @@ def attest(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> No
     (convert/precision.py). A measurement that fails or crashes is ``skipped`` with why: it fails nothing."""
     import time
 
-    from convert.precision import Measured, attested_share, judged, shares, unsized_for
+    from convert.precision import Attest, Measured, attested_share, judged, shares, unsized_for
 
     spec = REGISTRY.format(artifact.format)
     pass_spec = REGISTRY.get("optimizer", record.optimization) if record.optimization else None
@@ -128,7 +139,7 @@ def attest(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> No
     else:
         started = time.perf_counter()
         try:
-            measured = ctx.worker.call(Session.attest, artifact.format, artifact.path, sizing.input_shapes)
+            measured = ctx.worker.call(Attest(artifact.format, artifact.path, sizing.input_shapes))
         except StageCrashed as exc:
             measured = f"measuring it crashed the worker: {exc}"
         except Exception as exc:  # noqa: BLE001 - a measurement that fails is reported, never fails the run
@@ -163,6 +174,7 @@ def chain(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> Non
     shape check that ran: an optimized artifact's base's links, then its pass's. A given artifact has no chain."""
     import time
 
+    from convert.chain import MeasureChain
     from convert.pipeline.localize import export_job
 
     cases = {c.shape.describe(): c for c in ctx.cases if c.feeds and c.padding is None}
@@ -176,15 +188,16 @@ def chain(ctx: RunContext, artifact: Artifact, record: rm.ArtifactRecord) -> Non
     started = time.perf_counter()
     try:
         found = ctx.worker.call(
-            Session.chain,
-            artifact,
-            record.exporter,
-            record.optimization or record.strategy,
-            export_job(ctx),
-            case.feeds[0],
-            case.references[0],
-            ctx.policy,
-            base,
+            MeasureChain(
+                artifact,
+                record.exporter,
+                record.optimization or record.strategy,
+                export_job(ctx),
+                case.feeds[0],
+                case.references[0],
+                ctx.policy,
+                base,
+            )
         )
     except StageCrashed as exc:
         found = rm.ChainLinks(links=[_chain_failed(record, f"measuring it crashed the worker: {exc}")])
@@ -219,7 +232,7 @@ def _repair(
     exported = artifact.path.with_name(f".{artifact.path.name}.unrepaired")
     shutil.copy2(artifact.path, exported)
     try:
-        ctx.worker.call(Session.repair_output_dims, artifact.format, artifact.path, {where: name for where, (name, _) in repairs.items()})
+        ctx.worker.call(RepairOutputDims(artifact.format, artifact.path, {where: name for where, (name, _) in repairs.items()}))
         repaired = _checks(ctx, stage, artifact, record, cases)
     except BaseException:
         os.replace(exported, artifact.path)
@@ -302,16 +315,16 @@ def validate_artifact(
                 device,
                 cuda_gpus() if device != "cpu" else [],
                 cache.cases_digest(cases),
-                judge=lambda hit, runtime=entry.name, device=device: rejudged(
+                judge=lambda hit, runtime=entry.name, device=device: reusable(
                     hit.data["checks"], artifact, runtime, device, cases, policy, allow_fixed_shapes
                 ),
             )
             if lookup.hit is not None:
-                checks += [rm.Check.model_validate(check) for check in lookup.hit.data["checks"]]
+                checks += judged_again(lookup.hit.data["checks"], artifact, cases, policy)
                 reused += 1
                 continue
             try:
-                found = worker.call(Session.validate, artifact, entry.name, device, cases, policy, allow_fixed_shapes)
+                found = worker.call(Validate(artifact, entry.name, device, cases, policy, allow_fixed_shapes))
             except StageCrashed as exc:
                 checks.append(rm.Check(runtime=entry.name, device=device, shape="*", status="failed", reason=crashed(stage, exc)))
                 continue
@@ -325,18 +338,19 @@ def validate_artifact(
     return checks
 
 
-# --- a cached result judged again ------------------------------------------------------------------------------------
-# Reused checks are held to what this run would decide: what checks_on (convert/validation.py) decides before running
-# (a skip where the source fails or the artifact cannot take the shape, a failure where it fixes a dim asked dynamic)
-# is decided again here, and a pass must be supported by its metrics under this run's tolerances and budgets, through
-# the validators' own judgement (compare.merge_results, which sets an output's status from its metrics). A recorded
-# failure must have a cause in what it records. Metrics that are forged consistently are not caught here: the cache's
-# digest, and whoever may write the cache, are what stands behind those.
+# --- a cached measurement reused ---------------------------------------------------------------------------------
+# The cache keeps a check's measurements; a run that reuses them judges them again with the judge of fresh checks
+# (convert/validation.py judge_cached), under its own tolerances and budgets. What is held to this run here is whether
+# the measurements can stand for this run's: the same cases and shapes, what checks_on decides before running (a skip
+# where the source fails or the artifact cannot take the shape, a failure where it fixes a dim asked dynamic), every
+# sample compared, mismatches counted at this run's elementwise tolerance, and metrics that agree with each other and
+# with the source's references. Metrics that are forged consistently are not caught here: the cache's digest, and
+# whoever may write the cache, are what stands behind those.
 
 RELATIVE_SLACK = 1e-6  # the float rounding allowed between a recomputed bound and a recorded metric
 
 
-def rejudged(
+def reusable(
     stored: list,
     artifact: Artifact,
     runtime: str,
@@ -345,7 +359,7 @@ def rejudged(
     policy: TolerancePolicy,
     allow_fixed_shapes: bool,
 ) -> str:
-    """Why the cached checks of ``runtime`` on ``device`` cannot be taken as they are ("" when they can)."""
+    """Why the cached checks of ``runtime`` on ``device`` cannot stand for this run's measurements ("" when they can)."""
     checks = [rm.Check.model_validate(check) for check in stored]
     if not checks:
         return "it holds no check"
@@ -364,13 +378,22 @@ def rejudged(
         return f"{len(cases)} shape cases but {len(checks)} checks in the entry"
     masked = token_outputs(artifact.inputs, cases)
     for check, case in zip(checks, cases):
-        why = _rejudged_check(check, case, artifact, cases, policy, allow_fixed_shapes, masked)
+        why = _reusable_check(check, case, artifact, cases, policy, allow_fixed_shapes, masked)
         if why:
             return f"{check.shape}: {why}"
     return ""
 
 
-def _rejudged_check(
+def judged_again(stored: list, artifact: Artifact, cases: list[ValidationCase], policy: TolerancePolicy) -> list[rm.Check]:
+    """The cached checks (``reusable`` ones) judged under this run's tolerances and budgets."""
+    checks = [rm.Check.model_validate(check) for check in stored]
+    if checks[0].shape == "*":
+        return checks
+    masked = token_outputs(artifact.inputs, cases)
+    return [judge_cached(check, case, artifact.precision, policy, CaseComparison(case, masked)) for check, case in zip(checks, cases)]
+
+
+def _reusable_check(
     check: rm.Check,
     case: ValidationCase,
     artifact: Artifact,
@@ -397,141 +420,43 @@ def _rejudged_check(
         return "" if check.status == before else f"recorded {check.status}, where this run decides {before} before running"
     if check.status == "skipped":
         return "recorded skipped, but this run would have run it"
-    precision = artifact.precision
-    compared = _Compared(case, masked)
-    if check.status == "failed":
-        if not check.outputs:  # the runtime failed, or did not take the feed, before every sample was compared
-            return "" if check.samples < len(case.feeds) else "recorded failed with no output compared, yet every sample ran"
-        outputs = [_rejudged_output(o, case, compared.tolerance(policy, o.name, precision), compared) for o in check.outputs]
-        explained = "failed" in outputs or check.declared_mismatches or _task_failure(check, policy)
-        return "" if explained else "recorded failed, but its metrics pass under this run's tolerances"
-    # recorded passed: every sample compared, every output the source's and supported by its metrics, no other failure
+    if not check.outputs:  # the runtime failed, or did not take the feed, before every sample was compared
+        if check.status == "failed" and check.samples < len(case.feeds):
+            return ""
+        return f"recorded {check.status} with no output compared, yet every sample ran"
+    # measured: every sample compared, every output the source's, its metrics consistent under this run's tolerance
     if not case.feeds or check.samples != len(case.feeds):
-        return f"recorded passed over {check.samples} of {len(case.feeds)} samples"
-    if check.declared_mismatches:
-        return "recorded passed although declared shapes did not hold"
+        return f"recorded {check.samples} of {len(case.feeds)} samples compared"
     expected = list(case.references[0]) if case.references else []
     if [o.name for o in check.outputs] != expected:
-        return f"recorded passed with the outputs {[o.name for o in check.outputs]}, where the source's are {expected}"
+        return f"records the outputs {[o.name for o in check.outputs]}, where the source's are {expected}"
+    compared = CaseComparison(case, masked)
     for output in check.outputs:
-        tolerance = compared.tolerance(policy, output.name, precision)
-        status = _rejudged_output(output, case, tolerance, compared)
-        if status != "passed" or output.status != "passed":
-            return f"output '{output.name}' is recorded {output.status}, re-judged {status}" + (
-                f" ({_described(output)})" if output.max_abs_error is not None else ""
-            )
-        why = _unsupported_pass(output, case, tolerance, check.samples, compared)
+        tolerance = compared.tolerance(policy, output.name, artifact.precision)
+        why = _unsupported_measurement(output, case, tolerance, check.samples, compared)
         if why:
             return f"output '{output.name}' {why}"
     if case.labels is not None:
-        return _unsupported_task_pass(check, case, policy)
+        return _unsupported_task_measurement(check, case)
     return ""
 
 
-def _described(output) -> str:
-    return f"max_abs_error {output.max_abs_error:.6g} at atol={output.atol}, rtol={output.rtol}"
-
-
-def _references(case: ValidationCase, name: str) -> list[np.ndarray]:
-    return [np.asarray(reference[name]) for reference in case.references if name in reference]
-
-
-class _Compared:
-    """A case's outputs as its checks compare them (convert/validation.py case_comparison): the values at the positions
-    a padding mask keeps, and the tolerance scaled by the source's statistics."""
-
-    def __init__(self, case: ValidationCase, masked: dict[str, str]):
-        self.case = case
-        self.shown, self.stats = case_comparison(case, masked)
-
-    def tolerance(self, policy: TolerancePolicy, name: str, precision: str):
-        tolerance = policy.for_output(name, precision)
-        stats = self.stats.get(name)
-        return tolerance.scaled(stats.rms) if stats is not None else tolerance
-
-    def references(self, name: str) -> list[np.ndarray]:
-        """Each sample's compared values of an output (every value where no mask applies to it)."""
-        from convert.validators.compare import shown_values
-
-        return [
-            shown_values(np.asarray(reference[name]), positions.get(name, ("", None))[1])
-            for reference, positions in zip(self.case.references, self.shown)
-            if name in reference
-        ]
-
-    def low_spread(self, name: str, tolerance) -> bool:
-        """Whether the output is judged by its deviations too (a low-spread float output at an elementwise tolerance)."""
-        stats = self.stats.get(name)
-        return stats is not None and not tolerance.budget and stats.low_spread(tolerance) == "cosine"
-
-
-def _is_float(dtype) -> bool:
-    return np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.complexfloating)
-
-
-def _named_float(name: str) -> bool:
-    """Whether a recorded dtype name is a float's (bfloat16 and the float8 types are known to NumPy only once ml_dtypes
-    is imported)."""
-    try:
-        return _is_float(np.dtype(name))
-    except TypeError:
-        return "float" in name
-
-
-def _rejudged_output(output, case: ValidationCase, tolerance, compared: _Compared) -> str:
-    """The status the validators' judgement gives an output from its recorded metrics and this run's tolerance: the
-    problems compare_output finds besides the values, re-derived from the references, then merge_results' verdict."""
-    from convert.validators.compare import OutputResult, merge_results
-
-    references = _references(case, output.name)
-    if not references or output.dtype is None or output.shape is None:
-        return "failed"  # an output the source does not have, or one the artifact did not give
-    reference = references[0]
-    exact = not (_is_float(reference.dtype) or _named_float(output.dtype))
-    problems = []
-    if output.dtype != str(reference.dtype):
-        problems.append("dtype")
-    if output.shape != list(reference.shape):
-        problems.append("shape")
-    if reference.size == 0 or math.prod(output.shape) == 0:
-        problems.append("empty")
-    if _is_float(reference.dtype) and not all(np.isfinite(r).all() for r in references):
-        problems.append("the source's own output is not finite")
-    if output.nan_count or output.inf_count:
-        problems.append("NaN or Inf")
-    result = OutputResult(
-        **output.model_dump(exclude={"status", "reason", "atol", "rtol", "budget", "budget_source"}),
-        status="passed",
-        atol=tolerance.atol,
-        rtol=tolerance.rtol,
-        bounds=tolerance.budget,
-        budget=tolerance.describe_budget(),
-        budget_source=tolerance.budget_source,
-        elementwise=tolerance.elementwise,
-        exact=exact and not problems,
-        by_deviation=not exact and compared.low_spread(output.name, tolerance),
-        reasons=problems,
-    )
-    return merge_results([[result]])[0].status
-
-
-def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int, compared: _Compared) -> str:
-    """Why an output's recorded metrics cannot be those of a pass under ``tolerance`` ("" when they can): the tolerance
-    it records, its counts, the metrics every compared output has, and the bounds a pass puts on its errors."""
+def _unsupported_measurement(output, case: ValidationCase, tolerance, samples: int, compared: CaseComparison) -> str:
+    """Why an output's recorded metrics cannot stand for this run's measurement ("" when they can): mismatches counted
+    at another elementwise tolerance, its counts, the metrics every compared output has, and, where this run's judge
+    passes it, the bounds a pass puts on its errors."""
     from convert.validators.compare import ERROR_HISTOGRAM_EDGES, TOP_K
 
-    recorded = (output.atol, output.rtol, output.budget, output.atol_scale)
-    if recorded != (tolerance.atol, tolerance.rtol, tolerance.describe_budget(), tolerance.scale):
+    if output.atol is None or output.rtol is None:
+        return "records no tolerance"
+    if (output.atol, output.rtol, output.atol_scale) != (tolerance.atol, tolerance.rtol, tolerance.scale):
         return (
-            f"was judged with atol={output.atol:g}, rtol={output.rtol:g}{', ' + output.budget if output.budget else ''} where this "
-            f"run's tolerance is atol={tolerance.atol:g}, rtol={tolerance.rtol:g}"
-            + (f", {tolerance.describe_budget()}" if tolerance.budget else "")
-            if output.atol is not None and output.rtol is not None
-            else "records no tolerance"
+            f"counted its mismatches at atol={output.atol:g}, rtol={output.rtol:g} where this run's tolerance is "
+            f"atol={tolerance.atol:g}, rtol={tolerance.rtol:g}"
         )
     references = compared.references(output.name)[:samples]
     elements = sum(r.size for r in references)
-    masked = sum(r.size for r in _references(case, output.name)[:samples]) - elements
+    masked = sum(r.size for r in compared.all_references(output.name)[:samples]) - elements
     if output.samples != samples or (output.elements, output.masked_values) != (elements, masked):
         return (
             f"counts {output.elements} values ({output.masked_values} masked) over {output.samples} samples where the source "
@@ -539,8 +464,10 @@ def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int, com
         )
     if not 0 <= output.mismatch_count <= elements:
         return f"counts {output.mismatch_count} mismatches of {elements} values"
+    if judge_output(output, case, tolerance, compared).status != "passed":
+        return ""  # a failure needs no more support than its metrics
     shape = references[0].shape  # the compared values' (a masked output's positions are one axis)
-    exact = not (_is_float(references[0].dtype) or _named_float(output.dtype))
+    exact = not (is_float(references[0].dtype) or named_float(output.dtype))
     needed = ["max_abs_error", "max_rel_error", "cosine_similarity"]
     if not exact:
         needed += ["rel_rms_error"] + (["top1_agreement"] if len(shape) >= 2 and shape[-1] >= 2 else [])
@@ -548,21 +475,21 @@ def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int, com
     for name in needed:
         value = getattr(output, name)
         if value is None or not math.isfinite(value) or value < -1 - RELATIVE_SLACK:
-            return f"is recorded passed while its {name} is missing or not finite"
+            return f"is judged passed while its {name} is missing or not finite"
     if exact:
-        return "" if output.max_abs_error == 0 else f"compared exactly, is recorded passed with max_abs_error {output.max_abs_error:.6g}"
+        return "" if output.max_abs_error == 0 else f"compared exactly, is judged passed with max_abs_error {output.max_abs_error:.6g}"
     if tolerance.elementwise and not tolerance.budget:
         # no value beyond atol + rtol * |expected| (validators/compare.py): nor the largest error, nor the relative one
         largest = max(float(np.abs(r.astype(np.float64)).max()) for r in references)
         bound = (tolerance.atol + tolerance.rtol * largest) * (1 + RELATIVE_SLACK)
         if output.max_abs_error > bound:
             return (
-                f"is recorded passed with max_abs_error {output.max_abs_error:.6g}, beyond atol={tolerance.atol:g} + "
+                f"is judged passed with max_abs_error {output.max_abs_error:.6g}, beyond atol={tolerance.atol:g} + "
                 f"rtol={tolerance.rtol:g} x max |reference| {largest:.6g} = {bound:.6g}"
             )
         relative = 2 * tolerance.rtol if tolerance.rtol > 0 else 1.0
         if output.max_rel_error > relative * (1 + RELATIVE_SLACK):
-            return f"is recorded passed with max_rel_error {output.max_rel_error:.6g}, beyond the {relative:g} a pass allows"
+            return f"is judged passed with max_rel_error {output.max_rel_error:.6g}, beyond the {relative:g} a pass allows"
     # the metrics must agree with each other: the error histogram counts every value, its largest bin holds the largest
     # error, and the largest error bounds the rms error from below (one value that large) and above (every value)
     histogram = output.error_histogram
@@ -580,35 +507,20 @@ def _unsupported_pass(output, case: ValidationCase, tolerance, samples: int, com
     return ""
 
 
-def _task_failure(check: rm.Check, policy: TolerancePolicy) -> bool:
-    """Whether a check's task metrics fail it (validation.checks_on): a drop over its budget, or none computed under a
-    task budget."""
+def _unsupported_task_measurement(check: rm.Check, case: ValidationCase) -> str:
+    """Why a check's task metrics on the labelled data cannot stand for this run's: the source's metrics, and drops that
+    follow from the values."""
     task = check.task
     if task is None:
-        return False
-    over = any(m.budget is not None and not m.drop <= m.budget + 1e-12 for m in task.metrics)
-    return over or bool(task.reason and policy.task_budget)
-
-
-def _unsupported_task_pass(check: rm.Check, case: ValidationCase, policy: TolerancePolicy) -> str:
-    """Why a passed check on the labelled data is not supported by its task metrics, judged by this run's budgets."""
-    task = check.task
-    if task is None:
-        return "is recorded passed on the labelled data without its task metrics"
+        return "records no task metrics on the labelled data"
     if task.reason:
-        return f"is recorded passed although a task budget was given and {task.describe()}" if policy.task_budget else ""
+        return ""
     source = {m.name: m.source for m in case.task.metrics} if case.task is not None else {}
     if {m.name for m in task.metrics} != set(source):
         return f"records the task metrics {sorted(m.name for m in task.metrics)} where the source's are {sorted(source)}"
     for metric in task.metrics:
-        budget = policy.task_budget.get(f"task_{metric.name}_drop")
-        status = "not-budgeted" if budget is None else "passed" if metric.drop <= budget + 1e-12 else "failed"
-        if metric.source != source[metric.name] or not (
-            metric.drop == metric_drop(metric.name, metric.source, metric.artifact) or budget is None
-        ):
+        if metric.source != source[metric.name] or metric.drop != metric_drop(metric.name, metric.source, metric.artifact):
             return f"records task {metric.name} {metric.artifact} and a drop {metric.drop} that are not the source's {source[metric.name]}"
-        if (metric.budget, metric.status) != (budget, status) or status == "failed":
-            return f"records task {metric.name} {metric.status} under the budget {metric.budget}, re-judged {status} under {budget}"
     return ""
 
 

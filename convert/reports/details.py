@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+import convert.reports.html_kit as kit
 from convert.validators.compare import OutputMetrics
 from convert.validators.task_metrics import drop_unit
 
@@ -57,9 +58,7 @@ class ArtifactDetail(BaseModel):
 
     def html(self) -> str:
         """Its section of the artifact in the HTML report: its title and its sentence."""
-        from convert.reports.html import _e
-
-        return f"<h3>{_e(self.title[:1].upper() + self.title[1:])}</h3><p>{_e(self.describe())}</p>"
+        return f"<h3>{kit.escape(self.title[:1].upper() + self.title[1:])}</h3><p>{kit.escape(self.describe())}</p>"
 
 
 class ProbePoint(BaseModel):
@@ -146,23 +145,21 @@ class Divergence(ArtifactDetail):
         return traced or super().testcase(checks)
 
     def html(self) -> str:
-        from convert.reports.html import _e, _facts
-
-        facts = [("traced", _e(f"{self.runtime} on {self.device} at {self.shape}; {self.method}"))]
+        facts = [("traced", kit.escape(f"{self.runtime} on {self.device} at {self.shape}; {self.method}"))]
         if self.status == "found":
             facts += [
-                ("node", f"<code>{_e(self.node)}</code> ({_e(self.op_type)})"),
-                ("layer", _e(self.layer or "-")),
-                ("value", f"<code>{_e(self.value)}</code>"),
-                ("inputs within tolerance", _e(", ".join(self.inputs_within) or "-")),
-                ("region", _e(", ".join(self.region))),
-                ("weights read", _e(", ".join(self.parameters) or "-")),
+                ("node", f"<code>{kit.escape(self.node)}</code> ({kit.escape(self.op_type)})"),
+                ("layer", kit.escape(self.layer or "-")),
+                ("value", f"<code>{kit.escape(self.value)}</code>"),
+                ("inputs within tolerance", kit.escape(", ".join(self.inputs_within) or "-")),
+                ("region", kit.escape(", ".join(self.region))),
+                ("weights read", kit.escape(", ".join(self.parameters) or "-")),
             ]
             if self.reproduce:
-                facts.append(("reproducer", f"<pre>{_e(self.reproduce)}</pre>"))
+                facts.append(("reproducer", f"<pre>{kit.escape(self.reproduce)}</pre>"))
         chunks = f"{self.chunks} chunk{'s' * (self.chunks != 1)}"
-        facts.append(("compared", _e(f"{self.compared} of {self.matched} named values in {chunks}, {self.seconds:.3g} s")))
-        return "<h3>Where it diverged</h3>" + f"<p>{_e(self.describe())}</p>" + _facts(facts) + _divergence_svg(self)
+        facts.append(("compared", kit.escape(f"{self.compared} of {self.matched} named values in {chunks}, {self.seconds:.3g} s")))
+        return "<h3>Where it diverged</h3>" + f"<p>{kit.escape(self.describe())}</p>" + kit.definitions(facts) + _divergence_svg(self)
 
 
 class SensitivityRow(BaseModel):
@@ -207,22 +204,20 @@ class Sensitivity(ArtifactDetail):
         return self.status == "found"
 
     def html(self) -> str:
-        from convert.reports.html import _e, _num, _table, _td
-
         rows = [
             (
                 "failed" if row.node in self.keep else "",
-                _td(row.node)
-                + _td(row.op_type)
-                + _td(row.layer or "-")
-                + _td(_num(row.rel_rms_error), True)
-                + _td(_num(row.cosine_similarity, ".6f"), True)
-                + _td("keep in FP32" if row.node in self.keep else ""),
+                kit.cell(row.node)
+                + kit.cell(row.op_type)
+                + kit.cell(row.layer or "-")
+                + kit.cell(kit.number(row.rel_rms_error), True)
+                + kit.cell(kit.number(row.cosine_similarity, ".6f"), True)
+                + kit.cell("keep in FP32" if row.node in self.keep else ""),
             )
             for row in self.rows
         ]
-        table = _table(["node", "op", "layer", "rel_rms alone", "cosine alone", ""], rows) if rows else ""
-        return "<h3>Sensitivity</h3>" + f"<p>{_e(self.describe())}</p>" + table
+        table = kit.table(["node", "op", "layer", "rel_rms alone", "cosine alone", ""], rows) if rows else ""
+        return "<h3>Sensitivity</h3>" + f"<p>{kit.escape(self.describe())}</p>" + table
 
 
 class AccuracyControl(ArtifactDetail):
@@ -458,8 +453,6 @@ def parse_detail(data: dict) -> ArtifactDetail:
 
 def _divergence_svg(found: Divergence) -> str:
     """The max abs error of every compared value in graph order (log axis), the first failing one marked."""
-    from convert.reports.html import AXIS_COLOR, BAR_COLOR, FAIL_COLOR, GRID_COLOR, _e, _line, _svg, _text
-
     points = [(i, p) for i, p in enumerate(found.probes) if p.max_abs_error is not None]
     if len(points) < 2:
         return ""
@@ -477,24 +470,24 @@ def _divergence_svg(found: Divergence) -> str:
     parts = []
     for decade in range(low, high + 1):
         _, y = xy(0, decade)
-        parts.append(_line(left, y, left + plot_width, y, GRID_COLOR))
-        parts.append(_text(left - 6, y + 4, f"1e{decade}", anchor="end", size=10, css="axis"))
+        parts.append(kit.svg_line(left, y, left + plot_width, y, kit.GRID_COLOR))
+        parts.append(kit.svg_text(left - 6, y + 4, f"1e{decade}", anchor="end", size=10, css="axis"))
     coordinates = [xy(i, log) for (i, _), log in zip(points, logs)]
     parts.append(
         '<polyline fill="none" stroke="'
-        + BAR_COLOR
+        + kit.BAR_COLOR
         + '" stroke-width="1.5" points="'
         + " ".join(f"{x:.1f},{y:.1f}" for x, y in coordinates)
         + '"/>'
     )
     for (x, y), (_, probe) in zip(coordinates, points):
-        color = FAIL_COLOR if probe.status == "failed" else BAR_COLOR
+        color = kit.FAIL_COLOR if probe.status == "failed" else kit.BAR_COLOR
         tooltip = f"{probe.node} ({probe.op_type}) {probe.layer}: {probe.max_abs_error:.3g}"
-        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"><title>{_e(tooltip)}</title></circle>')
-    parts.append(_line(left, top + plot_height, left + plot_width, top + plot_height, AXIS_COLOR))
-    parts.append(_text(left + plot_width / 2, height - 8, "intermediate values in graph order", size=10, css="axis"))
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"><title>{kit.escape(tooltip)}</title></circle>')
+    parts.append(kit.svg_line(left, top + plot_height, left + plot_width, top + plot_height, kit.AXIS_COLOR))
+    parts.append(kit.svg_text(left + plot_width / 2, height - 8, "intermediate values in graph order", size=10, css="axis"))
     parts.append(
-        _text(
+        kit.svg_text(
             12,
             top + plot_height / 2,
             "max abs error",
@@ -503,4 +496,4 @@ def _divergence_svg(found: Divergence) -> str:
             extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"',
         )
     )
-    return _svg(width, height, "divergence", "max abs error along the graph", parts)
+    return kit.svg(width, height, "divergence", "max abs error along the graph", parts)

@@ -1,9 +1,10 @@
 """The HTML report: one self-contained page rendered from the JSON report.
 
 Everything is inline (CSS, SVG charts drawn here, no scripts, no fonts or images fetched), so the page can be
-attached to a CI run or a review and opened offline. Every piece of text taken from the report goes through
-``html.escape``: model paths, commands and error messages may hold ``<`` and ``&``. The page leads with one row per
-artifact, to compare them at a glance, and names files relative to its own folder, so that it moves with them.
+attached to a CI run or a review and opened offline. Every piece of text taken from the report is escaped (the pieces
+the page is built of are in ``convert/reports/html_kit.py``): model paths, commands and error messages may hold ``<``
+and ``&``. The page leads with one row per artifact, to compare them at a glance, and names files relative to its own
+folder, so that it moves with them.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from html import escape
 from pathlib import Path
 
+import convert.reports.html_kit as kit
 from convert.reports import facts
 from convert.reports.model import (
     ArtifactRecord,
@@ -32,75 +33,6 @@ from convert.reports.model import (
 )
 from convert.safety import atomic_write_text
 from convert.validators.task_metrics import drop_unit
-
-PASS_COLOR = "#1a7f37"
-FAIL_COLOR = "#cf222e"
-BAR_COLOR = "#0969da"  # the main bars of the histogram and latency charts
-PERCENTILE_COLORS = {"p50": BAR_COLOR, "p90": "#54aeff", "p99": "#b6e3ff"}
-SOURCE_PERCENTILE_COLORS = {"p50": "#59636e", "p90": "#8c959f", "p99": "#d1d9e0"}
-STAGE_COLORS = {"ok": "#2da44e", "failed": "#e5534b", "skipped": "#afb8c1"}
-UNSTABLE_COLOR = "#bc4c00"  # orange: a warning, apart from the skipped badges' brown
-AXIS_COLOR = "#8c959f"
-GRID_COLOR = "#eaeef2"
-
-CSS = f"""
-* {{ box-sizing: border-box; }}
-body {{ margin: 0; color: #1f2328; background: #ffffff; line-height: 1.45;
-  font: 14px/1.45 -apple-system, BlinkMacSystemFont, "Segoe UI", "Noto Sans", Helvetica, Arial, sans-serif; }}
-.wrap {{ max-width: 1180px; margin: 0 auto; padding: 0 24px; }}
-.verdict {{ color: #ffffff; padding: 28px 0 24px; }}
-.verdict.good {{ background: {PASS_COLOR}; }}
-.verdict.bad {{ background: {FAIL_COLOR}; }}
-.verdict-word {{ font-size: 48px; font-weight: 800; letter-spacing: 2px; line-height: 1.1; }}
-.verdict-summary {{ font-size: 18px; margin-top: 6px; font-weight: 600; }}
-.verdict ul {{ margin: 14px 0 0; padding: 0; list-style: none; }}
-.verdict li {{ background: rgba(255, 255, 255, 0.14); border-radius: 6px; padding: 6px 10px; margin: 4px 0;
-  overflow-wrap: anywhere; }}
-.verdict .code {{ font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-weight: 700;
-  margin-right: 8px; }}
-.verdict .artifact {{ font-weight: 700; margin-right: 8px; }}
-.verdict .notes li {{ background: rgba(0, 0, 0, 0.12); }}
-.verdict-meta {{ margin: 12px 0 0; opacity: 0.9; font-size: 13px; overflow-wrap: anywhere; }}
-main {{ padding-bottom: 48px; }}
-h2 {{ font-size: 22px; margin: 36px 0 12px; padding-bottom: 6px; border-bottom: 1px solid #d1d9e0; }}
-h3 {{ font-size: 16px; margin: 22px 0 8px; }}
-.facts {{ display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; margin: 0; }}
-.facts dt {{ color: #59636e; }}
-.facts dd {{ margin: 0; overflow-wrap: anywhere; }}
-code, pre {{ font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; }}
-pre {{ background: #f6f8fa; border: 1px solid #d1d9e0; border-radius: 6px; padding: 8px 10px; margin: 0;
-  white-space: pre-wrap; overflow-wrap: anywhere; }}
-.scroll {{ overflow-x: auto; }}
-table {{ border-collapse: collapse; width: 100%; margin: 6px 0 10px; font-size: 13px; }}
-th, td {{ border: 1px solid #d1d9e0; padding: 4px 8px; text-align: left; vertical-align: top;
-  overflow-wrap: anywhere; }}
-th {{ background: #f6f8fa; font-weight: 600; white-space: nowrap; }}
-td.num {{ text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }}
-table.compact {{ width: auto; min-width: 420px; }}
-tr.failed > td {{ background: #ffebe9; }}
-tr.skipped > td {{ background: #fff8c5; }}
-tr.good > td {{ background: #dafbe1; }}
-tr.reference > td {{ background: #f6f8fa; font-style: italic; }}
-.badge {{ display: inline-block; border-radius: 10px; padding: 0 8px; font-size: 12px; font-weight: 600;
-  white-space: nowrap; color: #ffffff; background: #59636e; }}
-.badge.passed, .badge.ok, .badge.chosen, .badge.improved {{ background: {PASS_COLOR}; }}
-.badge.failed, .badge.regressed {{ background: {FAIL_COLOR}; }}
-.badge.skipped, .badge.lost, .badge.not_compared {{ background: #9a6700; }}
-.badge.unstable {{ background: {UNSTABLE_COLOR}; margin-left: 6px; cursor: help; }}
-.muted {{ color: #59636e; }}
-.artifact-section {{ border: 1px solid #d1d9e0; border-radius: 8px; padding: 4px 18px 12px; margin: 18px 0; }}
-.artifact-section h2 {{ border: 0; margin-top: 14px; }}
-.charts {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 16px; }}
-figure {{ margin: 0; border: 1px solid #eaeef2; border-radius: 6px; padding: 8px 10px; }}
-figcaption {{ font-weight: 600; margin-bottom: 4px; overflow-wrap: anywhere; }}
-figcaption .muted {{ font-weight: 400; }}
-svg.chart {{ display: block; max-width: 100%; height: auto; }}
-svg.chart text {{ font-family: inherit; fill: #1f2328; }}
-svg.chart text.axis {{ fill: #59636e; }}
-.legend {{ display: flex; gap: 14px; flex-wrap: wrap; font-size: 12px; color: #59636e; margin: 2px 0 4px; }}
-.swatch {{ display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 4px;
-  vertical-align: -1px; }}
-"""
 
 
 def render_html(report: Report, folder: Path | None = None) -> str:
@@ -129,8 +61,8 @@ def render_html(report: Report, folder: Path | None = None) -> str:
             "<head>",
             '<meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{_e(word)} · {_e(facts.source_name(report))} · convert report</title>",
-            f"<style>{CSS}</style>",
+            f"<title>{kit.escape(word)} · {kit.escape(facts.source_name(report))} · convert report</title>",
+            f"<style>{kit.CSS}</style>",
             "</head>",
             "<body>",
             _verdict_banner(report, word, good),
@@ -224,95 +156,22 @@ def _relative_word(word: str, folder: Path) -> str:
 # the other helpers return HTML.
 
 
-def _e(value: object) -> str:
-    return escape(str(value))
-
-
-def _num(value: float | None, spec: str = ".3g") -> str:
-    return "–" if value is None else format(value, spec)
-
-
-def _rate(per_second: float | None) -> str:
-    """Throughput: whole numbers with thousands separators once large, three digits below."""
-    if per_second is None:
-        return "–"
-    return f"{per_second:,.0f}" if per_second >= 1000 else f"{per_second:.3g}"
-
-
-def _size(size_bytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.3g} {unit}"
-    return f"{size_bytes} B"
-
-
 def _short_sha(sha256: str | None) -> str:
-    return f'<code title="{_e(sha256)}">{_e(sha256[:12])}</code>' if sha256 else "–"
-
-
-def _badge(status: str, tooltip: str = "") -> str:
-    title = f' title="{_e(tooltip)}"' if tooltip else ""
-    return f'<span class="badge {_e(status.replace(" ", "_"))}"{title}>{_e(status.replace("_", " "))}</span>'
+    return f'<code title="{kit.escape(sha256)}">{kit.escape(sha256[:12])}</code>' if sha256 else "–"
 
 
 def _unstable_badge(timed: Benchmark | AutoCandidate) -> str:
     """A warning beside a p50 too noisy to rank, its reason in the tooltip; "" beside a stable one."""
     why = facts.instability(timed)
-    return f'<span class="badge unstable" title="{_e(why)}" aria-label="{_e(why)}">⚠ unstable</span>' if why else ""
+    return f'<span class="badge unstable" title="{kit.escape(why)}" aria-label="{kit.escape(why)}">⚠ unstable</span>' if why else ""
 
 
 def _p50_cell(timed: Benchmark | AutoCandidate | None, tooltip: str = "") -> str:
     """A p50 in ms with its unstable warning; "–" where it was not measured."""
-    title = f' title="{_e(tooltip)}"' if tooltip else ""
+    title = f' title="{kit.escape(tooltip)}"' if tooltip else ""
     if timed is None:
         return f'<td class="num"{title}>–</td>'
-    return f'<td class="num"{title}>{_e(_num(timed.latency_ms_p50))}{_unstable_badge(timed)}</td>'
-
-
-def _table(headers: list[str], rows: list[tuple[str, str]], compact: bool = False) -> str:
-    """A table from (css class, cells HTML) rows; ``th`` cells come from plain header names."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "\n".join(f'<tr class="{css}">{cells}</tr>' for css, cells in rows)
-    table = '<table class="compact">' if compact else "<table>"
-    return f'<div class="scroll">{table}<thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table></div>'
-
-
-def _td(text: object, numeric: bool = False) -> str:
-    return f'<td class="num">{_e(text)}</td>' if numeric else f"<td>{_e(text)}</td>"
-
-
-def _row_class(status: str) -> str:
-    return {"failed": "failed", "regressed": "failed", "skipped": "skipped", "not_compared": "skipped"}.get(status, "")
-
-
-def _svg(width: int, height: int, kind: str, label: str, parts: list[str]) -> str:
-    return (
-        f'<svg class="chart" data-chart="{kind}" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'role="img" aria-label="{_e(label)}"><title>{_e(label)}</title>' + "".join(parts) + "</svg>"
-    )
-
-
-def _text(x: float, y: float, text: str, anchor: str = "middle", size: float = 11, css: str = "", extra: str = "") -> str:
-    css_attr = f' class="{css}"' if css else ""
-    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}"{css_attr}{extra}>{_e(text)}</text>'
-
-
-def _rect(x: float, y: float, width: float, height: float, fill: str, tooltip: str = "") -> str:
-    title = f"<title>{_e(tooltip)}</title>" if tooltip else ""
-    return f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" fill="{fill}">{title}</rect>'
-
-
-def _line(x1: float, y1: float, x2: float, y2: float, color: str, dashed: bool = False) -> str:
-    dash = ' stroke-dasharray="4 3"' if dashed else ""
-    return f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{color}" stroke-width="1"{dash}/>'
-
-
-def _nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value``: round axis maxima."""
-    if value <= 0:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= value)
+    return f'<td class="num"{title}>{kit.escape(kit.number(timed.latency_ms_p50))}{_unstable_badge(timed)}</td>'
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -332,37 +191,32 @@ def _run_summary(report: Report) -> str:
 
 def _verdict_banner(report: Report, word: str, good: bool) -> str:
     gate = report.gate
-    parts = [f'<div class="verdict-word">{_e(word)}</div>']
-    parts.append(f'<div class="verdict-summary">{_e(gate.summary() if gate else _run_summary(report))}</div>')
+    parts = [f'<div class="verdict-word">{kit.escape(word)}</div>']
+    parts.append(f'<div class="verdict-summary">{kit.escape(gate.summary() if gate else _run_summary(report))}</div>')
     if gate and gate.reasons:
         items = "".join(
-            f'<li><span class="code">{_e(r.code)}</span>'
-            + (f'<span class="artifact">{_e(r.artifact)}</span>' if r.artifact else "")
-            + f"{_e(r.message)}</li>"
+            f'<li><span class="code">{kit.escape(r.code)}</span>'
+            + (f'<span class="artifact">{kit.escape(r.artifact)}</span>' if r.artifact else "")
+            + f"{kit.escape(r.message)}</li>"
             for r in gate.reasons
         )
         parts.append(f'<ul class="reasons">{items}</ul>')
     if gate and gate.notes:
-        parts.append('<ul class="notes">' + "".join(f"<li>note: {_e(n)}</li>" for n in gate.notes) + "</ul>")
+        parts.append('<ul class="notes">' + "".join(f"<li>note: {kit.escape(n)}</li>" for n in gate.notes) + "</ul>")
     if report.unbuilt and not gate:  # a gate names them among its reasons
         items = "".join(
-            f'<li><span class="code">not built</span><span class="artifact">{_e(u.artifact)}</span>{_e(u.reason)}</li>'
+            f'<li><span class="code">not built</span><span class="artifact">{kit.escape(u.artifact)}</span>{kit.escape(u.reason)}</li>'
             for u in report.unbuilt
         )
         parts.append(f'<ul class="reasons">{items}</ul>')
     if report.error:
-        parts.append(f'<ul class="reasons"><li><span class="code">error</span>{_e(report.error)}</li></ul>')
+        parts.append(f'<ul class="reasons"><li><span class="code">error</span>{kit.escape(report.error)}</li></ul>')
     exit_code = gate.exit_code if gate else report.exit_code
     meta = [f"exit code {exit_code}"] if exit_code is not None else []
     if gate:
         meta.append(f"policy: {gate.policy}")
-    parts.append(f'<p class="verdict-meta">{_e(" · ".join(meta))}</p>')
+    parts.append(f'<p class="verdict-meta">{kit.escape(" · ".join(meta))}</p>')
     return f'<header id="verdict" class="verdict {"good" if good else "bad"}"><div class="wrap">{"".join(parts)}</div></header>'
-
-
-def _facts(pairs: list[tuple[str, str]]) -> str:
-    """A definition list from (plain label, value HTML) pairs."""
-    return '<dl class="facts">' + "".join(f"<dt>{_e(label)}</dt><dd>{value}</dd>" for label, value in pairs) + "</dl>"
 
 
 def _composite_section(report: Report) -> str:
@@ -374,28 +228,28 @@ def _composite_section(report: Report) -> str:
         (f"Components of the {report.composite}", facts.COMPONENT_HEADER, facts.component_rows(report)),
         ("Run together", facts.ASSEMBLED_HEADER, facts.assembled_rows(report)),
     ):
-        body = [(_row_class(status), "".join(_td(cell) for cell in cells)) for status, cells in rows]
-        parts.append(f"<section><h2>{_e(title)}</h2>" + _table(header, body) + "</section>")
+        body = [(kit.row_class(status), "".join(kit.cell(cell) for cell in cells)) for status, cells in rows]
+        parts.append(f"<section><h2>{kit.escape(title)}</h2>" + kit.table(header, body) + "</section>")
     return "\n".join(parts)
 
 
 def _summary_section(report: Report) -> str:
     source = report.source
-    framework = " / ".join(_e(part) for part in (source.framework, source.kind, source.description) if part)
+    framework = " / ".join(kit.escape(part) for part in (source.framework, source.kind, source.description) if part)
     pairs = [
-        ("source", f"<code>{_e(source.path)}</code>" if source.path else "–"),
+        ("source", f"<code>{kit.escape(source.path)}</code>" if source.path else "–"),
         ("framework", framework or "–"),
         ("source sha256", _short_sha(source.sha256)),
-        ("inputs", ", ".join(f"<code>{_e(i)}</code>" for i in source.inputs) or "–"),
-        ("outputs", ", ".join(f"<code>{_e(o)}</code>" for o in source.outputs) or "–"),
-        ("command", f"<pre>{_e(report.command)}</pre>" if report.command else "–"),
-        ("tool version", _e(report.tool_version)),
-        ("created", _e(report.created_at)),
-        ("conversion exit code" if report.gate else "exit code", _e(report.exit_code if report.exit_code is not None else "–")),
+        ("inputs", ", ".join(f"<code>{kit.escape(i)}</code>" for i in source.inputs) or "–"),
+        ("outputs", ", ".join(f"<code>{kit.escape(o)}</code>" for o in source.outputs) or "–"),
+        ("command", f"<pre>{kit.escape(report.command)}</pre>" if report.command else "–"),
+        ("tool version", kit.escape(report.tool_version)),
+        ("created", kit.escape(report.created_at)),
+        ("conversion exit code" if report.gate else "exit code", kit.escape(report.exit_code if report.exit_code is not None else "–")),
     ]
     if report.calibration:
-        pairs.append(("calibration", _e(report.calibration)))
-    return "<section><h2>Summary</h2>" + _facts(pairs) + "</section>"
+        pairs.append(("calibration", kit.escape(report.calibration)))
+    return "<section><h2>Summary</h2>" + kit.definitions(pairs) + "</section>"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -408,18 +262,18 @@ def _packages_section(report: Report) -> str:
     rows = [
         (
             "" if package.passed else "failed",
-            _td(package.packager)
-            + _td(_size(package.size_bytes), numeric=True)
+            kit.cell(package.packager)
+            + kit.cell(kit.file_size(package.size_bytes), numeric=True)
             + f"<td>{_short_sha(package.sha256)}</td>"
-            + f"<td>{_badge('passed' if package.passed else 'failed')}</td>"
-            + _td(", ".join(a.key for a in package.artifacts))
-            + _td("; ".join(f"{c.name}: {c.status}" + (f" ({c.reason})" if c.status != "passed" else "") for c in package.checks))
-            + f"<td><code>{_e(package.path or '–')}</code></td>",
+            + f"<td>{kit.badge('passed' if package.passed else 'failed')}</td>"
+            + kit.cell(", ".join(a.key for a in package.artifacts))
+            + kit.cell("; ".join(f"{c.name}: {c.status}" + (f" ({c.reason})" if c.status != "passed" else "") for c in package.checks))
+            + f"<td><code>{kit.escape(package.path or '–')}</code></td>",
         )
         for package in report.packages
     ]
     headers = ["packager", "size", "sha256", "status", "holds", "structural checks", "path"]
-    return "<section><h2>Packages</h2>" + _table(headers, rows) + "</section>"
+    return "<section><h2>Packages</h2>" + kit.table(headers, rows) + "</section>"
 
 
 def _artifacts_section(report: Report, relative_paths: bool) -> str:
@@ -444,26 +298,26 @@ def _artifacts_section(report: Report, relative_paths: bool) -> str:
         "file",
     ]
     note = '<p class="muted">Paths are relative to the folder of this page; the commands run from it.</p>' if relative_paths else ""
-    return '<section id="artifacts"><h2>Artifacts</h2>' + _table(headers, rows) + note + "</section>"
+    return '<section id="artifacts"><h2>Artifacts</h2>' + kit.table(headers, rows) + note + "</section>"
 
 
 def _source_row(report: Report) -> tuple[str, str]:
     reference = facts.reference_benchmark(report)
     return (
         "reference",
-        _td(f"source model ({report.source.framework or 'source'})")
-        + f"<td>{_badge('reference', 'the speed-ups are measured against this p50')}</td>"
-        + _td("–") * 4
+        kit.cell(f"source model ({report.source.framework or 'source'})")
+        + f"<td>{kit.badge('reference', 'the speed-ups are measured against this p50')}</td>"
+        + kit.cell("–") * 4
         + _p50_cell(reference)
-        + _td("1.00x", numeric=True)
+        + kit.cell("1.00x", numeric=True)
         + _decode_cell(report, reference)
-        + _td("–") * 2
-        + f"<td><code>{_e(report.source.path or '–')}</code></td>",
+        + kit.cell("–") * 2
+        + f"<td><code>{kit.escape(report.source.path or '–')}</code></td>",
     )
 
 
 def _artifact_row(report: Report, index: int, artifact: ArtifactRecord) -> tuple[str, str]:
-    made = f' <span class="muted">({_e(artifact.format)})</span>' if artifact.key != artifact.format else ""
+    made = f' <span class="muted">({kit.escape(artifact.format)})</span>' if artifact.key != artifact.format else ""
     if artifact.checks:
         status = "passed" if artifact.passed else "failed"
         attested = artifact.detail(PrecisionAttestation)
@@ -480,18 +334,18 @@ def _artifact_row(report: Report, index: int, artifact: ArtifactRecord) -> tuple
     where = f"{benchmark.runtime} on {benchmark.device} at {benchmark.shape}" if benchmark else "not measured"
     return (
         {"passed": "", "skipped": "skipped"}.get(status, "failed"),
-        f'<td><a href="#artifact-{index}">{_e(facts.label(report, artifact))}</a>{made}</td>'
-        + f"<td>{_badge(status, why)}</td>"
-        + _td(_status_counts(artifact.checks))
-        + _td(_num(worst[0] if worst else None), numeric=True)
-        + (f"<td><code>{_e(worst[1])}</code></td>" if worst else _td("–"))
-        + _td(_num(cosine, ".6f"), numeric=True)
+        f'<td><a href="#artifact-{index}">{kit.escape(facts.label(report, artifact))}</a>{made}</td>'
+        + f"<td>{kit.badge(status, why)}</td>"
+        + kit.cell(_status_counts(artifact.checks))
+        + kit.cell(kit.number(worst[0] if worst else None), numeric=True)
+        + (f"<td><code>{kit.escape(worst[1])}</code></td>" if worst else kit.cell("–"))
+        + kit.cell(kit.number(cosine, ".6f"), numeric=True)
         + _p50_cell(benchmark, where)
-        + _td(facts.times(facts.speedup(report, benchmark)) if benchmark else "–", numeric=True)
+        + kit.cell(facts.times(facts.speedup(report, benchmark)) if benchmark else "–", numeric=True)
         + _decode_cell(report, benchmark)
-        + _td(_size(artifact.size_bytes) if artifact.path else "–", numeric=True)
-        + _td(artifact.precision)
-        + f"<td><code>{_e(artifact.path or '–')}</code></td>",
+        + kit.cell(kit.file_size(artifact.size_bytes) if artifact.path else "–", numeric=True)
+        + kit.cell(artifact.precision)
+        + f"<td><code>{kit.escape(artifact.path or '–')}</code></td>",
     )
 
 
@@ -500,31 +354,33 @@ def _decode_cell(report: Report, benchmark: Benchmark | None) -> str:
     if not facts.generates(report):
         return ""
     if benchmark is None or benchmark.decode_tokens_per_s is None:
-        return _td("–", numeric=True)
-    return f'<td class="num" title="{_e(benchmark.decode())}">{_e(_rate(benchmark.decode_tokens_per_s))}</td>'
+        return kit.cell("–", numeric=True)
+    return f'<td class="num" title="{kit.escape(benchmark.decode())}">{kit.escape(kit.rate(benchmark.decode_tokens_per_s))}</td>'
 
 
 def _artifact_section(report: Report, index: int, artifact: ArtifactRecord) -> str:
     status = "passed" if artifact.passed else "failed"
-    details = [("format", _e(artifact.format)), ("precision", _e(artifact.precision))]
+    details = [("format", kit.escape(artifact.format)), ("precision", kit.escape(artifact.precision))]
     if artifact.path:
-        details += [("file", f"<code>{_e(artifact.path)}</code>"), ("sha256", _short_sha(artifact.sha256))]
+        details += [("file", f"<code>{kit.escape(artifact.path)}</code>"), ("sha256", _short_sha(artifact.sha256))]
     if artifact.given:
-        details.append(("given", f"<code>{_e(artifact.path)}</code>, validated as it is"))
+        details.append(("given", f"<code>{kit.escape(artifact.path)}</code>, validated as it is"))
     if artifact.exporter or artifact.strategy:
-        details.append(("exporter", _e(" · ".join(p for p in (artifact.exporter, artifact.strategy) if p))))
+        details.append(("exporter", kit.escape(" · ".join(p for p in (artifact.exporter, artifact.strategy) if p))))
     if artifact.dim_bounds or any(a.note for a in artifact.attempts):
-        details.append(("found on export", _e("; ".join(a.note for a in artifact.attempts if a.note))))
+        details.append(("found on export", kit.escape("; ".join(a.note for a in artifact.attempts if a.note))))
     if artifact.derived_from:
-        details.append(("derived from", f"<code>{_e(artifact.derived_from)}</code>"))
+        details.append(("derived from", f"<code>{kit.escape(artifact.derived_from)}</code>"))
     if artifact.reproduce:
-        details.append(("reproduce", f"<pre>{_e(artifact.reproduce)}</pre>"))
+        details.append(("reproduce", f"<pre>{kit.escape(artifact.reproduce)}</pre>"))
     failed_attempts = [a for a in artifact.attempts if a.status == "failed"]
-    attempts = "".join(f"<h3>Failed attempt: {_e(a.strategy)} ({a.seconds:.3g} s)</h3><pre>{_e(a.error)}</pre>" for a in failed_attempts)
+    attempts = "".join(
+        f"<h3>Failed attempt: {kit.escape(a.strategy)} ({a.seconds:.3g} s)</h3><pre>{kit.escape(a.error)}</pre>" for a in failed_attempts
+    )
     return (
         f'<section class="artifact-section" id="artifact-{index}">'
-        f"<h2>{_e(artifact.key)} {_badge(status)}</h2>"
-        + _facts(details)
+        f"<h2>{kit.escape(artifact.key)} {kit.badge(status)}</h2>"
+        + kit.definitions(details)
         + attempts
         + "<h3>Checks</h3>"
         + _checks_table(artifact.checks)
@@ -550,71 +406,73 @@ def _checks_table(checks: list[Check]) -> str:
     for check in checks:
         outputs = check.outputs or [None]
         check_cells = (
-            f'<td rowspan="{len(outputs)}">{_e(check.runtime)}</td><td rowspan="{len(outputs)}">'
-            f'{_e(check.device)}</td><td rowspan="{len(outputs)}">{_e(check.shape)}</td>'
-            f'<td rowspan="{len(outputs)}">{_badge(check.status)}</td>'
+            f'<td rowspan="{len(outputs)}">{kit.escape(check.runtime)}</td><td rowspan="{len(outputs)}">'
+            f'{kit.escape(check.device)}</td><td rowspan="{len(outputs)}">{kit.escape(check.shape)}</td>'
+            f'<td rowspan="{len(outputs)}">{kit.badge(check.status)}</td>'
         )
         for position, output in enumerate(outputs):
             first = position == 0
             if output is None and check.generation is not None:
-                cells = f'<td colspan="5">{_e(check.generation.describe())}</td>' + _td(check.reason)
+                cells = f'<td colspan="5">{kit.escape(check.generation.describe())}</td>' + kit.cell(check.reason)
                 status = check.status
             elif output is None:
-                cells = '<td colspan="5" class="muted">no outputs compared</td>' + _td(check.reason)
+                cells = '<td colspan="5" class="muted">no outputs compared</td>' + kit.cell(check.reason)
                 status = check.status
             else:
                 reason = output.reason or (check.reason if first else "")
                 cells = (
-                    _td(output.name)
-                    + _td(_num(output.max_abs_error), numeric=True)
-                    + _td(_num(output.cosine_similarity, ".6f"), numeric=True)
-                    + _td(_num(output.rel_rms_error), numeric=True)
-                    + _td(_num(output.top1_agreement, ".1%"), numeric=True)
-                    + _td(reason)
+                    kit.cell(output.name)
+                    + kit.cell(kit.number(output.max_abs_error), numeric=True)
+                    + kit.cell(kit.number(output.cosine_similarity, ".6f"), numeric=True)
+                    + kit.cell(kit.number(output.rel_rms_error), numeric=True)
+                    + kit.cell(kit.number(output.top1_agreement, ".1%"), numeric=True)
+                    + kit.cell(reason)
                 )
                 status = "failed" if output.status == "failed" else check.status
-            rows.append((_row_class(status), (check_cells if first else "") + cells))
+            rows.append((kit.row_class(status), (check_cells if first else "") + cells))
     headers = ["runtime", "device", "shape", "status", "output", "max |err|", "cosine", "rel rms", "top-1", "reason"]
-    return _table(headers, rows)
+    return kit.table(headers, rows)
 
 
 def _task_section(report: Report) -> str:
     """The datasets used, and each artifact's task metrics beside the source's, with their budgets."""
     if not report.data:
         return ""
-    data = _table(
+    data = kit.table(
         ["role", "path", "form", "samples used", "sha256", "detail"],
         [
             (
                 "",
-                _td(d.role)
-                + f"<td><code>{_e(d.path)}</code></td>"
-                + _td(d.kind)
-                + _td(f"{len(d.used)} of {d.size}", True)
+                kit.cell(d.role)
+                + f"<td><code>{kit.escape(d.path)}</code></td>"
+                + kit.cell(d.kind)
+                + kit.cell(f"{len(d.used)} of {d.size}", True)
                 + f"<td>{_short_sha(d.sha256)}</td>"
-                + _td(d.detail or "-"),
+                + kit.cell(d.detail or "-"),
             )
             for d in report.data
         ],
     )
     rows = [
         (
-            _row_class(m.status),
-            _td(artifact.key)
-            + _td(f"{check.runtime} · {check.device}")
-            + _td(m.name)
-            + _td(_num(m.source, ".4f"), True)
-            + _td(_num(m.artifact, ".4f"), True)
-            + _td(f"{m.drop * 100:+.2f}{drop_unit(m.name)}", True)
-            + _td("-" if m.budget is None else f"≤ {m.budget * 100:.2f}{drop_unit(m.name)}", True)
-            + f"<td>{_badge(m.status)}</td>",
+            kit.row_class(m.status),
+            kit.cell(artifact.key)
+            + kit.cell(f"{check.runtime} · {check.device}")
+            + kit.cell(m.name)
+            + kit.cell(kit.number(m.source, ".4f"), True)
+            + kit.cell(kit.number(m.artifact, ".4f"), True)
+            + kit.cell(f"{m.drop * 100:+.2f}{drop_unit(m.name)}", True)
+            + kit.cell("-" if m.budget is None else f"≤ {m.budget * 100:.2f}{drop_unit(m.name)}", True)
+            + f"<td>{kit.badge(m.status)}</td>",
         )
         for artifact, check, m in report.task_rows()
     ]
     headers = ["artifact", "runtime · device", "metric", "source", "artifact value", "drop", "budget", "status"]
     reasons = sorted({c.task.reason for a in report.artifacts for c in a.task_checks() if c.task.reason})
     metrics = (
-        _table(headers, rows) if rows else f"<p>No task metric was computed: {_e('; '.join(reasons) or 'the data has no labels')}.</p>"
+        kit.table(headers, rows)
+        if rows
+        else f"<p>No task metric was computed: {kit.escape('; '.join(reasons) or 'the data has no labels')}.</p>"
     )
     return "<section><h2>Task metrics on your data</h2>" + data + metrics + "</section>"
 
@@ -655,12 +513,12 @@ def _histograms(artifact: ArtifactRecord, edges: list[float]) -> tuple[list[str]
     for name, counts in summed.items():
         atol = next(iter(atols[name])) if len(atols.get(name, ())) == 1 else None
         figures.append(
-            f'<figure><figcaption>{_e(name)} <span class="muted">· |actual − expected| of '
+            f'<figure><figcaption>{kit.escape(name)} <span class="muted">· |actual − expected| of '
             f"{sum(counts)} values over {checks_per_output[name]} check"
             f"{'s' * (checks_per_output[name] != 1)}</span></figcaption>" + _histogram_svg(name, counts, edges, atol) + "</figure>"
         )
     notes = "".join(
-        f'<p class="muted">Output <code>{_e(name)}</code>: compared exactly (integer or boolean), no error histogram.</p>'
+        f'<p class="muted">Output <code>{kit.escape(name)}</code>: compared exactly (integer or boolean), no error histogram.</p>'
         for name in dict.fromkeys(exact)
         if name not in summed
     )
@@ -685,19 +543,19 @@ def _histogram_svg(name: str, counts: list[int], edges: list[float], atol: float
     tick = 1
     while tick <= top_count:
         y = y_of(tick)
-        parts.append(_line(left, y, left + plot_width, y, GRID_COLOR))
-        parts.append(_text(left - 6, y + 4, f"{tick:,}", anchor="end", size=10, css="axis"))
+        parts.append(kit.svg_line(left, y, left + plot_width, y, kit.GRID_COLOR))
+        parts.append(kit.svg_text(left - 6, y + 4, f"{tick:,}", anchor="end", size=10, css="axis"))
         tick *= 10
-    parts.append(_text(left - 6, top + plot_height + 4, "0", anchor="end", size=10, css="axis"))
+    parts.append(kit.svg_text(left - 6, top + plot_height + 4, "0", anchor="end", size=10, css="axis"))
     slot = plot_width / len(counts)
     for index, count in enumerate(counts):
         x = left + index * slot
         label = labels[index] if index < len(labels) else ""
         if count:
             y = y_of(count)
-            parts.append(_rect(x + slot * 0.12, y, slot * 0.76, top + plot_height - y, BAR_COLOR, f"{label}: {count:,}"))
-            parts.append(_text(x + slot / 2, y - 3, f"{count:,}", size=9))
-        parts.append(_text(x + slot / 2, top + plot_height + 14, label, size=9.5, css="axis"))
+            parts.append(kit.svg_rect(x + slot * 0.12, y, slot * 0.76, top + plot_height - y, kit.BAR_COLOR, f"{label}: {count:,}"))
+            parts.append(kit.svg_text(x + slot / 2, y - 3, f"{count:,}", size=9))
+        parts.append(kit.svg_text(x + slot / 2, top + plot_height + 14, label, size=9.5, css="axis"))
     if atol is not None and 0 < atol and len(edges) > 1:
         # Place the tolerance on the decade axis: bin i spans edges[i]..edges[i+1], log-interpolated within it.
         index = max(i for i, edge in enumerate(edges) if edge <= atol)
@@ -705,16 +563,16 @@ def _histogram_svg(name: str, counts: list[int], edges: list[float], atol: float
             0.0 if index == 0 or index == len(edges) - 1 else math.log10(atol / edges[index]) / math.log10(edges[index + 1] / edges[index])
         )
         x = left + (index + inside) * slot
-        parts.append(_line(x, top - 4, x, top + plot_height, FAIL_COLOR, dashed=True))
-        parts.append(_text(x + 3, top + 6, f"atol {atol:g}", anchor="start", size=10, extra=f' fill="{FAIL_COLOR}"'))
-    parts.append(_line(left, top + plot_height, left + plot_width, top + plot_height, AXIS_COLOR))
-    parts.append(_text(left + plot_width / 2, height - 6, "|actual − expected| (decade bins)", size=10, css="axis"))
+        parts.append(kit.svg_line(x, top - 4, x, top + plot_height, kit.FAIL_COLOR, dashed=True))
+        parts.append(kit.svg_text(x + 3, top + 6, f"atol {atol:g}", anchor="start", size=10, extra=f' fill="{kit.FAIL_COLOR}"'))
+    parts.append(kit.svg_line(left, top + plot_height, left + plot_width, top + plot_height, kit.AXIS_COLOR))
+    parts.append(kit.svg_text(left + plot_width / 2, height - 6, "|actual − expected| (decade bins)", size=10, css="axis"))
     parts.append(
-        _text(
+        kit.svg_text(
             12, top + plot_height / 2, "count (log)", size=10, css="axis", extra=f' transform="rotate(-90 12 {top + plot_height / 2:.1f})"'
         )
     )
-    return _svg(width, height, "histogram", f"error histogram of {name}", parts)
+    return kit.svg(width, height, "histogram", f"error histogram of {name}", parts)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -733,9 +591,13 @@ def _latency(artifact: ArtifactRecord, report: Report) -> tuple[list[str], str]:
     # The source's runtime is named "<framework> (source)" already.
     groups = [(f"{b.runtime}/{b.device}", b, True) for b in references]
     groups += [(f"{b.runtime}/{b.device}", b, False) for b in measured]
-    legend = "".join(f'<span><span class="swatch" style="background:{color}"></span>{p}</span>' for p, color in PERCENTILE_COLORS.items())
+    legend = "".join(
+        f'<span><span class="swatch" style="background:{color}"></span>{p}</span>' for p, color in kit.PERCENTILE_COLORS.items()
+    )
     if references:
-        legend += f'<span><span class="swatch" style="background:{SOURCE_PERCENTILE_COLORS["p50"]}"></span>source model (reference)</span>'
+        legend += (
+            f'<span><span class="swatch" style="background:{kit.SOURCE_PERCENTILE_COLORS["p50"]}"></span>source model (reference)</span>'
+        )
     figure = (
         f'<figure><figcaption>Latency <span class="muted">· ms after warm-up, at the export shape'
         f'</span></figcaption><div class="legend">{legend}</div>' + _latency_svg(artifact.key, groups) + "</figure>"
@@ -763,7 +625,7 @@ def _latency_svg(name: str, groups: list[tuple[str, Benchmark, bool]]) -> str:
         def fraction(value: float) -> float:
             return max(math.log10(value / lowest), 0.0) / math.log10(highest / lowest)
     else:
-        highest = _nice_ceiling(max(values, default=1.0))
+        highest = kit.nice_ceiling(max(values, default=1.0))
         ticks = [highest * step / 4 for step in range(5)]
 
         def fraction(value: float) -> float:
@@ -772,11 +634,11 @@ def _latency_svg(name: str, groups: list[tuple[str, Benchmark, bool]]) -> str:
     parts = []
     for tick in ticks:
         y = top + plot_height * (1 - fraction(tick))
-        parts.append(_line(left, y, left + plot_width, y, GRID_COLOR))
-        parts.append(_text(left - 6, y + 4, f"{tick:g} ms", anchor="end", size=10, css="axis"))
+        parts.append(kit.svg_line(left, y, left + plot_width, y, kit.GRID_COLOR))
+        parts.append(kit.svg_text(left - 6, y + 4, f"{tick:g} ms", anchor="end", size=10, css="axis"))
     if logarithmic:
         parts.append(
-            _text(
+            kit.svg_text(
                 12,
                 top + plot_height / 2,
                 "log scale",
@@ -789,18 +651,18 @@ def _latency_svg(name: str, groups: list[tuple[str, Benchmark, bool]]) -> str:
     bar = min(slot * 0.8 / 3, 44)
     for index, (label, benchmark, is_source) in enumerate(groups):
         start = left + index * slot + (slot - 3 * bar) / 2
-        colors = SOURCE_PERCENTILE_COLORS if is_source else PERCENTILE_COLORS
+        colors = kit.SOURCE_PERCENTILE_COLORS if is_source else kit.PERCENTILE_COLORS
         for position, (percentile, value) in enumerate(percentiles[index].items()):
             if value is None:
                 continue
             bar_height = max(plot_height * fraction(value), 1.0) if value > 0 else 0.0  # 1 px keeps a tiny bar visible
             x, y = start + position * bar, top + plot_height - bar_height
-            parts.append(_rect(x + 1, y, bar - 2, bar_height, colors[percentile], f"{label} {percentile}: {value:.3g} ms"))
-            parts.append(_text(x + bar / 2, y - 3, f"{value:.3g}", size=9))
-        parts.append(_text(left + index * slot + slot / 2, top + plot_height + 15, label, size=10, css="axis"))
-        parts.append(_text(left + index * slot + slot / 2, top + plot_height + 28, benchmark.shape, size=9, css="axis"))
-    parts.append(_line(left, top + plot_height, left + plot_width, top + plot_height, AXIS_COLOR))
-    return _svg(width, height, "latency", f"latency of {name}", parts)
+            parts.append(kit.svg_rect(x + 1, y, bar - 2, bar_height, colors[percentile], f"{label} {percentile}: {value:.3g} ms"))
+            parts.append(kit.svg_text(x + bar / 2, y - 3, f"{value:.3g}", size=9))
+        parts.append(kit.svg_text(left + index * slot + slot / 2, top + plot_height + 15, label, size=10, css="axis"))
+        parts.append(kit.svg_text(left + index * slot + slot / 2, top + plot_height + 28, benchmark.shape, size=9, css="axis"))
+    parts.append(kit.svg_line(left, top + plot_height, left + plot_width, top + plot_height, kit.AXIS_COLOR))
+    return kit.svg(width, height, "latency", f"latency of {name}", parts)
 
 
 def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: list[Benchmark]) -> str:
@@ -809,34 +671,34 @@ def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: li
     for benchmark, is_source in [(b, True) for b in references] + [(b, False) for b in benchmarks]:
         speedup = "–" if is_source else facts.times(facts.speedup(report, benchmark)) or "–"
         generation = (
-            _td(benchmark.prefill() or "–")
-            + _td(benchmark.decode() or "–")
-            + _td("–" if is_source else facts.times(facts.decode_speedup(report, benchmark)) or "–", numeric=True)
+            kit.cell(benchmark.prefill() or "–")
+            + kit.cell(benchmark.decode() or "–")
+            + kit.cell("–" if is_source else facts.times(facts.decode_speedup(report, benchmark)) or "–", numeric=True)
             if generates
             else ""
         )
         throughput = (
-            f"{_rate(benchmark.throughput_per_s)} ({benchmark.throughput_shape})" if benchmark.throughput_per_s is not None else "–"
+            f"{kit.rate(benchmark.throughput_per_s)} ({benchmark.throughput_shape})" if benchmark.throughput_per_s is not None else "–"
         )
         memory = f"{benchmark.peak_memory_mb:.3g} MB ({benchmark.memory_scope})" if benchmark.peak_memory_mb is not None else "–"
-        css = "reference" if is_source else _row_class(benchmark.status)
+        css = "reference" if is_source else kit.row_class(benchmark.status)
         rows.append(
             (
                 css,
-                _td(benchmark.runtime)
-                + _td(benchmark.device)
-                + f"<td>{_badge(benchmark.status)}</td>"
-                + _td(benchmark.threads or "default", numeric=True)
-                + _td(benchmark.shape)
-                + _td(benchmark.runs, numeric=True)
+                kit.cell(benchmark.runtime)
+                + kit.cell(benchmark.device)
+                + f"<td>{kit.badge(benchmark.status)}</td>"
+                + kit.cell(benchmark.threads or "default", numeric=True)
+                + kit.cell(benchmark.shape)
+                + kit.cell(benchmark.runs, numeric=True)
                 + _p50_cell(benchmark)
-                + _td(benchmark.spread() or "–")
-                + "".join(_td(_num(v), numeric=True) for v in (benchmark.latency_ms_p90, benchmark.latency_ms_p99))
-                + _td(speedup, numeric=True)
-                + _td(throughput)
-                + _td(memory)
+                + kit.cell(benchmark.spread() or "–")
+                + "".join(kit.cell(kit.number(v), numeric=True) for v in (benchmark.latency_ms_p90, benchmark.latency_ms_p99))
+                + kit.cell(speedup, numeric=True)
+                + kit.cell(throughput)
+                + kit.cell(memory)
                 + generation
-                + _td(
+                + kit.cell(
                     "; ".join(
                         t for t in (benchmark.computes and f"computes {benchmark.computes}", benchmark.reason, benchmark.compute_limit) if t
                     )
@@ -860,7 +722,7 @@ def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: li
         *(("prefill ms (95% interval)", "decode tokens / s (95% interval)", "decode vs source") if generates else ()),
         "note",
     ]
-    return _table(headers, rows)
+    return kit.table(headers, rows)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -868,38 +730,38 @@ def _benchmark_table(report: Report, benchmarks: list[Benchmark], references: li
 
 
 def _gate_section(gate: Verdict) -> str:
-    requirements = [("policy", f"<code>{_e(gate.policy)}</code>")]
+    requirements = [("policy", f"<code>{kit.escape(gate.policy)}</code>")]
     for label, names in (
         ("required targets", gate.required_targets),
         ("required optimizations", gate.required_optimizations),
         ("required devices", gate.required_devices),
     ):
         if names:
-            requirements.append((label, _e(", ".join(names))))
+            requirements.append((label, kit.escape(", ".join(names))))
     if gate.report:
-        requirements.append(("gated report", f"<code>{_e(gate.report)}</code>"))
+        requirements.append(("gated report", f"<code>{kit.escape(gate.report)}</code>"))
     budgets = '<p class="muted">The policy sets no budgets.</p>'
     if gate.budgets:
         rows = [
             (
-                _row_class(b.status),
-                _td(b.artifact)
-                + _td(b.kind)
-                + _td(b.metric)
-                + _td(b.output or "–")
-                + _td("/".join(p for p in (b.runtime, b.device, b.shape) if p) or "–")
-                + _td(b.limit, numeric=True)
-                + _td(_num(b.value), numeric=True)
-                + f"<td>{_badge(b.status)}</td>"
-                + _td(b.reason),
+                kit.row_class(b.status),
+                kit.cell(b.artifact)
+                + kit.cell(b.kind)
+                + kit.cell(b.metric)
+                + kit.cell(b.output or "–")
+                + kit.cell("/".join(p for p in (b.runtime, b.device, b.shape) if p) or "–")
+                + kit.cell(b.limit, numeric=True)
+                + kit.cell(kit.number(b.value), numeric=True)
+                + f"<td>{kit.badge(b.status)}</td>"
+                + kit.cell(b.reason),
             )
             for b in gate.budgets
         ]
-        budgets = _table(["artifact", "kind", "metric", "output", "runtime/device/shape", "limit", "value", "status", "reason"], rows)
+        budgets = kit.table(["artifact", "kind", "metric", "output", "runtime/device/shape", "limit", "value", "status", "reason"], rows)
     baseline = _baseline(gate.baseline) if gate.baseline else '<p class="muted">No baseline report was compared.</p>'
     return (
         "<section><h2>Promotion gate</h2>"
-        + _facts(requirements)
+        + kit.definitions(requirements)
         + "<h3>Budgets</h3>"
         + budgets
         + "<h3>Against the baseline</h3>"
@@ -910,35 +772,35 @@ def _gate_section(gate: Verdict) -> str:
 
 def _baseline(comparison: BaselineComparison) -> str:
     allowance = ", ".join(f"{k} {v:g}" for k, v in comparison.allowance.items())
-    facts = _facts(
+    facts = kit.definitions(
         [
-            ("baseline report", f"<code>{_e(comparison.path)}</code>"),
-            ("made by", _e(" · ".join(p for p in (comparison.tool_version, comparison.created_at) if p) or "–")),
-            ("same source", _e("yes" if comparison.same_source else "no")),
+            ("baseline report", f"<code>{kit.escape(comparison.path)}</code>"),
+            ("made by", kit.escape(" · ".join(p for p in (comparison.tool_version, comparison.created_at) if p) or "–")),
+            ("same source", kit.escape("yes" if comparison.same_source else "no")),
             (
                 "same environment",
-                _e("yes (latency deltas comparable)" if comparison.same_environment else "no (latency deltas are only indicative)"),
+                kit.escape("yes (latency deltas comparable)" if comparison.same_environment else "no (latency deltas are only indicative)"),
             ),
-            ("allowance", _e(allowance or "–")),
+            ("allowance", kit.escape(allowance or "–")),
         ]
     )
     if not comparison.deltas:
         return facts + '<p class="muted">Nothing was compared.</p>'
     rows = [
         (
-            _row_class(d.status) or ("good" if d.status == "improved" else ""),
-            _td(d.artifact)
-            + _td(d.kind)
-            + _td(d.metric)
-            + _td(d.output or "–")
-            + _td("/".join(p for p in (d.runtime, d.device) if p) or "–")
-            + _td(_num(d.baseline), numeric=True)
-            + _td(_num(d.current), numeric=True)
-            + _td(_num(d.delta, "+.3g"), numeric=True)
-            + _td(_num(d.delta_pct, "+.3g") + ("%" if d.delta_pct is not None else ""), numeric=True)
-            + _td(d.allowed or "–")
-            + f"<td>{_badge(d.status)}</td>"
-            + _td(d.reason),
+            kit.row_class(d.status) or ("good" if d.status == "improved" else ""),
+            kit.cell(d.artifact)
+            + kit.cell(d.kind)
+            + kit.cell(d.metric)
+            + kit.cell(d.output or "–")
+            + kit.cell("/".join(p for p in (d.runtime, d.device) if p) or "–")
+            + kit.cell(kit.number(d.baseline), numeric=True)
+            + kit.cell(kit.number(d.current), numeric=True)
+            + kit.cell(kit.number(d.delta, "+.3g"), numeric=True)
+            + kit.cell(kit.number(d.delta_pct, "+.3g") + ("%" if d.delta_pct is not None else ""), numeric=True)
+            + kit.cell(d.allowed or "–")
+            + f"<td>{kit.badge(d.status)}</td>"
+            + kit.cell(d.reason),
         )
         for d in comparison.deltas
     ]
@@ -956,7 +818,7 @@ def _baseline(comparison: BaselineComparison) -> str:
         "status",
         "reason",
     ]
-    return facts + _table(headers, rows)
+    return facts + kit.table(headers, rows)
 
 
 def _auto_section(auto: AutoSelection) -> str:
@@ -965,24 +827,24 @@ def _auto_section(auto: AutoSelection) -> str:
     rows = [
         (
             classes.get(c.status, ""),
-            _td(c.rank or "–", numeric=True)
-            + _td(c.name)
-            + _td(c.format)
-            + _td(c.precision)
-            + _td(c.computes or "–")
-            + f"<td>{_badge(c.status)}</td>"
-            + _td(c.device or "–")
+            kit.cell(c.rank or "–", numeric=True)
+            + kit.cell(c.name)
+            + kit.cell(c.format)
+            + kit.cell(c.precision)
+            + kit.cell(c.computes or "–")
+            + f"<td>{kit.badge(c.status)}</td>"
+            + kit.cell(c.device or "–")
             + _p50_cell(c)
-            + _td(_rate(c.throughput_per_s), numeric=True)
-            + _td(facts.times(c.speedup_vs_source) or "–", numeric=True)
+            + kit.cell(kit.rate(c.throughput_per_s), numeric=True)
+            + kit.cell(facts.times(c.speedup_vs_source) or "–", numeric=True)
             + (
-                _td(_num(c.prefill_ms_p50), numeric=True)
-                + _td(decode_figure(c.decode_tokens_per_s, c.decode_tokens_per_s_interval, None) or "–")
-                + _td(facts.times(c.decode_speedup_vs_source) or "–", numeric=True)
+                kit.cell(kit.number(c.prefill_ms_p50), numeric=True)
+                + kit.cell(decode_figure(c.decode_tokens_per_s, c.decode_tokens_per_s_interval, None) or "–")
+                + kit.cell(facts.times(c.decode_speedup_vs_source) or "–", numeric=True)
                 if decoding
                 else ""
             )
-            + _td(c.reason),
+            + kit.cell(c.reason),
         )
         for c in auto.candidates
     ]
@@ -1001,10 +863,10 @@ def _auto_section(auto: AutoSelection) -> str:
     ]
     if decoding:  # a decoder's candidates, ranked by decode speed
         headers[-1:-1] = ["prefill ms", "decode tokens / s (95% interval)", "decode vs source"]
-    chosen = f"chose <b>{_e(auto.chosen)}</b>" if auto.chosen else "<b>no candidate passed</b>"
+    chosen = f"chose <b>{kit.escape(auto.chosen)}</b>" if auto.chosen else "<b>no candidate passed</b>"
     return (
-        f"<section><h2>--optimize auto</h2><p>{chosen}; criterion: {_e(auto.criterion)}.</p>"
-        + (_table(headers, rows) if rows else '<p class="muted">No candidates.</p>')
+        f"<section><h2>--optimize auto</h2><p>{chosen}; criterion: {kit.escape(auto.criterion)}.</p>"
+        + (kit.table(headers, rows) if rows else '<p class="muted">No candidates.</p>')
         + "</section>"
     )
 
@@ -1015,15 +877,15 @@ def _timeline_section(stages: list[Stage]) -> str:
     noted = [s for s in stages if s.error or s.reason]
     rows = [
         (
-            _row_class(s.status),
-            _td(s.name)
-            + f"<td>{_badge(s.status)}</td>"
-            + _td(f"{s.seconds:.3g} s", numeric=True)
-            + f"<td><pre>{_e(s.error or s.reason)}</pre></td>",
+            kit.row_class(s.status),
+            kit.cell(s.name)
+            + f"<td>{kit.badge(s.status)}</td>"
+            + kit.cell(f"{s.seconds:.3g} s", numeric=True)
+            + f"<td><pre>{kit.escape(s.error or s.reason)}</pre></td>",
         )
         for s in noted
     ]
-    notes = _table(["stage", "status", "time", "error or reason"], rows) if rows else ""
+    notes = kit.table(["stage", "status", "time", "error or reason"], rows) if rows else ""
     total = sum(s.seconds for s in stages)
     return (
         f'<section><h2>Stages <span class="muted">· {total:.3g} s in all</span></h2>' + _timeline_svg(stages, total) + notes + "</section>"
@@ -1038,46 +900,51 @@ def _timeline_svg(stages: list[Stage], total: float) -> str:
     height = top + row * len(stages) + bottom
     scale = plot_width / total if total > 0 else 0.0
     parts = []
-    tick_step = _nice_ceiling(total / 5)
+    tick_step = kit.nice_ceiling(total / 5)
     for tick in (tick_step * k for k in range(int(total / tick_step + 1e-9) + 1)):
         x = left + tick * scale
-        parts.append(_line(x, top, x, height - bottom, GRID_COLOR))
-        parts.append(_text(x, height - 8, f"{tick:g} s", size=10, css="axis"))
+        parts.append(kit.svg_line(x, top, x, height - bottom, kit.GRID_COLOR))
+        parts.append(kit.svg_text(x, height - 8, f"{tick:g} s", size=10, css="axis"))
     start = 0.0
     for index, stage in enumerate(stages):
         y = top + index * row
         x = left + start * scale
         bar_width = max(stage.seconds * scale, 2.0)  # 2 px keeps an instant stage visible
-        parts.append(_text(left - 8, y + 14, stage.name, anchor="end", size=11))
+        parts.append(kit.svg_text(left - 8, y + 14, stage.name, anchor="end", size=11))
         parts.append(
-            _rect(x, y + 3, bar_width, row - 6, STAGE_COLORS[stage.status], f"{stage.name}: {stage.status}, {stage.seconds:.3g} s")
+            kit.svg_rect(
+                x, y + 3, bar_width, row - 6, kit.STAGE_COLORS[stage.status], f"{stage.name}: {stage.status}, {stage.seconds:.3g} s"
+            )
         )
-        parts.append(_text(x + bar_width + 4, y + 14, f"{stage.seconds:.3g} s", anchor="start", size=10, css="axis"))
+        parts.append(kit.svg_text(x + bar_width + 4, y + 14, f"{stage.seconds:.3g} s", anchor="start", size=10, css="axis"))
         start += stage.seconds
-    parts.append(_line(left, height - bottom, left + plot_width, height - bottom, AXIS_COLOR))
+    parts.append(kit.svg_line(left, height - bottom, left + plot_width, height - bottom, kit.AXIS_COLOR))
     legend = "".join(
-        f'<span><span class="swatch" style="background:{color}"></span>{status}</span>' for status, color in STAGE_COLORS.items()
+        f'<span><span class="swatch" style="background:{color}"></span>{status}</span>' for status, color in kit.STAGE_COLORS.items()
     )
-    return f'<div class="legend">{legend}</div>' + _svg(width, height, "timeline", "stage timeline", parts)
+    return f'<div class="legend">{legend}</div>' + kit.svg(width, height, "timeline", "stage timeline", parts)
 
 
 def _environment_section(environment: Environment) -> str:
-    facts = _facts(
+    facts = kit.definitions(
         [
-            ("python", _e(environment.python)),
-            ("platform", _e(environment.platform)),
-            ("CPU", _e(environment.cpu.describe() if environment.cpu else "–")),
-            ("benchmark threads", _e(environment.benchmark_threads or "–")),
-            ("devices", _e(", ".join(environment.devices) or "–")),
-            ("device names", _e(", ".join(environment.device_names) or "–")),
+            ("python", kit.escape(environment.python)),
+            ("platform", kit.escape(environment.platform)),
+            ("CPU", kit.escape(environment.cpu.describe() if environment.cpu else "–")),
+            ("benchmark threads", kit.escape(environment.benchmark_threads or "–")),
+            ("devices", kit.escape(", ".join(environment.devices) or "–")),
+            ("device names", kit.escape(", ".join(environment.device_names) or "–")),
         ]
     )
     rows = [
-        ("skipped" if name in environment.outside_tested else "", _td(name) + _td(version) + _td(environment.outside_tested.get(name, "")))
+        (
+            "skipped" if name in environment.outside_tested else "",
+            kit.cell(name) + kit.cell(version) + kit.cell(environment.outside_tested.get(name, "")),
+        )
         for name, version in sorted(environment.packages.items())
     ]
     packages = (
-        _table(["package", "version", "outside the tested versions"], rows, compact=True)
+        kit.table(["package", "version", "outside the tested versions"], rows, compact=True)
         if rows
         else '<p class="muted">No package versions recorded.</p>'
     )

@@ -52,7 +52,7 @@ SHOWN_KEYS = 5  # weight names shown in a load-report error; the rest are counte
 def load_diffusers_source(request: SourceRequest) -> TorchSource:
     """A TorchSource of the folder's diffusers model (or a diffusers model object), its inputs from its config."""
     require_torch()
-    diffusers = require("diffusers", "diffusers", "Loading a diffusers model")
+    diffusers = require("diffusers", "Loading a diffusers model")
     diffusers.utils.logging.set_verbosity_error()  # its load report is read below, and raised on, not logged
     diffusers.utils.logging.disable_progress_bar()
     with native_stderr_silenced():  # importing its models imports torchao, which reports on fd 2 the kernels it cannot load

@@ -127,7 +127,7 @@ def load_component_model(folder: Path, index: dict, component: str, trust_code: 
     if not subfolder.is_dir():
         raise ConvertError(f"{folder / INDEX} names a {key}, and the folder has no {key}/", INDEX_HINT)
     if library == "transformers":
-        transformers = require("transformers", "transformers", "Loading a Hugging Face Transformers model")
+        transformers = require("transformers", "Loading a Hugging Face Transformers model")
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
         config = check_folder(subfolder, trust_code)
@@ -140,7 +140,7 @@ def load_component_model(folder: Path, index: dict, component: str, trust_code: 
 
 
 def _diffusers():
-    diffusers = require("diffusers", "diffusers", "Loading a diffusers pipeline")
+    diffusers = require("diffusers", "Loading a diffusers pipeline")
     diffusers.utils.logging.set_verbosity_error()  # its load report is read and raised on, not logged
     diffusers.utils.logging.disable_progress_bar()
     with native_stderr_silenced():  # importing its models imports torchao, which reports on fd 2 the kernels it cannot load
@@ -154,7 +154,7 @@ def _library_class(library: Any, name: Any) -> bool:
     if not (isinstance(library, str) and library.isidentifier() and isinstance(name, str) and name.isidentifier()):
         return False
     if library in LIBRARIES:
-        module = require(library, library, "Loading a diffusion pipeline")
+        module = require(library, "Loading a diffusion pipeline")
     else:
         module = getattr(_diffusers().pipelines, library, None)
     return isinstance(getattr(module, name, None), type)

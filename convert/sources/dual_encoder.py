@@ -78,7 +78,7 @@ def load_dual_encoder(folder: Any, trust_code: bool, dtype: str = "float32") -> 
     """The library's own model of a dual-encoder folder (in eval mode), with the refusals of the transformers source,
     and the source's SourceInfo."""
     require_torch()
-    transformers = require("transformers", "transformers", "Loading a Hugging Face Transformers model")
+    transformers = require("transformers", "Loading a Hugging Face Transformers model")
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     folder = Path(folder)

@@ -41,7 +41,7 @@ _WIDE_DTYPES = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
 
 
 def jax():
-    return require("jax", "jax", "A JAX model")
+    return require("jax", "A JAX model")
 
 
 class JaxSource(SourceModel):

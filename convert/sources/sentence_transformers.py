@@ -44,7 +44,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def load_sentence_transformers_source(request: SourceRequest) -> TorchSource:
     """A TorchSource whose module maps token ids to the folder's sentence embedding."""
     torch = require_torch()
-    library = require("sentence_transformers", "sentence-transformers", "Loading a sentence-transformers folder")
+    library = require("sentence_transformers", "Loading a sentence-transformers folder")
     folder = request.model
     if not isinstance(folder, Path) or not folder.is_dir():
         raise ConvertError(
@@ -155,7 +155,7 @@ def _load(library, folder: Path, trust_code: bool, dtype: str):
     """The SentenceTransformer the folder describes, on the CPU, in the dtype asked (``source``: the checkpoint's), with
     transformers' load report read."""
     torch = require_torch()
-    transformers = require("transformers", "transformers", "Loading a sentence-transformers folder")
+    transformers = require("transformers", "Loading a sentence-transformers folder")
     transformers.utils.logging.disable_progress_bar()
     # transformers 5 loads a checkpoint in its own dtype by default: the dtype is always given (the library casts the
     # modules after the transformer to it); and never a pickle without trust, whichever file transformers would pick

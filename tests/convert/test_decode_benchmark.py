@@ -14,7 +14,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from convert.validators.generation import PAST, CacheLayout
 from markdown_it import MarkdownIt
 from rich.console import Console
 
@@ -34,7 +33,8 @@ from convert.reports import model as rm
 from convert.reports.console import print_summary
 from convert.reports.html import render_html
 from convert.reports.markdown import render_markdown
-from convert.timing import paired_ratio
+from convert.reports.ratios import paired_ratio
+from convert.validators.generation import PAST, CacheLayout
 from tests.conftest import run_cli, shared_folder
 
 SETTINGS = BenchmarkSettings(threads=1, warmup=3, rounds=20, seconds=0.2, max_runs=500, idle_gap_s=0.0)

@@ -101,5 +101,5 @@ def test_in_process_runs_say_so_and_a_bad_timeout_is_refused(torch_files, tmp_pa
     assert done.returncode == 0, done.output
     assert load_report(tmp_path / "a" / "report.json")["isolation"].startswith("in-process: isolation was turned off")
     bad = run_cli(str(torch_files / "cnn.pt2"), "--to", "onnx", "--out", str(tmp_path / "b"), "--stage-timeout", "0")
-    assert bad.returncode == 2 and "stage timeout must be a positive number" in bad.stderr
+    assert bad.returncode == 2 and "--stage-timeout must be positive, not 0" in bad.stderr
     assert not (tmp_path / "b").exists()

@@ -1,5 +1,13 @@
 """The layers' import rule, read from the source (every import statement, those inside functions included).
 
+Every package of convert/ (each folder with an ``__init__.py``, found by scanning, so a new one is covered the day it
+appears) declares what it may not import, and no two packages or top-level modules import each other, directly or
+round a circle. The circle rule counts every import statement, those inside functions and under ``TYPE_CHECKING``
+included: deferring an import hides a circle from the interpreter, not from the reader, and a package that needs the
+one above it is no longer below it. Among single modules, where a deferred import is how a package's parts may
+refer to each other, the rule counts the imports that run when the module is imported (module level, outside
+``TYPE_CHECKING``): those may form no circle at all.
+
 Sources, exporters, optimizers and runtimes share what one technology needs through ``convert/backends/``, and never
 import each other: a runtime imports no optimizer or exporter, an optimizer no runtime or exporter, an exporter no
 runtime or optimizer, a source none of the three. Only the code that loads a source imports a framework's source
@@ -21,7 +29,9 @@ from tests.conftest import REPO
 CONVERT = REPO / "convert"
 MODULES = sorted(CONVERT.rglob("*.py"))
 
-# What each layer may not import.
+# The ways in: nothing below them imports one.
+ENTRY_POINTS = ("convert.cli", "convert.api", "convert.batch", "convert.engines", "convert.gate")
+# What each package may not import (every package of convert/ has an entry: test_every_package_declares_its_layer).
 FORBIDDEN = {
     "sources": ("convert.exporters", "convert.optimizers", "convert.runtimes"),
     "exporters": ("convert.optimizers", "convert.runtimes"),
@@ -29,7 +39,52 @@ FORBIDDEN = {
     "runtimes": ("convert.exporters", "convert.optimizers"),
     "backends": ("convert.sources", "convert.exporters", "convert.optimizers", "convert.runtimes", "convert.reports"),
     # the checks of a composite's artifacts run together load the library's model through the resolver, and run ONNX files
-    "assembled": ("convert.exporters", "convert.optimizers"),
+    "assembled": ("convert.exporters", "convert.optimizers", "convert.pipeline", *ENTRY_POINTS),
+    # the numerics: arrays in, metrics out; they know nothing of the tool around them but its errors
+    "validators": (
+        "convert.sources",
+        "convert.exporters",
+        "convert.optimizers",
+        "convert.runtimes",
+        "convert.backends",
+        "convert.reports",
+        "convert.pipeline",
+        "convert.worker",
+        "convert.checks",
+        "convert.packagers",
+        *ENTRY_POINTS,
+    ),
+    # the report's schema and its renderings read a report, never the run that makes one (schemas.py also writes the
+    # JSON schema of the batch manifest beside the report's)
+    "reports": (
+        "convert.pipeline",
+        "convert.worker",
+        "convert.checks",
+        "convert.sources",
+        "convert.exporters",
+        "convert.optimizers",
+        "convert.runtimes",
+        "convert.packagers",
+        "convert.cli",
+        "convert.api",
+        "convert.engines",
+        "convert.gate",
+    ),
+    "packagers": (
+        "convert.sources",
+        "convert.exporters",
+        "convert.optimizers",
+        "convert.runtimes",
+        "convert.pipeline",
+        "convert.worker",
+        "convert.checks",
+        *ENTRY_POINTS,
+    ),
+    "worker": ("convert.pipeline", *ENTRY_POINTS),
+    "checks": ("convert.pipeline", *ENTRY_POINTS),
+    "pipeline": ENTRY_POINTS,
+    "gate": ("convert.cli", "convert.api", "convert.batch", "convert.engines"),
+    "engines": ("convert.batch", "convert.pipeline", "convert.gate", "convert.cli", "convert.api"),
 }
 # The exporters' protocol (strategies tried in order, each a recorded attempt), which every optimizer is built on:
 # an Optimizer is an Exporter of an artifact, its OptimizeJob an ExportJob.
@@ -64,11 +119,27 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _run_on_import(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of a module body that run when it is imported: into ``if``/``try`` blocks, but not ``if
+    TYPE_CHECKING:`` (nor into functions and classes' methods)."""
+    found: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found.extend(_run_on_import(node.orelse))
+        elif isinstance(node, (ast.If, ast.Try)):
+            handlers = [statement for handler in getattr(node, "handlers", []) for statement in handler.body]
+            found.extend(_run_on_import([*node.body, *node.orelse, *handlers, *getattr(node, "finalbody", [])]))
+        else:
+            found.append(node)
+    return found
+
+
 def imports(path: Path, top_level_only: bool = False, name: str | None = None) -> set[str]:
     """Every module an import statement of the file names: ``from a.b import c`` gives ``a.b`` and ``a.b.c`` (c may
-    be a module); relative imports are resolved against the file's package (that of module ``name`` when given)."""
+    be a module); relative imports are resolved against the file's package (that of module ``name`` when given).
+    ``top_level_only``: only the imports that run when the module is imported."""
     tree = ast.parse(path.read_text(), str(path))
-    nodes = tree.body if top_level_only else ast.walk(tree)
+    nodes = _run_on_import(tree.body) if top_level_only else ast.walk(tree)
     name = name or module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
@@ -161,3 +232,119 @@ def test_there_is_one_backend_per_technology():
 def test_a_backend_imports_its_framework_inside_functions(path):
     wrong = sorted(n for n in imports(path, top_level_only=True) if n.split(".")[0] in FRAMEWORKS)
     assert not wrong, f"{path.relative_to(REPO)} imports {wrong} at module level"
+
+
+# -------------------------------------------------------------------------------------------------------------------
+# Every package declares its layer, and no circles
+
+PACKAGES = sorted(path.parent.name for path in CONVERT.glob("*/__init__.py"))
+NAMES = {module_name(path) for path in MODULES}
+# Imports that close a circle between packages or top-level modules today, each with why; the graph without them has
+# none, and an entry whose import is gone fails until it is removed from here.
+KNOWN_CIRCLES = {
+    ("convert.backends", "convert.precision"): "the ONNX and ExecuTorch backends' precision readers build convert.precision's records",
+    ("convert.reports", "convert.precision"): "the precision detail's sentences use convert.precision's number formats",
+    ("convert.reports", "convert.policy"): "reports/schemas.py writes the policy's JSON schema beside the report's",
+    ("convert.reports", "convert.batch"): "reports/schemas.py writes the batch manifest's JSON schema beside the report's",
+    ("convert.compat", "convert.doctor"): "the tested ranges read installed versions with doctor's package_version",
+    ("convert.optimizers", "convert.validation"): "an optimizer's pass judges its own candidates with validation's comparison",
+    ("convert.validation", "convert.chain"): "validation runs the chain of a chained export's links",
+    ("convert.validation", "convert.worker"): "the analyses run their jobs in the worker, which runs the analyses' code",
+    ("convert.chain", "convert.worker"): "the analyses run their jobs in the worker, which runs the analyses' code",
+    ("convert.precision", "convert.worker"): "the analyses run their jobs in the worker, which runs the analyses' code",
+}
+
+
+def unit(name: str) -> str | None:
+    """The package (convert.reports) or top-level module (convert.options) a module belongs to; None for the root
+    package, whose lazy attributes are the public facade over the entry points."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and parts[0] == "convert" else None
+
+
+def unit_imports() -> dict[tuple[str, str], list[str]]:
+    """(importing unit, imported unit) → where: every import statement between two units, function-level included."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for path in MODULES:
+        source = unit(module_name(path))
+        for name in imports(path):
+            target = unit(name)
+            if source and target and target != source and any(within(n, (target,)) for n in NAMES):
+                found.setdefault((source, target), []).append(str(path.relative_to(REPO)))
+    return found
+
+
+def circles(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm), each sorted."""
+    graph: dict[str, set[str]] = {}
+    for source, target in edges:
+        graph.setdefault(source, set()).add(target)
+        graph.setdefault(target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_circle_finder_finds_a_circle_and_only_one():
+    assert circles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [["a", "b", "c"]]
+    assert circles({("a", "b"), ("b", "c")}) == []
+
+
+def test_every_package_declares_its_layer():
+    undeclared = [name for name in PACKAGES if name not in FORBIDDEN]
+    assert not undeclared, f"convert/{undeclared[0]}/ declares no layer: add what it may not import to FORBIDDEN"
+    assert "reports" in PACKAGES and "gate" in PACKAGES and "pipeline" in PACKAGES
+
+
+def test_no_circle_between_packages_and_top_level_modules():
+    edges = unit_imports()
+    found = circles(set(edges) - set(KNOWN_CIRCLES))
+    described = [
+        " → ".join(component) + ":\n" + "\n".join(f"  {s} → {t} ({edges[(s, t)][0]})" for s, t in edges if {s, t} <= set(component))
+        for component in found
+    ]
+    assert not found, "import circles (a deferred import counts):\n" + "\n".join(described)
+
+
+def test_every_known_circle_is_still_there():
+    gone = [edge for edge in KNOWN_CIRCLES if edge not in unit_imports()]
+    assert not gone, f"{gone}: no longer imported, remove from KNOWN_CIRCLES"
+
+
+def test_no_circle_among_the_imports_that_run_on_import():
+    edges = set()
+    for path in MODULES:
+        name = module_name(path)
+        for imported in imports(path, top_level_only=True):
+            if imported in NAMES and imported != name:
+                edges.add((name, imported))
+                # importing a.b.c runs a.b's __init__ first (the root's is a lazy facade)
+                parent = imported.rpartition(".")[0]
+                if parent in NAMES and parent != "convert" and not within(name, (parent,)):
+                    edges.add((name, parent))
+    assert circles(edges) == []

@@ -233,7 +233,7 @@ def test_calibration_data_is_used_and_checked(torch_files, tmp_path):
         (["--to", "torchscript", "--optimize", "int8"], "Add onnx to --to"),
         (["--to", "onnx", "--optimize", "int9"], "unknown optimization 'int9'"),
         (["--to", "onnx", "--optimize", "int4", "--weight-group-size", "24"], "--weight-group-size 24 is not a group size"),
-        (["--to", "onnx", "--optimize", "int8", "--min-precision-share", "50"], "--min-precision-share 50 is not a share"),
+        (["--to", "onnx", "--optimize", "int8", "--min-precision-share", "50"], "--min-precision-share must be at most 1, not 50"),
         (["--to", "onnx", "--optimize", "int8", "--weight-group-size", "32"], "no pass that reads it is asked for"),
         (["--to", "onnx", "--optimize", "int4", "--weight-ratio", "0.5"], "It shapes openvino:int4"),
         (["--to", "onnx", "--optimize", "int8", "--accuracy", "cosine>0.9"], "cannot read the accuracy budget"),

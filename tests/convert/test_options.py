@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from convert import api, options
 from convert.cli import export_command, main, validate_command
+from convert.errors import ConvertError
 from convert.pipeline import ConvertRequest
 from convert.pipeline.reproduce import reproduce_command
 from convert.policy import Policy, load_policy
@@ -272,3 +274,73 @@ def test_a_policys_default_out_is_beside_the_policy_file(tmp_path):
     (tmp_path / "policy.yaml").write_text("model:\n  path: m.onnx\n")
     policy, _ = load_policy(tmp_path / "policy.yaml")
     assert Path(policy.out) == tmp_path / options.DEFAULTS["out"]
+
+
+# Each number option's bounds, declared once on the option: the CLI and the API are refused when the run is planned
+# (options.check_bounds), a policy by its schema (the field's constraints); every surface takes and refuses the same
+# values at each end.
+
+BOUNDED = [option for option in options.OPTIONS if option.bounds is not None]
+
+
+def _edges(option: options.RunOption) -> list[tuple[Any, bool]]:
+    """(value, taken) at each declared end and just past it."""
+    bounds, step = option.bounds, 1 if option.type is int else 0.5
+    edges = []
+    if bounds.low is not None:
+        low = option.type(bounds.low)
+        edges += [(low, not bounds.low_open), (low - step, False)] + ([(low + step, True)] if bounds.low_open else [])
+    if bounds.high is not None:
+        high = option.type(bounds.high)
+        edges += [(high, True), (high + step, False)]
+    return edges
+
+
+def _taken(check) -> bool:
+    try:
+        check()
+    except (ConvertError, ValidationError):
+        return False
+    return True
+
+
+def _policy_with(option: options.RunOption, value: Any) -> Policy:
+    section, key = option.policy.split(".")
+    return Policy.model_validate({"model": {"path": "m.pt2"}, section: {key: value}})
+
+
+def test_the_bounded_options_are_the_number_options_a_policy_bounds():
+    assert {o.name for o in BOUNDED} >= {"samples", "seed", "min_precision_share", "stage_timeout", "weight_ratio", "threads"}
+    for option in BOUNDED:
+        assert option.type in (int, float) and option.policy, option.flag
+        assert option.default is None or option.bounds.holds(option.default), f"{option.flag}'s default is outside its bounds"
+        field = _policy_field(option.policy)
+        constraints = {
+            type(m).__name__.lower(): getattr(m, type(m).__name__.lower()) for m in field.metadata if hasattr(m, type(m).__name__.lower())
+        }
+        assert constraints == option.bounds.constraints(), f"{option.policy}: the schema's {constraints} are not {option.flag}'s bounds"
+
+
+def _surfaces_taking(option: options.RunOption, value: Any) -> dict[str, bool]:
+    """Whether the run is planned with ``value`` for the option, given on each surface."""
+    cli = _request_from_cli(["m.pt2", option.flag, str(value)])
+    api = {"model": "m.pt2", **options.from_api({option.keyword: value})}
+    return {
+        "cli": _taken(lambda: options.check_bounds(ConvertRequest(**cli))),
+        "api": _taken(lambda: options.check_bounds(ConvertRequest(**api))),
+        "policy": _taken(lambda: options.check_bounds(ConvertRequest(model="m.pt2", **options.from_policy(_policy_with(option, value))))),
+    }
+
+
+@pytest.mark.parametrize("option", BOUNDED, ids=lambda option: option.flag)
+def test_the_cli_the_api_and_a_policy_take_and_refuse_the_same_values(option):
+    for value, taken in _edges(option):
+        surfaces = _surfaces_taking(option, value)
+        assert surfaces == dict.fromkeys(surfaces, taken), f"{option.flag} {value}: {surfaces}, declared {option.bounds}"
+
+
+def test_samples_past_the_bound_is_refused_on_every_surface_with_the_flag_named():
+    with pytest.raises(ConvertError, match="--samples must be at most 10000, not 20000"):
+        options.check_bounds(ConvertRequest(**_request_from_cli(["m.pt2", "--samples", "20000"])))
+    with pytest.raises(ValidationError, match="less than or equal to 10000"):
+        _policy_with(options.BY_NAME["samples"], 20_000)

@@ -199,11 +199,10 @@ def test_an_encoder_decoders_task_without_its_cache_is_a_clear_error(folders):
 def test_a_broken_cache_wiring_fails_generation_at_the_first_step_that_reads_the_cache(runs, folders, tmp_path):
     """The exported decoder with two layers' key outputs swapped: the first step (an empty cache) still agrees, the
     second, which reads the cache fed back, diverges; the unbroken file passes the same check."""
-    from convert.validators import ShapeCase, TolerancePolicy
-    from convert.validators.generation import decode, make_prompts
-
     from convert.artifacts import Artifact
     from convert.validation import ValidationCase, checks_on
+    from convert.validators import ShapeCase, TolerancePolicy
+    from convert.validators.generation import decode, make_prompts
 
     _, report = runs["gpt2"]
     good = Path(_artifact(report, "onnx")["path"])
@@ -272,16 +271,23 @@ def test_a_gate_policy_names_a_folder_and_its_task_and_the_cache_keys_the_folder
 
 
 def test_the_cache_argument_is_the_one_the_installed_library_declares():
-    """On the transformers installed, a decoder's cache argument is its forward parameter typed Cache: ``cache`` since
-    5.24, ``past_key_values`` before (the decoder tests above run the whole path on it)."""
+    """On the transformers installed, the forward parameter typed as the cache, of a decoder and of an encoder-decoder
+    (whose encoder_outputs are typed as tensors per layer too): ``cache`` since 5.24, ``past_key_values`` before,
+    annotated Cache, or tensors per layer in transformers 4's GPT-2 and VisionEncoderDecoderModel (the tests of the
+    decoders and encoder-decoders run the whole path on it)."""
     import transformers
     from packaging.version import Version
 
-    from convert.sources.transformers import _cache_parameter
-    from fixtures.transformers_folders import gpt2, llama
+    from convert.backends.huggingface import DECODER_ARGUMENTS, SEQ2SEQ_ARGUMENTS, cache_parameter
 
     expected = "cache" if Version(transformers.__version__) >= Version("5.24.0") else "past_key_values"
-    assert [_cache_parameter(model()) for model in (gpt2, llama)] == [expected, expected]
+    decoders = [getattr(transformers, name).forward for name in ("GPT2LMHeadModel", "LlamaForCausalLM")]
+    seq2seq = [
+        getattr(transformers, name).forward
+        for name in ("BartForConditionalGeneration", "T5ForConditionalGeneration", "VisionEncoderDecoderModel")
+    ]
+    assert [cache_parameter(forward, DECODER_ARGUMENTS) for forward in decoders] == [expected] * 2
+    assert [cache_parameter(forward, SEQ2SEQ_ARGUMENTS) for forward in seq2seq] == [expected] * 3
 
 
 def test_a_decoder_whose_forward_declares_no_cache_argument_is_a_library_mismatch_not_a_fault_of_the_model():

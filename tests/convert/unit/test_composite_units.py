@@ -10,7 +10,7 @@ from typing import get_args
 import pytest
 from pydantic import ValidationError
 
-from convert.composites import COMPONENTS, composite_of
+from convert.composites import COMPONENTS, COMPOSITE_KINDS, composite_of
 from convert.errors import ConvertError
 from convert.gate.judge import judge
 from convert.pipeline.composite import _finish
@@ -164,3 +164,24 @@ def test_every_rendering_shows_the_components_and_the_check_that_ran_them_togeth
     assert 'classname="component.decoder"' in junit and 'failures="2"' in junit and "alone, unet fail it" in junit
     html = render_html(report)
     assert "Components of the encoder-decoder" in html and "Run together" in html and "psnr 12 dB below 40" in html
+
+
+FOLDERS = {
+    "diffusion-pipeline": {"model_index.json": {"_class_name": "StableDiffusionPipeline", "text_encoder": [], "unet": [], "vae": []}},
+    "encoder-decoder": {"config.json": {"architectures": ["T5ForConditionalGeneration"], "is_encoder_decoder": True}},
+    "dual-encoder": {"config.json": {"architectures": ["CLIPModel"], "model_type": "clip"}},
+    "": {"config.json": {"architectures": ["BertModel"], "model_type": "bert"}},
+}
+
+
+@pytest.mark.parametrize("kind", FOLDERS, ids=lambda kind: kind or "one network")
+def test_a_folder_is_the_one_kind_whose_detection_names_it(tmp_path, kind):
+    for name, data in FOLDERS[kind].items():
+        (tmp_path / name).write_text(json.dumps(data))
+    detected = [k.name for k in COMPOSITE_KINDS if k.detect(tmp_path, None, None)]
+    assert detected == ([kind] if kind else [])
+    composite = composite_of(tmp_path, None, None)
+    assert (composite.kind if composite else "") == kind
+    if composite:
+        assert composite.names() == tuple(c.name for c in COMPONENTS[kind]) and composite.why
+    assert composite_of(tmp_path, "feature-extraction", None) is None  # a task names one network

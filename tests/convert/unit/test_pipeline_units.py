@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from convert.validators import plan_shape_cases
 
 from convert.errors import ConvertError, MissingDependency
 from convert.pipeline import ConvertRequest, Progress, run
@@ -18,7 +17,9 @@ from convert.pipeline.plan import check_optimizations, check_targets, exporter_f
 from convert.pipeline.validate import artifact_passed
 from convert.registry import REGISTRY
 from convert.reports import model as rm
-from convert.worker import StageCrashed, _death
+from convert.validators import plan_shape_cases
+from convert.worker import StageCrashed
+from convert.worker.process import _death
 
 
 def _report(*artifacts: rm.ArtifactRecord, interrupted: bool = False) -> rm.Report:
@@ -227,9 +228,10 @@ def test_a_target_the_framework_cannot_reach_is_an_error_naming_who_can():
     "options, fragment",
     [
         ({"samples": 0}, "--samples must be at least 1"),
-        ({"threads": 0}, "--threads and --benchmark-batch must be at least 1"),
-        ({"benchmark_batch": 0}, "--threads and --benchmark-batch must be at least 1"),
-        ({"stage_timeout": 0}, "the stage timeout must be a positive number of seconds, not 0"),
+        ({"samples": 20_000}, "--samples must be at most 10000, not 20000"),
+        ({"threads": 0}, "--threads must be at least 1, not 0"),
+        ({"benchmark_batch": 0}, "--benchmark-batch must be at least 1, not 0"),
+        ({"stage_timeout": 0}, "--stage-timeout must be positive, not 0"),
         ({"to": ("onnx", "docx")}, "unknown target format 'docx'"),
         ({"inputs": ("x:float32[B",)}, "cannot read the input spec"),
         ({"dims": ("B=0",)}, "cannot read the dim sizes 'B=0'"),

@@ -17,7 +17,8 @@ from convert.hardware import compute_limit
 from convert.pipeline.auto import rank
 from convert.policy import Allowance
 from convert.reports import model as rm
-from convert.timing import median_interval, paired_ratio
+from convert.reports.ratios import paired_ratio
+from convert.timing import median_interval
 
 SEEDS = range(40)
 SETTINGS = BenchmarkSettings(threads=1, warmup=3, rounds=20, seconds=0.2, max_runs=500, idle_gap_s=0.0)

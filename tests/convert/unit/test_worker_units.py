@@ -1,4 +1,4 @@
-"""Unit tests of convert/worker.py: choosing the worker, the in-process path, the child worker's protocol (a user
+"""Unit tests of convert/worker/: choosing the worker, the in-process path, the child worker's protocol (a user
 error, an internal error, a crash, a timeout, a fresh worker after a crash) and the messages a dead worker gives.
 
 The child-worker tests load factory files named ``*_fake``: they stand in for a model only to exercise our own
@@ -6,6 +6,7 @@ error handling (a factory that crashes, sleeps or records its process), and impo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -16,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from convert import worker as worker_module
 from convert.errors import ConvertError
 from convert.sources.request import SourceRequest
-from convert.worker import ChildWorker, InProcessWorker, Session, StageCrashed, WorkerError, _death, start, start_ahead
+from convert.worker import ChildWorker, InProcessWorker, LoadSource, ReferenceOutputs, SelectOutputs, StageCrashed, WorkerError
+from convert.worker import process as worker_module
+from convert.worker.process import _death, start, start_ahead
+from convert.worker.protocol import WorkerState, worker_job
 from tests.conftest import REPO
 
 FAKES = '''
@@ -113,13 +116,13 @@ def test_params_that_cannot_be_sent_to_another_process_run_in_process(tmp_path):
 def test_a_user_error_in_process_is_raised_as_it_is(tmp_path):
     worker = InProcessWorker("test")
     with pytest.raises(ConvertError) as info:
-        worker.call(Session.load, SourceRequest(model=str(tmp_path / "missing.pt2")), setup=True)
+        worker.call(LoadSource(SourceRequest(model=str(tmp_path / "missing.pt2"))), setup=True)
     assert info.value.problem == f"the model {tmp_path / 'missing.pt2'} does not exist"
 
 
 def test_an_internal_error_in_process_is_the_exception_itself():
     with pytest.raises(AttributeError):
-        InProcessWorker("test").call(Session.set_outputs, ("y",))  # no source was loaded
+        InProcessWorker("test").call(SelectOutputs(("y",)))  # no source was loaded
 
 
 class FailingOnSecondFeedSourceFake:
@@ -135,39 +138,48 @@ class FailingOnSecondFeedSourceFake:
         return {"y": feed["x"] * 2}
 
 
-def _not_a_session_job(session, *args):
-    return "ran"
+@dataclasses.dataclass(frozen=True)
+class UnregisteredJob:
+    """A job in every way but its registration."""
+
+    def run(self, state):
+        return "ran"
 
 
-@pytest.mark.parametrize("job", ["load", _not_a_session_job, Session().load])
-def test_a_job_that_is_not_a_session_method_is_refused_before_it_runs(job, tmp_path):
-    """The child runs a job by its name: anything but a Session method must not reach it."""
+@pytest.mark.parametrize("job", ["load", print, UnregisteredJob()])
+def test_a_job_whose_type_is_not_registered_is_refused_before_it_runs(job):
+    """A worker runs registered job types only: anything else must not reach the child."""
     for worker in (InProcessWorker("test"), ChildWorker(timeout=60)):
-        with pytest.raises(TypeError, match="is not a job of the worker's Session"):
-            worker.call(job, SourceRequest(model=str(tmp_path / "missing.pt2")))
+        with pytest.raises(TypeError, match="is not a registered worker job"):
+            worker.call(job)
+        assert worker.processes() == [os.getpid()]  # no child was started for it
         worker.close()
 
 
+def test_a_job_type_must_be_a_frozen_dataclass_with_run():
+    with pytest.raises(TypeError, match="frozen dataclass with run"):
+        worker_job(dataclasses.dataclass(type("MutableJob", (), {"run": lambda self, state: None})))
+    with pytest.raises(TypeError, match="frozen dataclass with run"):
+        worker_job(dataclasses.dataclass(frozen=True)(type("NoRun", (), {})))
+
+
 def test_reference_returns_the_outputs_before_the_first_failing_feed_and_its_error():
-    session = Session()
-    session.source = FailingOnSecondFeedSourceFake(ValueError("shapes (2,3) and (4,) differ\nwhile running node 7"))
-    outputs, error = session.reference([{"x": 1}, {"x": 2}, {"x": 3}])
+    state = WorkerState(source=FailingOnSecondFeedSourceFake(ValueError("shapes (2,3) and (4,) differ\nwhile running node 7")))
+    outputs, error = ReferenceOutputs([{"x": 1}, {"x": 2}, {"x": 3}]).run(state)
     assert outputs == [{"y": 2}]
     assert error == "ValueError: shapes (2,3) and (4,) differ"
-    assert session.source.calls == 2  # the third feed was not run
+    assert state.source.calls == 2  # the third feed was not run
 
 
 def test_reference_with_no_failure_returns_every_output_and_no_error():
-    session = Session()
-    session.source = FailingOnSecondFeedSourceFake(ValueError("unused"))
-    assert session.reference([{"x": 5}]) == ([{"y": 10}], "")
+    state = WorkerState(source=FailingOnSecondFeedSourceFake(ValueError("unused")))
+    assert ReferenceOutputs([{"x": 5}]).run(state) == ([{"y": 10}], "")
 
 
 def test_a_user_error_from_the_source_in_reference_is_raised():
-    session = Session()
-    session.source = FailingOnSecondFeedSourceFake(ConvertError("the input x must be 2-D", "Check --input."))
+    state = WorkerState(source=FailingOnSecondFeedSourceFake(ConvertError("the input x must be 2-D", "Check --input.")))
     with pytest.raises(ConvertError, match="must be 2-D"):
-        session.reference([{"x": 1}, {"x": 2}])
+        ReferenceOutputs([{"x": 1}, {"x": 2}]).run(state)
 
 
 # how a dead worker is described
@@ -200,42 +212,42 @@ def test_stage_crashed_carries_its_signal_and_whether_it_timed_out():
 def test_a_user_error_in_the_child_comes_back_as_that_error(child, tmp_path):
     missing = tmp_path / "missing.pt2"
     with pytest.raises(ConvertError) as info:
-        child.call(Session.load, SourceRequest(model=str(missing)), setup=True)
+        child.call(LoadSource(SourceRequest(model=str(missing))), setup=True)
     assert info.value.problem == f"the model {missing} does not exist"
     assert info.value.next_step.startswith("Give a model file")
 
 
 def test_an_internal_error_in_the_child_comes_back_with_its_traceback(child):
     with pytest.raises(WorkerError) as info:
-        child.call(Session.set_outputs, ("y",))  # no source was loaded
+        child.call(SelectOutputs(("y",)))  # no source was loaded
     text = str(info.value)
-    assert text.startswith("in the worker process, job 'set_outputs':")
+    assert text.startswith("in the worker process, job 'SelectOutputs':")
     assert "Traceback" in text and "AttributeError" in text
 
 
 def test_the_child_keeps_serving_after_a_user_error_and_a_crash_starts_a_fresh_one(child, fakes):
     for _ in range(2):
         with pytest.raises(ConvertError, match="cannot tell which framework a object belongs to"):
-            child.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+            child.call(LoadSource(_load(fakes, "pid_recording_factory_fake")))
     first, second = _pids(fakes)
     assert first == second != os.getpid()  # one child served both jobs
     with pytest.raises(StageCrashed):
-        child.call(Session.load, _load(fakes, "crash_with_sigkill_fake"))
+        child.call(LoadSource(_load(fakes, "crash_with_sigkill_fake")))
     with pytest.raises(ConvertError, match="cannot tell which framework"):
-        child.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+        child.call(LoadSource(_load(fakes, "pid_recording_factory_fake")))
     assert _pids(fakes)[-1] not in (first, os.getpid())
 
 
 def test_a_child_killed_by_a_signal_is_a_stage_crash_naming_it(child, fakes):
     with pytest.raises(StageCrashed) as info:
-        child.call(Session.load, _load(fakes, "crash_with_sigkill_fake"))
+        child.call(LoadSource(_load(fakes, "crash_with_sigkill_fake")))
     assert info.value.signal == "SIGKILL" and not info.value.timed_out
     assert str(info.value).startswith("the worker process was killed by SIGKILL")
 
 
 def test_a_child_that_exits_is_a_stage_crash_with_its_status(child, fakes):
     with pytest.raises(StageCrashed) as info:
-        child.call(Session.load, _load(fakes, "exit_with_status_7_fake"))
+        child.call(LoadSource(_load(fakes, "exit_with_status_7_fake")))
     assert str(info.value) == "the worker process exited with status 7"
     assert info.value.signal is None and not info.value.timed_out
 
@@ -244,9 +256,9 @@ def test_a_job_past_the_stage_timeout_is_stopped(fakes, tmp_path):
     worker = ChildWorker(timeout=1.5)
     try:
         with pytest.raises(ConvertError):  # starts the worker, so the timed job's clock runs on the job alone
-            worker.call(Session.load, SourceRequest(model=str(tmp_path / "missing.pt2")))
+            worker.call(LoadSource(SourceRequest(model=str(tmp_path / "missing.pt2"))))
         with pytest.raises(StageCrashed) as info:
-            worker.call(Session.load, _load(fakes, "sleeping_factory_fake"))
+            worker.call(LoadSource(_load(fakes, "sleeping_factory_fake")))
     finally:
         worker.close(kill=True)
     assert info.value.timed_out and info.value.signal is None
@@ -259,7 +271,7 @@ def test_a_job_past_the_stage_timeout_is_stopped(fakes, tmp_path):
 def test_closing_the_child_ends_its_process(fakes):
     worker = ChildWorker(timeout=60)
     with pytest.raises(ConvertError):
-        worker.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+        worker.call(LoadSource(_load(fakes, "pid_recording_factory_fake")))
     [pid] = _pids(fakes)
     assert _alive(pid)
     worker.close()
@@ -286,7 +298,7 @@ def test_the_first_child_worker_takes_the_worker_started_ahead_and_the_next_star
     try:
         for worker in workers:
             with pytest.raises(ConvertError, match="cannot tell which framework"):
-                worker.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+                worker.call(LoadSource(_load(fakes, "pid_recording_factory_fake")))
     finally:
         for worker in workers:
             worker.close()
@@ -305,7 +317,7 @@ def test_a_worker_started_ahead_is_not_taken_when_it_died_or_sys_path_changed(st
     worker = ChildWorker(timeout=60)
     try:
         with pytest.raises(ConvertError, match="cannot tell which framework"):
-            worker.call(Session.load, _load(fakes, "pid_recording_factory_fake"))
+            worker.call(LoadSource(_load(fakes, "pid_recording_factory_fake")))
     finally:
         worker.close()
     assert _pids(fakes)[0] != started_ahead.pid
@@ -316,7 +328,7 @@ def test_a_worker_started_ahead_imports_the_framework_of_a_model_file_but_not_a_
     archive = tmp_path / "model.pt2"
     with zipfile.ZipFile(archive, "w") as written:
         written.writestr("model/archive_format", "pt2")  # a torch.export archive to detect_format
-    probe = "import sys; from convert.worker import _import_ahead; _import_ahead(sys.argv[1], None); print('torch' in sys.modules)"
+    probe = "import sys; from convert.worker.process import _import_ahead; _import_ahead(sys.argv[1], None); print('torch' in sys.modules)"
     for model, imported in ((str(archive), "True"), (f"{tmp_path / 'factory.py'}:build", "False")):
         done = subprocess.run(
             [sys.executable, "-c", probe, model],
