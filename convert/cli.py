@@ -194,9 +194,9 @@ def validate_command(artifacts, model, quiet, verbose, **values):
 def _start_worker_ahead(model: str, keywords: dict) -> None:
     """Start the run's worker process now: it imports what loading the model takes while this process imports the
     pipeline and plans the run."""
-    if keywords["isolate"]:
-        from convert.worker import start_ahead
+    from convert.worker import isolates, start_ahead
 
+    if isolates(keywords["isolate"]):
         start_ahead(model, keywords["framework"])
 
 

@@ -660,7 +660,8 @@ OPTIONS: tuple[RunOption, ...] = (
     RunOption(
         "isolate",
         "--no-isolation",
-        "Run the framework work in this process, without crash isolation or stage timeout (for debuggers and profilers).",
+        "Run the framework work in this process, without crash isolation or stage timeout (for debuggers and profilers; "
+        "also: CONVERT_NO_ISOLATION=1).",
         group="Execution, cache and isolation",
         kind="negated-flag",
         default=True,

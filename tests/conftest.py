@@ -89,13 +89,52 @@ class CliRun:
         return self.stdout + self.stderr
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict[str, str] | None = None) -> CliRun:
-    """Run the real command line (python -m convert) in a child process (``env`` adds to or overrides the environment)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    done = subprocess.run(
-        [sys.executable, "-m", "convert", *args], cwd=cwd or REPO, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    return CliRun(done.returncode, done.stdout, done.stderr)
+# What only a process of its own shows: the environment a plugin or a path is read from at import, and what the
+# frameworks print from C++ to the process's own stderr.
+READ_AT_IMPORT = ("CONVERT_PLUGINS", "PYTHONPATH")
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600, env: dict[str, str] | None = None, process: bool = False) -> CliRun:
+    """Run the real command line (``convert ARGS``): in this test process with the framework work in process too
+    (CONVERT_NO_ISOLATION: the frameworks are imported once per test process, not twice per run), or, with ``process``
+    (or an ``env`` naming what is read at import), as ``python -m convert`` in a child process with the worker process
+    of its own that users get. ``env`` adds to or overrides the environment."""
+    if process or any(name in (env or {}) for name in READ_AT_IMPORT):
+        full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
+        done = subprocess.run(
+            [sys.executable, "-m", "convert", *args], cwd=cwd or REPO, env=full, capture_output=True, text=True, timeout=timeout
+        )
+        return CliRun(done.returncode, done.stdout, done.stderr)
+    return _run_in_this_process(args, cwd or REPO, {"COLUMNS": "200", "CONVERT_NO_ISOLATION": "1", **(env or {})})
+
+
+def _run_in_this_process(args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> CliRun:
+    """``convert ARGS`` through click's test runner, from ``cwd``; what a run may change in this process (the folder,
+    the environment, sys.argv and sys.path, the modules it imported from the user's files) is put back afterwards."""
+    from click.testing import CliRunner
+
+    from convert.cli import main
+
+    before = (Path.cwd(), dict(os.environ), list(sys.argv), list(sys.path), set(sys.modules))
+    sys.argv = ["convert", *args]
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, list(args), env=env, prog_name="convert")
+    finally:
+        os.chdir(before[0])
+        os.environ.clear()
+        os.environ.update(before[1])
+        sys.argv[:], sys.path[:] = before[2], before[3]
+        for name in set(sys.modules) - before[4]:
+            path = getattr(sys.modules[name], "__file__", None) or ""
+            if path and not path.startswith((sys.prefix, str(REPO))):
+                del sys.modules[name]  # a user's model module: the next run's file of that name is another
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        import traceback
+
+        stderr += "".join(traceback.format_exception(result.exception))
+    return CliRun(result.exit_code, result.stdout, stderr)
 
 
 def convert_command(prologue: str, *args: str) -> list[str]:

@@ -243,10 +243,16 @@ def start_ahead(model: str, framework: str | None) -> None:
     _ahead = (*_spawn(log, model, framework), list(sys.path), log)
 
 
+def isolates(requested: bool) -> bool:
+    """Whether the framework work runs in a child process: as requested, unless CONVERT_NO_ISOLATION is set (as
+    --no-isolation; for a test suite or a profiler that runs many conversions in one process)."""
+    return requested and os.environ.get("CONVERT_NO_ISOLATION", "").lower() in ("", "0", "false", "no")
+
+
 def start(request, timeout: float | None, isolate: bool = True) -> InProcessWorker | ChildWorker:
     """A child worker for this SourceRequest, unless the model is a Python object (or isolation is off) and must
     stay in this process."""
-    if not isolate:
+    if not isolates(isolate):
         return InProcessWorker("isolation was turned off")
     if not isinstance(request.model, (str, os.PathLike)):
         return InProcessWorker(f"the model was given as a Python object ({type(request.model).__name__})")
