@@ -48,7 +48,7 @@ JOINED = {
 
 def load_encoder_decoder_model(folder: Path, task_name: str | None, trust_code: bool, dtype: str):
     """The encoder-decoder the folder holds, as the class its config names, and its task."""
-    transformers = require("transformers", "transformers", "Loading a Hugging Face Transformers model")
+    transformers = require("transformers", "Loading a Hugging Face Transformers model")
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     config = check_folder(folder, trust_code)

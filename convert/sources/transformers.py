@@ -181,7 +181,7 @@ def check_folder(folder: Path, trust_code: bool) -> dict:
 def load_transformers_source(request: SourceRequest):
     """A TorchSource of the folder (or transformers model object) for the request's task."""
     require_torch()
-    transformers = require("transformers", "transformers", "Loading a Hugging Face Transformers model")
+    transformers = require("transformers", "Loading a Hugging Face Transformers model")
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     model = request.model
@@ -478,7 +478,7 @@ def base_folder(folder: Path, adapter: dict) -> Path:
 def merge_adapter(model, folder: Path, adapter: dict, trust_code: bool):
     """The base model with the folder's PEFT adapter loaded (every adapter weight used) and merged into its weights
     (``merge_and_unload``), and a sentence naming the adapter."""
-    peft = require("peft", "peft", f"Loading the PEFT adapter in {folder}")
+    peft = require("peft", f"Loading the PEFT adapter in {folder}")
     names = {p.name for p in folder.iterdir()}
     if "adapter_model.safetensors" not in names:
         if "adapter_model.bin" not in names:
