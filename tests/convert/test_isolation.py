@@ -29,7 +29,7 @@ def _record(report: dict, key: str) -> dict:
 
 def test_a_segfault_in_one_export_fails_that_stage_and_the_run_goes_on(tmp_path):
     out = tmp_path / "out"
-    done = run_cli(CRASHES, "--input", "x:float32[B,8]", "--to", "onnx,torchscript", "--out", str(out))
+    done = run_cli(CRASHES, "--input", "x:float32[B,8]", "--to", "onnx,torchscript", "--out", str(out), process=True)
     assert done.returncode == 2, done.output
     assert "Traceback" not in done.output
     assert "the onnx export crashed" in done.stderr and "SIGSEGV" in done.stderr and "--no-isolation" in done.stderr
@@ -45,7 +45,7 @@ def test_a_segfault_in_one_export_fails_that_stage_and_the_run_goes_on(tmp_path)
 
 def test_a_stage_past_its_timeout_is_stopped_and_the_run_goes_on(tmp_path):
     out = tmp_path / "out"
-    done = run_cli(HANGS, "--input", "x:float32[B,8]", "--to", "onnx,torchscript", "--out", str(out), "--stage-timeout", "8")
+    done = run_cli(HANGS, "--input", "x:float32[B,8]", "--to", "onnx,torchscript", "--out", str(out), "--stage-timeout", "8", process=True)
     assert done.returncode == 2, done.output
     assert "the onnx export timed out" in done.stderr and "--stage-timeout" in done.stderr and "Traceback" not in done.output
     report = load_report(out / "report.json")
@@ -87,7 +87,9 @@ def test_a_worker_killed_during_validation_fails_those_checks_and_the_run_goes_o
 
 def test_a_model_that_crashes_while_loading_is_a_clear_error(tmp_path):
     out = tmp_path / "out"
-    done = run_cli("fixtures.torch_models:build_crashes_on_load", "--input", "x:float32[B,8]", "--to", "onnx", "--out", str(out))
+    done = run_cli(
+        "fixtures.torch_models:build_crashes_on_load", "--input", "x:float32[B,8]", "--to", "onnx", "--out", str(out), process=True
+    )
     assert done.returncode == 2, done.output
     assert "loading the model did not finish" in done.stderr and "SIGSEGV" in done.stderr
     assert "Traceback" not in done.output and "libbroken.so" not in done.output  # the crash's words: in its log
