@@ -1,14 +1,21 @@
 """What the Hugging Face sources share (transformers, sentence-transformers and diffusers folders): loading offline, the
-facts a transformers config states, and the pixel range a folder's image processor makes."""
+facts a transformers config states, the pixel range a folder's image processor makes, and transformers' key/value
+cache: the forward argument that takes it, read from the annotations, and one wrapper of a forward that takes and
+returns it as flat tensors (a decoder's, an encoder-decoder's decoder's)."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
+
+from convert.compat import library_mismatch
+from convert.errors import ConvertError
 
 
 @contextlib.contextmanager
@@ -108,3 +115,127 @@ def decoder_start(model) -> int | None:
     config's decoder_start_token_id, which older versions read); None where there is none, and generate refuses."""
     found = (model.generation_config.decoder_start_token_id, model.generation_config.bos_token_id)
     return next((token for token in found if token is not None), getattr(model.config, "decoder_start_token_id", None))
+
+
+# The annotation of the forward parameter that takes the key/value cache: transformers' Cache or a class of its own
+# (EncoderDecoderCache, a hybrid model's HybridMambaAttentionDynamicCache)...
+_CACHE_TYPE = re.compile(r"\b\w*Cache\b")
+# ...else, in forwards older than that type (transformers 4's GPT-2, VisionEncoderDecoderModel, BERT's decoders), tensors
+# per layer: a tuple or list of tensors, or of tuples of them
+_PER_LAYER_TENSORS = re.compile(r"\b(tuple|list|Tuple|List)\[\s*((tuple|Tuple)\[\s*)?(torch\.)?\w*Tensor\b")
+# The forward arguments a with-past step fills besides the cache: a decoder's, and an encoder-decoder's (its decoder's
+# tokens, the encoder's outputs standing for its input_ids, and the encoder's mask)
+DECODER_ARGUMENTS = ("input_ids", "attention_mask", "position_ids")
+SEQ2SEQ_ARGUMENTS = ("decoder_input_ids", "encoder_outputs", "attention_mask")
+# The output fields transformers has returned the cache in (``cache`` since 5.24, ``past_key_values`` before), read only
+# where no field holds a Cache object.
+CACHE_FIELDS = ("cache", "past_key_values")
+
+
+def cache_parameter(forward: Callable, filled: Collection[str] = ()) -> str | None:
+    """The parameter of a transformers forward that takes the key/value cache, by its annotation (transformers renames
+    it: ``past_key_values``, then ``cache``): the one typed as a Cache, else the one typed as tensors per layer. The
+    parameters the caller fills itself (``filled``: an encoder-decoder's ``encoder_outputs`` are typed as tensors per
+    layer too) are not candidates. None where no parameter, or more than one, is so typed: a name alone says nothing."""
+    annotations = {
+        name: str(parameter.annotation)
+        for name, parameter in inspect.signature(forward).parameters.items()
+        if name not in filled and parameter.annotation is not parameter.empty
+    }
+    for annotation in (_CACHE_TYPE, _PER_LAYER_TENSORS):
+        typed = [name for name, text in annotations.items() if annotation.search(text)]
+        if typed:
+            return typed[0] if len(typed) == 1 else None
+    return None
+
+
+def cache_of(out) -> Any:
+    """The cache a transformers step returned: its output's field holding a Cache, else its field of a name transformers
+    has used for it (a cache of tuples)."""
+    from transformers import Cache
+
+    for value in out.values():
+        if isinstance(value, Cache):
+            return value
+    for name in CACHE_FIELDS:
+        if out.get(name) is not None:
+            return out[name]
+    raise library_mismatch(
+        "transformers", f"a decoder step's {type(out).__name__} holds no cache among its fields ({', '.join(out.keys())})"
+    )
+
+
+def cache_layers(cache) -> list[tuple[Any, Any]]:
+    """(keys, values) per layer of a transformers cache (``.layers`` since transformers 4.56, the legacy tuple before);
+    an encoder-decoder's self-attention cache (its cross-attention is computed from the encoder's outputs)."""
+    import torch
+
+    cache = getattr(cache, "self_attention_cache", cache)
+    if not hasattr(cache, "layers"):
+        return [(k, v) for k, v in cache]
+    layers = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in cache.layers]
+    if not layers or not all(isinstance(part, torch.Tensor) for layer in layers for part in layer):
+        raise ConvertError(
+            f"the model's cache ({type(cache).__name__}) holds no key and value tensors of its own in every layer (a "
+            "state-space or recurrent cache, or layers that share another layer's keys and values), and this tool exports "
+            "decoders whose every layer keeps its own key/value cache only",
+            "Use --task text-generation (the decoder without its cache).",
+        )
+    return layers
+
+
+def dynamic_cache(layers) -> Any:
+    """A DynamicCache holding each layer's (keys, values), every layer at full length.
+
+    Not ``DynamicCache(config=...)``: its sliding-window layers keep only their last window-1 tokens, so their outputs
+    would be shorter than the full layers' once the past reaches the window (no one length for the graph, and ONNX
+    Runtime fails there). A sliding layer given the whole past gives the same logits: its attention mask leaves out
+    what lies beyond its window."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (keys, values) in enumerate(layers):
+        cache.update(keys, values, i)
+    return cache
+
+
+def by_name(module_class, names: list[str]):
+    """An instance of the module class, its forward declaring one parameter per input (dots made underscores), so that
+    torch.export binds its inputs by name."""
+    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    module_class.forward.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", parameter), *(inspect.Parameter(n.replace(".", "_"), parameter) for n in names)]
+    )
+    return module_class().eval()
+
+
+def seq2seq_arguments(inputs: dict, states) -> dict:
+    """An encoder-decoder step's arguments besides its cache (SEQ2SEQ_ARGUMENTS) from a flat feed: the decoder's tokens,
+    the encoder's outputs ``states``, the encoder's mask where the feed has one."""
+    return {"decoder_input_ids": inputs["input_ids"], "encoder_outputs": (states,), "attention_mask": inputs.get("encoder_attention_mask")}
+
+
+def with_past(model, names: list[str], step: Callable[[dict], tuple[dict, Any]], outputs: Callable[[Any], dict], filled: Collection[str]):
+    """A transformers model's forward as a module over the flat tensors ``names``: ``step`` makes of a feed the forward's
+    arguments (of those named in ``filled``: DECODER_ARGUMENTS, SEQ2SEQ_ARGUMENTS) and the cache, which goes in under
+    the parameter the forward's annotations name (:func:`cache_parameter`); ``outputs`` names the tensors of what the
+    forward returns."""
+    import torch
+
+    cache_argument = cache_parameter(model.forward, filled)
+    if cache_argument is None:
+        raise library_mismatch(
+            "transformers",
+            f"{type(model).__name__}'s forward declares no one cache argument (a parameter typed Cache, or tensors per layer)",
+        )
+
+    class WithPast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *values):
+            arguments, cache = step(dict(zip(names, values)))
+            return outputs(self.model(**arguments, use_cache=True, **{cache_argument: cache}))
+
+    return by_name(WithPast, names)

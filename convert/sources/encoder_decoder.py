@@ -16,24 +16,16 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Any
 
+from convert.backends.huggingface import SEQ2SEQ_ARGUMENTS, by_name, cache_layers, cache_of, dynamic_cache, seq2seq_arguments, with_past
 from convert.backends.torch import CallConvention, require_torch
 from convert.errors import ConvertError, require
 from convert.safety import sha256_files
 from convert.sources.base import SourceInfo
 from convert.sources.request import SourceRequest
 from convert.sources.torch_model import TorchSource
-from convert.sources.transformers import (
-    Task,
-    _by_name,
-    _cache_layers,
-    _cache_parameter,
-    _load_folder,
-    _text_config,
-    check_folder,
-    check_task,
-    infer_task,
-)
+from convert.sources.transformers import Task, _load_folder, _text_config, check_folder, check_task, infer_task
 from convert.specs import InputSpec
 from convert.validators.generation import PAST
 
@@ -163,8 +155,8 @@ def cache_shape(model) -> tuple[int, int, int, int, int]:
             encoder_outputs=(torch.zeros((1, frames, encoder_width(model)), dtype=model.dtype),),
             use_cache=True,
         )
-    cache = out.past_key_values
-    own, cross = _cache_layers(cache.self_attention_cache), _cache_layers(cache.cross_attention_cache)
+    cache = cache_of(out)
+    own, cross = cache_layers(cache.self_attention_cache), cache_layers(cache.cross_attention_cache)
     return len(own), int(own[0][0].shape[1]), int(own[0][0].shape[3]), int(cross[0][0].shape[1]), int(cross[0][0].shape[3])
 
 
@@ -179,74 +171,48 @@ def _encoder(model, names: list[str]):
         def forward(self, *values):
             return {"last_hidden_state": self.encoder(**dict(zip(names, values))).last_hidden_state}
 
-    return _by_name(Encoder, names)
+    return by_name(Encoder, names)
 
 
 def _outputs(out, layers: int, with_cross: bool) -> dict:
     outputs = {"logits": out.logits}
-    cache = out.past_key_values
-    for i, (key, value) in enumerate(_cache_layers(cache.self_attention_cache)[:layers]):
+    cache = cache_of(out)
+    for i, (key, value) in enumerate(cache_layers(cache.self_attention_cache)[:layers]):
         outputs[f"present.{i}.decoder.key"], outputs[f"present.{i}.decoder.value"] = key, value
     if with_cross:
-        for i, (key, value) in enumerate(_cache_layers(cache.cross_attention_cache)[:layers]):
+        for i, (key, value) in enumerate(cache_layers(cache.cross_attention_cache)[:layers]):
             outputs[f"present.{i}.encoder.key"], outputs[f"present.{i}.encoder.value"] = key, value
     return outputs
 
 
 def _first_step(model, names: list[str], layers: int):
-    torch = require_torch()
-    cache_argument = _cache_parameter(model) or "past_key_values"
+    """The decoder's first step: both caches start empty, and it returns both."""
+    from transformers import DynamicCache, EncoderDecoderCache
 
-    class Decoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    def step(inputs: dict) -> tuple[dict, Any]:
+        return seq2seq_arguments(inputs, inputs["encoder_hidden_states"]), EncoderDecoderCache(DynamicCache(), DynamicCache())
 
-        def forward(self, *values):
-            inputs = dict(zip(names, values))
-            from transformers import DynamicCache, EncoderDecoderCache
-
-            out = self.model(
-                decoder_input_ids=inputs["input_ids"],
-                encoder_outputs=(inputs["encoder_hidden_states"],),
-                attention_mask=inputs.get("encoder_attention_mask"),
-                use_cache=True,
-                **{cache_argument: EncoderDecoderCache(DynamicCache(), DynamicCache())},
-            )
-            return _outputs(out, layers, with_cross=True)
-
-    return _by_name(Decoder, names)
+    return with_past(model, names, step, lambda out: _outputs(out, layers, with_cross=True), SEQ2SEQ_ARGUMENTS)
 
 
 def _later_step(model, names: list[str], layers: int, frames: int | None):
+    """A later step: both caches in, the cross-attention read from its cache; the grown self-attention cache out."""
     torch = require_torch()
-    cache_argument = _cache_parameter(model) or "past_key_values"
+    from transformers import EncoderDecoderCache
+
     width = encoder_width(model)
 
-    class DecoderWithPast(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    def step(inputs: dict) -> tuple[dict, Any]:
+        own = dynamic_cache(
+            (inputs[f"past_key_values.{i}.decoder.key"], inputs[f"past_key_values.{i}.decoder.value"]) for i in range(layers)
+        )
+        cross = dynamic_cache(
+            (inputs[f"past_key_values.{i}.encoder.key"], inputs[f"past_key_values.{i}.encoder.value"]) for i in range(layers)
+        )
+        # the encoder's states are not an input: its cross-attention cache holds what the layers need of them; the
+        # model's forward takes states of their shape all the same (their values are never read)
+        batch, length = inputs["input_ids"].shape[0], inputs["past_key_values.0.encoder.key"].shape[2]
+        states = torch.zeros((batch, length, width), dtype=inputs["past_key_values.0.encoder.key"].dtype)
+        return seq2seq_arguments(inputs, states), EncoderDecoderCache(own, cross)
 
-        def forward(self, *values):
-            from transformers import DynamicCache, EncoderDecoderCache
-
-            inputs = dict(zip(names, values))
-            own, cross = DynamicCache(), DynamicCache()
-            for i in range(layers):
-                own.update(inputs[f"past_key_values.{i}.decoder.key"], inputs[f"past_key_values.{i}.decoder.value"], i)
-                cross.update(inputs[f"past_key_values.{i}.encoder.key"], inputs[f"past_key_values.{i}.encoder.value"], i)
-            # the encoder's states are not an input: its cross-attention cache holds what the layers need of them; the
-            # model's forward takes states of their shape all the same (their values are never read)
-            batch, length = inputs["input_ids"].shape[0], inputs["past_key_values.0.encoder.key"].shape[2]
-            states = torch.zeros((batch, length, width), dtype=inputs["past_key_values.0.encoder.key"].dtype)
-            out = self.model(
-                decoder_input_ids=inputs["input_ids"],
-                encoder_outputs=(states,),
-                attention_mask=inputs.get("encoder_attention_mask"),
-                use_cache=True,
-                **{cache_argument: EncoderDecoderCache(own, cross)},
-            )
-            return _outputs(out, layers, with_cross=False)
-
-    return _by_name(DecoderWithPast, names)
+    return with_past(model, names, step, lambda out: _outputs(out, layers, with_cross=False), SEQ2SEQ_ARGUMENTS)

@@ -24,6 +24,7 @@ Nothing is downloaded, and nothing in the folder runs without ``trust_code``: we
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -31,7 +32,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from convert.backends.huggingface import decoder_start, image_domain, offline, position_offset, stored_dtype
+from convert.backends.huggingface import (
+    DECODER_ARGUMENTS,
+    SEQ2SEQ_ARGUMENTS,
+    cache_layers,
+    cache_of,
+    cache_parameter,
+    decoder_start,
+    dynamic_cache,
+    image_domain,
+    offline,
+    position_offset,
+    seq2seq_arguments,
+    stored_dtype,
+    with_past,
+)
 from convert.backends.moe import use_dense_experts
 from convert.backends.torch import CallConvention, require_torch
 from convert.compat import library_mismatch
@@ -243,25 +258,25 @@ def load_transformers_source(request: SourceRequest):
         module, convention = seq2seq_decoder_with_past(model, layout, specs), CallConvention()
         info.description += "; its decoder with its cache (its encoder: --task feature-extraction)"
         # the decoder's inputs feed these parameters: the encoder's outputs stand for its input_ids
-        taken = {"input_ids", "attention_mask", "decoder_input_ids", "encoder_outputs", _cache_parameter(model)}
+        taken = {"input_ids", *SEQ2SEQ_ARGUMENTS, cache_parameter(model.forward, SEQ2SEQ_ARGUMENTS)}
     elif task.with_past:
         specs, ranges = _model_inputs(config, parameters, request)
-        cache_argument = _cache_parameter(model)
+        cache_argument = cache_parameter(model.forward, DECODER_ARGUMENTS)
         if cache_argument is None:
             # a generating model whose config keeps a key/value cache (use_cache) takes it under some argument: finding
             # none is the library's API, not the model (XLNet's memories, say, are no such cache)
             if model.can_generate() and getattr(config, "use_cache", None) is not None:
                 raise library_mismatch(
                     "transformers",
-                    f"{type(model).__name__} generates text, yet its forward declares no cache argument (a parameter typed "
-                    "Cache, or named cache or past_key_values)",
+                    f"{type(model).__name__} generates text, yet its forward declares no one cache argument (a parameter "
+                    "typed Cache, or tensors per layer)",
                 )
             raise ConvertError(
                 f"{type(model).__name__} takes no cache, so it cannot be exported for {task.name}", "Use --task text-generation."
             )
         layout = cache_layout(model, "position_ids" in parameters)
         specs, ranges = _with_past_specs(specs, layout, ranges)
-        module, convention = decoder_with_past(model, layout, cache_argument), CallConvention()
+        module, convention = decoder_with_past(model, layout), CallConvention()
         taken = {cache_argument}
     else:
         specs, ranges = _model_inputs(config, parameters, request, task)
@@ -697,42 +712,10 @@ def _attention_window(config) -> int:
     return max((s for s in spans if type(s) is int and 0 < s and (not positions or s < positions)), default=0)
 
 
-# What transformers has called the cache argument and output field: ``cache`` since 5.24, ``past_key_values`` before
-# (a deprecated alias until 5.40). Read only where the signature's annotations do not name the Cache type.
-CACHE_NAMES = ("cache", "past_key_values")
-_CACHE_TYPE = re.compile(r"\b(Cache|EncoderDecoderCache|DynamicCache)\b")  # the annotation of the cache argument
-
-
-def _cache_parameter(model) -> str | None:
-    """The forward parameter that takes the cache: the one annotated with transformers' ``Cache`` type, else one of
-    the names transformers has used for it, else None (a model without a cache)."""
-    parameters = inspect.signature(model.forward).parameters
-    typed = [name for name, p in parameters.items() if _CACHE_TYPE.search(str(p.annotation))]
-    if len(typed) == 1:
-        return typed[0]
-    return next((name for name in CACHE_NAMES if name in parameters), None)
-
-
-def _cache_of(out):
-    """The cache a decoder step returned: the output's field holding a transformers ``Cache``, else its field of a name
-    transformers has used for it."""
-    from transformers import Cache
-
-    for value in out.values():
-        if isinstance(value, Cache):
-            return value
-    for name in CACHE_NAMES:
-        if out.get(name) is not None:
-            return out[name]
-    raise library_mismatch(
-        "transformers", f"a decoder step's {type(out).__name__} holds no cache among its fields ({', '.join(out.keys())})"
-    )
-
-
 def _layout_of(out, **facts) -> CacheLayout:
     """The layout of the cache a decoder step returned, every layer's key and value read (layers may differ in heads
     and head size), with the facts its inputs add."""
-    layers = _cache_layers(_cache_of(out))
+    layers = cache_layers(cache_of(out))
     shapes = tuple((int(part.shape[1]), int(part.shape[3])) for layer in layers for part in layer)
     return CacheLayout(
         layers=len(layers),
@@ -746,55 +729,18 @@ def _layout_of(out, **facts) -> CacheLayout:
 
 
 def _cache_from(inputs: dict, layout: CacheLayout):
-    """A DynamicCache holding the past keys and values of a flat feed, layer by layer, every layer at full length.
-
-    Not ``DynamicCache(config=...)``: its sliding-window layers keep only their last window-1 tokens, so their outputs
-    would be shorter than the full layers' once the past reaches the window (no one length P+S for the graph, and
-    ONNX Runtime fails there). A sliding layer given the whole past gives the same logits: its attention mask leaves
-    out what lies beyond its window."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
+    """A DynamicCache of a flat feed's past keys and values, layer by layer, every layer at full length."""
     names = layout.past_names()
-    for i in range(layout.layers):
-        cache.update(inputs[names[2 * i]], inputs[names[2 * i + 1]], i)
-    return cache
+    return dynamic_cache((inputs[names[2 * i]], inputs[names[2 * i + 1]]) for i in range(layout.layers))
 
 
 def _outputs(out, layout: CacheLayout) -> dict:
     """``logits`` and the cache a step returned, named ``present`` as its inputs are named ``past_key_values``."""
     outputs = {"logits": out.logits}
     names = [name.replace("past_key_values", "present", 1) for name in layout.past_names()]
-    for i, (keys, values) in enumerate(_cache_layers(_cache_of(out))):
+    for i, (keys, values) in enumerate(cache_layers(cache_of(out))):
         outputs[names[2 * i]], outputs[names[2 * i + 1]] = keys, values
     return outputs
-
-
-def _by_name(module_class, names: list[str]):
-    """Declare one forward parameter per input (dots made underscores), so torch.export binds its inputs by name."""
-    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    module_class.forward.__signature__ = inspect.Signature(
-        [inspect.Parameter("self", parameter), *(inspect.Parameter(n.replace(".", "_"), parameter) for n in names)]
-    )
-    return module_class().eval()
-
-
-def _cache_layers(cache) -> list[tuple[Any, Any]]:
-    """(keys, values) per layer of a transformers cache (``.layers`` since transformers 4.56, the legacy tuple before);
-    an encoder-decoder's self-attention cache (its cross-attention is computed from the encoder's outputs)."""
-    torch = require_torch()
-    cache = getattr(cache, "self_attention_cache", cache)
-    if not hasattr(cache, "layers"):
-        return [(k, v) for k, v in cache]
-    layers = [(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in cache.layers]
-    if not layers or not all(isinstance(part, torch.Tensor) for layer in layers for part in layer):
-        raise ConvertError(
-            f"the model's cache ({type(cache).__name__}) holds no key and value tensors of its own in every layer (a "
-            "state-space or recurrent cache, or layers that share another layer's keys and values), and this tool exports "
-            "decoders whose every layer keeps its own key/value cache only",
-            "Use --task text-generation (the decoder without its cache).",
-        )
-    return layers
 
 
 def _with_past_specs(specs: tuple[InputSpec, ...], layout: CacheLayout, ranges: dict) -> tuple[tuple[InputSpec, ...], dict]:
@@ -811,25 +757,16 @@ def _past_specs(layout: CacheLayout) -> list[InputSpec]:
     return [InputSpec(name, layout.dtype, ("B", heads, PAST, dim)) for name, (heads, dim) in layout.past_shapes().items()]
 
 
-def decoder_with_past(model, layout: CacheLayout, cache_argument: str):
+def decoder_with_past(model, layout: CacheLayout):
     """The decoder as a module over flat tensors named as Optimum names them: ``input_ids, attention_mask,
     [position_ids,] past_key_values.N.key, past_key_values.N.value...`` in; ``logits, present.N.key,
-    present.N.value...`` out. Its forward declares one parameter per input, so torch.export sees them by name."""
-    torch = require_torch()
+    present.N.value...`` out."""
     names = ["input_ids", "attention_mask", *(["position_ids"] if layout.position_ids else []), *layout.past_names()]
 
-    class DecoderWithPast(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    def step(inputs: dict) -> tuple[dict, Any]:
+        return {name: inputs[name] for name in DECODER_ARGUMENTS if name in inputs}, _cache_from(inputs, layout)
 
-        def forward(self, *values):
-            inputs = dict(zip(names, values))
-            step = {name: inputs[name] for name in ("input_ids", "attention_mask", "position_ids") if name in inputs}
-            step[cache_argument] = _cache_from(inputs, layout)
-            return _outputs(self.model(**step, use_cache=True), layout)
-
-    return _by_name(DecoderWithPast, names)
+    return with_past(model, names, step, lambda out: _outputs(out, layout), DECODER_ARGUMENTS)
 
 
 def seq2seq_layout(model) -> tuple[CacheLayout, tuple[InputSpec, ...], dict[str, tuple[int, int | None]]]:
@@ -862,52 +799,38 @@ def seq2seq_layout(model) -> tuple[CacheLayout, tuple[InputSpec, ...], dict[str,
 def seq2seq_decoder_with_past(model, layout: CacheLayout, specs: tuple[InputSpec, ...]):
     """An encoder-decoder's decoder over flat tensors: ``input_ids, [encoder_attention_mask,] encoder_hidden_states,
     past_key_values.N.decoder.key/value...`` in, ``logits, present.N.decoder.key/value...`` out. The cross-attention is
-    computed from the encoder's outputs at every step (its cache is not an input). Its forward declares one parameter
-    per input, so torch.export sees them by name."""
-    torch = require_torch()
-    import numpy as np
+    computed from the encoder's outputs at every step (its cache is not an input)."""
     from transformers import DynamicCache, EncoderDecoderCache
 
     names = [s.name for s in specs]
-    audio = "encoder_attention_mask" not in names
-    cache_argument = _cache_parameter(model)
-    if cache_argument is None:
-        raise library_mismatch(
-            "transformers", f"{type(model).__name__}'s forward declares no cache argument (typed Cache, or named cache or past_key_values)"
-        )
 
-    class Decoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    def step(inputs: dict) -> tuple[dict, Any]:
+        cache = EncoderDecoderCache(_cache_from(inputs, layout), DynamicCache(config=model.config))
+        return seq2seq_arguments(inputs, inputs["encoder_hidden_states"]), cache
 
-        def forward(self, *values):
-            inputs = dict(zip(names, values))
-            out = self.model(
-                decoder_input_ids=inputs["input_ids"],
-                encoder_outputs=(inputs["encoder_hidden_states"],),
-                attention_mask=inputs.get("encoder_attention_mask"),
-                use_cache=True,
-                **{cache_argument: EncoderDecoderCache(_cache_from(inputs, layout), DynamicCache(config=self.model.config))},
-            )
-            return _outputs(out, layout)
+    module = with_past(model, names, step, lambda out: _outputs(out, layout), SEQ2SEQ_ARGUMENTS)
+    # the prompts and encoder outputs the generation check decodes from (TorchSource reads them from its module)
+    module.generation_inputs = functools.partial(_seq2seq_generation_inputs, model, layout, "encoder_attention_mask" not in names)
+    return module
 
-        def generation_inputs(self, seed: int):
-            """The start token for 2 prompts, and the encoder's outputs for 2 seeded encoder inputs (5 tokens, or audio
-            features at the encoder's length)."""
-            config = self.model.config
-            encoder = self.model.get_encoder()
-            rng = np.random.default_rng(seed + 7919)
-            context = {}
-            with torch.no_grad():
-                if audio:
-                    features = rng.standard_normal((2, config.num_mel_bins, 2 * config.max_source_positions)).astype(np.float32)
-                    states = encoder(input_features=torch.from_numpy(features)).last_hidden_state
-                else:
-                    context["encoder_attention_mask"] = np.ones((2, 5), dtype=np.int64)
-                    ids = torch.from_numpy(rng.integers(0, layout.vocab_size, size=(2, 5)))
-                    states = encoder(input_ids=ids, attention_mask=torch.from_numpy(context["encoder_attention_mask"])).last_hidden_state
-            context["encoder_hidden_states"] = states.numpy()
-            return np.full((2, 1), decoder_start(self.model) or 0, dtype=np.int64), context
 
-    return _by_name(Decoder, names)
+def _seq2seq_generation_inputs(model, layout: CacheLayout, audio: bool, seed: int):
+    """The start token for 2 prompts, and the encoder's outputs for 2 seeded encoder inputs (5 tokens, or audio features
+    at the encoder's length)."""
+    torch = require_torch()
+    import numpy as np
+
+    config = model.config
+    encoder = model.get_encoder()
+    rng = np.random.default_rng(seed + 7919)
+    context = {}
+    with torch.no_grad():
+        if audio:
+            features = rng.standard_normal((2, config.num_mel_bins, 2 * config.max_source_positions)).astype(np.float32)
+            states = encoder(input_features=torch.from_numpy(features)).last_hidden_state
+        else:
+            context["encoder_attention_mask"] = np.ones((2, 5), dtype=np.int64)
+            ids = torch.from_numpy(rng.integers(0, layout.vocab_size, size=(2, 5)))
+            states = encoder(input_ids=ids, attention_mask=torch.from_numpy(context["encoder_attention_mask"])).last_hidden_state
+    context["encoder_hidden_states"] = states.numpy()
+    return np.full((2, 1), decoder_start(model) or 0, dtype=np.int64), context
