@@ -41,7 +41,9 @@ TESTS = (
     "tests/convert/test_optimize.py::test_every_optimizer_on_a_torch_fixture",
     "tests/convert/test_transformers.py::test_an_encoder_folder_infers_its_task_and_takes_its_specs_from_the_config",
     "tests/convert/test_transformers.py::test_a_decoder_is_exported_with_its_cache_under_optimums_names_and_checked_over_generation",
-    "tests/convert/test_transformers.py::test_an_encoder_decoders_decoder_takes_the_encoders_outputs_and_its_own_cache",
+    "tests/convert/test_transformers.py::test_an_encoder_decoder_converts_as_its_encoder_and_decoders_under_optimums_names_and_generates_as_transformers",
+    "tests/convert/test_with_past_wrappers.py",
+    "tests/convert/test_seq2seq_components.py::test_each_component_s_source_is_the_library_s_own_step",
     "tests/convert/test_transformers.py::test_the_source_decodes_as_transformers_generate_does",
 )
 

@@ -104,3 +104,14 @@ def test_a_library_without_the_expected_api_is_named_with_its_version_and_tested
     assert error.exit_code == 2
     assert f"transformers {version} does not have the API this tool expects: its forward declares no cache argument" in str(error)
     assert f"tested range of transformers ({tested_ranges()['transformers']})" in str(error)
+
+
+def test_every_test_the_latest_check_runs_exists():
+    """make test-latest (and the low-end checks, tools/latest.py) name tests by id: a renamed test must not leave the
+    check failing on a name alone."""
+    from tools.latest import TESTS
+
+    for test in TESTS:
+        path, _, name = test.partition("::")
+        assert (REPO / path).exists(), test
+        assert not name or f"def {name.split('[')[0]}(" in (REPO / path).read_text(), test
