@@ -1,17 +1,12 @@
-"""Precision attestation: what an artifact's matrix products compute in, measured from the artifact and its runtime,
-judged against the precision its pass claims.
-
-A format's measuring function (``FormatSpec.attest``, in its backend) gives the multiply-accumulates of each matrix
-product (convolutions, matrix multiplications, Gemm, their quantized forms) at one validated shape, with the type its
-arithmetic runs in and the type its weight is stored in; this module sums them into shares and judges the claim. It
-imports no framework."""
+"""What an artifact's matrix products compute in, as a format's measuring function (``FormatSpec.attest``, in its
+backend) reads them: the multiply-accumulates of each matrix product (convolutions, matrix multiplications, Gemm, their
+quantized forms) at one validated shape, with the type its arithmetic runs in and the type its weight is stored in;
+their shares, and how they read. The backends build these records and the reports write them; the attestation check
+(convert/checks/attestation.py) judges a pass's claim on them. It imports nothing of the tool."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-from convert.worker.protocol import WorkerState, worker_job
 
 # the names a measuring function gives types, in the report's spelling
 INTEGER_TYPES = ("int8", "int4")
@@ -76,28 +71,6 @@ def accepted(claimed: str) -> tuple[str, ...]:
     return INTEGER_TYPES if claimed in INTEGER_TYPES else (claimed,)
 
 
-def attested_share(claimed: str, claim: str, products: list[MatrixProduct]) -> float | None:
-    """The share of multiply-accumulates that meets the claim: of all of them for a compute claim, of those with a
-    stored weight for a weights claim; None where nothing was counted."""
-    found = shares(products, "weights" if claim == "weights" else "compute")
-    if not found:
-        return None
-    return sum(share for kind, share in found.items() if kind in accepted(claimed))
-
-
-def unsized_for(claim: str, products: list[MatrixProduct]) -> int:
-    """How many of the products a claim counts have no known size (a weights claim counts those with a stored weight):
-    where some do and others do not, the shares leave them out, and the claim cannot be judged on them."""
-    counted = [p for p in products if claim != "weights" or p.weights is not None]
-    unsized = sum(1 for p in counted if p.macs is None)
-    return unsized if unsized < len(counted) else 0  # none sized: the shares are by layer, and judged so
-
-
-def judged(claimed: str, threshold: float) -> bool:
-    """Whether the claim is judged: a reduced precision, and a threshold above 0."""
-    return claimed not in ("fp32", "fp64") and threshold > 0
-
-
 def percent(share: float) -> str:
     """'96.2%'; a share that is not all or nothing never reads as 100.0% or 0.0%."""
     if 0 < share < 0.001:
@@ -122,22 +95,3 @@ def macs_text(macs: int) -> str:
         if macs >= scale:
             return f"{macs / scale:.3g} {unit}MACs"
     return f"{macs} MACs"
-
-
-@worker_job
-@dataclass(frozen=True)
-class Attest:
-    """What the artifact's matrix products compute in (``Measured``), as its format's spec says how; the reason, a
-    string, where it cannot be read here."""
-
-    format: str
-    path: Path
-    input_shapes: dict[str, list[int]]
-
-    def run(self, state: WorkerState) -> Measured | str:
-        from convert.registry import REGISTRY, load_target
-
-        try:
-            return load_target(REGISTRY.format(self.format).attest)(self.path, self.input_shapes)
-        except NotMeasured as exc:
-            return str(exc)

@@ -1,5 +1,5 @@
-"""The one registration mechanism: the formats artifacts are written in, and the sources, exporters, optimizers,
-packagers and runtimes that read and write them.
+"""The one registration mechanism: the formats artifacts are written in, the sources, exporters, optimizers,
+packagers and runtimes that read and write them, and the checks that analyse an artifact.
 
 Each entry is a typed spec. The facts that decide what the pipeline does with an entry (which format a stage makes,
 whether its results may come back from the cache, which packages and extra it needs, whether loading a format runs
@@ -36,6 +36,7 @@ _DECLARING_PACKAGES = (
     "convert.optimizers",
     "convert.packagers",
     "convert.runtimes",
+    "convert.checks",
 )
 PLUGINS_VARIABLE = "CONVERT_PLUGINS"
 Precision = Literal["fp32", "fp16", "int8", "int4"]
@@ -85,9 +86,9 @@ class FormatSpec:
     # "module:function(path, {(output, axis): name})": makes declared output dims dynamic in place, where a declared
     # shape that did not hold can be repaired; None where the format cannot be
     repair_output_dims: str | None
-    localizable: bool  # a failing artifact's first diverging value can be traced (convert/localize.py)
+    localizable: bool  # a failing artifact's first diverging value can be traced (convert/checks/localize.py)
     # "module:function(path, {input: shape}) -> convert.precision.Measured": what its matrix products compute in, read
-    # from the artifact and its runtime (convert/precision.py); None where the tool cannot read it
+    # from the artifact and its runtime (judged by convert/checks/attestation.py); None where the tool cannot read it
     attest: str | None
     # "module:function(source, path) -> program": the artifact is the program its exporter captured from the source
     # (the chain's one link is capture; localisation runs it beside the source); None for any other format
@@ -242,7 +243,41 @@ class RuntimeSpec(Spec):
         return self.formats
 
 
-SPEC_TYPES: dict[str, type] = {t.kind: t for t in (FormatSpec, SourceSpec, ExporterSpec, OptimizerSpec, PackagerSpec, RuntimeSpec)}
+@dataclass(frozen=True, kw_only=True)
+class CheckSpec(Spec):
+    """An analysis of an artifact (convert/checks/): the numeric comparison, the repair of declared shapes, precision
+    attestation, the chain, localisation, sensitivity. ``target`` is "module:function(run, subject)", which records its
+    result on the artifact's record; the validation stage runs the checks that apply to an artifact in registration
+    order within their phase."""
+
+    kind: ClassVar[str] = "check"
+    formats: tuple[str, ...]  # the formats of the artifacts it applies to (ANY_FORMAT: every one)
+    # "validate": while the artifact is validated, before it is judged (a failure it records counts); "diagnose": once a
+    # failing artifact is published, to explain the failure (it judges nothing)
+    phase: Literal["validate", "diagnose"]
+    # "module:Class": the report detail it records (a kind of convert.reports.details.ArtifactDetail, which reports
+    # read and render wherever the check is registered); None where it records the artifact's checks
+    detail: str | None
+    # the stage cache keeps its detail and gives it back for the same artifact bytes, cases, tolerances and packages
+    # (the comparison caches each runtime × device itself, and judges a kept measurement again)
+    cacheable: bool
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_target(self.detail, f"check {self.name!r}: detail")
+        if self.cacheable and self.detail is None:
+            raise ValueError(f"check {self.name!r}: only a detail is kept in the cache; name its class or set cacheable=False")
+
+    def formats_named(self) -> tuple[str, ...]:
+        return tuple(f for f in self.formats if f != ANY_FORMAT)
+
+    def applies_to(self, fmt: str) -> bool:
+        return ANY_FORMAT in self.formats or fmt in self.formats
+
+
+SPEC_TYPES: dict[str, type] = {
+    t.kind: t for t in (FormatSpec, SourceSpec, ExporterSpec, OptimizerSpec, PackagerSpec, RuntimeSpec, CheckSpec)
+}
 KINDS = tuple(kind for kind in SPEC_TYPES if kind != "format")  # the kinds with an implementation and packages
 
 

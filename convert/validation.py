@@ -12,7 +12,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -25,7 +24,6 @@ from convert.validators.compare import ReferenceStats, reference_stats
 from convert.validators.generation import GenerationTrace, hide_padding
 from convert.validators.inputs import ShapeCase, is_padding_mask
 from convert.validators.task_metrics import describe_drop
-from convert.worker.protocol import WorkerState, worker_job
 
 ALLOW_FIXED_HINT = "--allow-fixed-shapes (allow_fixed_shapes=True) accepts fixed shapes"
 
@@ -462,45 +460,6 @@ def _fixed_reason(artifact: Artifact, symbols: dict[str, str]) -> str:
     return f"the artifact fixes dim{'s' * several} {dims} that {'were' if several else 'was'} asked dynamic ({where}{why})"
 
 
-def declared_repairs(checks: list[rm.Check], cases: list[ValidationCase]) -> dict[tuple[str, int], tuple[str, str]]:
-    """(output, axis) → (dim name, what was wrong) for every output axis whose declared shape did not hold: the symbol
-    its size followed in every check (and whose export size a fixed declaration froze), else a name of its own."""
-    sizes_at = {case.shape.describe(): case.shape.sizes for case in cases}
-    export = cases[0].shape.sizes if cases else {}
-    seen: dict[tuple[str, int], list[tuple[rm.DeclaredShapeMismatch, dict[str, int]]]] = {}
-    for check in checks:
-        for mismatch in check.declared_mismatches:
-            if mismatch.role == "output" and mismatch.axis is not None:
-                seen.setdefault((mismatch.tensor, mismatch.axis), []).append((mismatch, sizes_at.get(check.shape, {})))
-    repairs = {}
-    for (tensor, axis), found in seen.items():
-        declared = found[0][0].declared[axis]
-        symbols = [
-            s
-            for s in export
-            if all(m.shape[axis] == sizes.get(s) for m, sizes in found) and (not isinstance(declared, int) or export[s] == declared)
-        ]
-        name = symbols[0] if len(symbols) == 1 else f"{tensor}_dim{axis}"
-        repairs[(tensor, axis)] = (
-            name,
-            f"{found[0][0].reason}: made axis {axis} of output '{tensor}' the dynamic dim "
-            f"'{name}' in the graph's declared outputs (the shapes it declares inside inferred again) and validated again",
-        )
-    return repairs
-
-
-def repairs_not_held(before: list[rm.Check], after: list[rm.Check], repairs: dict[tuple[str, int], tuple[str, str]]) -> list[str]:
-    """Why the checks after a repair of declared output dims do not show that it took (empty where they do): a check
-    that still finds a repaired axis declared otherwise than it ran, or a runtime, device and shape that found one
-    before the repair and did not run again after it."""
-    found = [m.reason for check in after for m in check.declared_mismatches if (m.tensor, m.axis) in repairs]
-    ran = {(c.runtime, c.device, c.shape) for c in after if c.samples}
-    for check in before:
-        if any((m.tensor, m.axis) in repairs for m in check.declared_mismatches) and (check.runtime, check.device, check.shape) not in ran:
-            found.append(f"{check.runtime} on {check.device} did not run again at {check.shape}")
-    return found
-
-
 def name_onnx_output_dims(path, dims: dict[tuple[str, int], str]) -> None:
     """Declare the given output axes of an ONNX file as named dynamic dims, and infer the shapes the graph declares
     inside again (the file is rewritten in place; external data files are left as they are). The intermediate
@@ -518,42 +477,3 @@ def name_onnx_output_dims(path, dims: dict[tuple[str, int], str]) -> None:
                 dim.Clear()
                 dim.dim_param = dim_name
     onnx.save(model, str(path))
-
-
-@worker_job
-@dataclass(frozen=True)
-class Validate:
-    """The checks of an artifact on one runtime and device (``checks_on``); on the CPU, the outputs of its first sample
-    are kept for the chain's links, once per artifact."""
-
-    artifact: Artifact
-    runtime: str
-    device: str
-    cases: list[ValidationCase]
-    policy: TolerancePolicy
-    allow_fixed_shapes: bool
-
-    def run(self, state: WorkerState) -> list[rm.Check]:
-        import functools
-
-        from convert.chain import keep_outputs
-
-        first = None
-        if self.device == "cpu" and not any(key[0] == self.artifact.sha256 for key in state.chain_outputs):
-            first = functools.partial(keep_outputs, state.chain_outputs, self.artifact)
-        return checks_on(self.artifact, self.runtime, self.device, self.cases, self.policy, self.allow_fixed_shapes, first)
-
-
-@worker_job
-@dataclass(frozen=True)
-class RepairOutputDims:
-    """Make the artifact's declared output dims dynamic in place, as its format's spec says how."""
-
-    format: str
-    path: Path
-    dims: dict[tuple[str, int], str]
-
-    def run(self, state: WorkerState) -> None:
-        from convert.registry import load_target
-
-        load_target(REGISTRY.format(self.format).repair_output_dims)(self.path, self.dims)

@@ -141,7 +141,7 @@ class Exporter(abc.ABC):
     def traced(self, job: ExportJob, strategy: str):
         """The program the named strategy converted, able to give the values of its intermediate tensors under the
         names the artifact's graph keeps (``method``; ``names(graph)``: the graph's values it has, with their source-side
-        layers; ``values(feed, names, budget_bytes)``: see convert/localize.py); None where its artifacts keep no such
+        layers; ``values(feed, names, budget_bytes)``: see convert/checks/localize.py); None where its artifacts keep no such
         names."""
         return None
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.benchmark import BenchmarkPlan, BenchmarkSettings, plan_decode
+from convert.checks.base import crashed
 from convert.hardware import compute_limit
-from convert.pipeline.context import RunContext, crashed
+from convert.pipeline.context import RunContext
 from convert.precision import figure
 from convert.registry import REGISTRY
 from convert.reports import model as rm

@@ -21,7 +21,7 @@ from convert.reports import model as rm
 from convert.safety import Staging, atomic_write_text, no_space_error
 from convert.validation import ValidationCase
 from convert.validators import TolerancePolicy
-from convert.worker import SourceSummary, StageCrashed
+from convert.worker import SourceSummary
 
 
 @dataclass
@@ -171,13 +171,6 @@ class RunContext:
     candidates: dict[str, Artifact] = field(default_factory=dict)  # --optimize auto's, staged until one is chosen
     baseline_artifacts: dict[str, Artifact] = field(default_factory=dict)  # the gate baseline's, by key, timed beside
     hooks: RunHooks = field(default_factory=RunHooks)
-
-
-def crashed(stage: rm.Stage, exc: StageCrashed) -> str:
-    """Mark the stage failed by a worker crash or timeout; the message."""
-    stage.status, stage.signal, stage.timed_out = "failed", exc.signal, exc.timed_out
-    stage.error = f"the {stage.name} stage did not finish: {exc}"
-    return stage.error
 
 
 def write_report(path: Path, report: rm.Report) -> None:

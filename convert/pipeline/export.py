@@ -10,9 +10,10 @@ from pathlib import Path
 
 from convert.artifacts import Artifact
 from convert.cache import Judge, Lookup, RunCache, artifact_data, cached_artifact
+from convert.checks.base import crashed
 from convert.errors import ConvertError
 from convert.exporters.base import ExportJob
-from convert.pipeline.context import RunContext, crashed
+from convert.pipeline.context import RunContext
 from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate_and_publish
 from convert.reports import model as rm

@@ -7,13 +7,13 @@ import importlib.util
 from dataclasses import replace
 
 from convert.cache import Lookup
+from convert.checks.sensitivity import RankSensitivity
 from convert.pipeline.context import RunContext
 from convert.pipeline.export import artifact_judge, made, recorded
 from convert.pipeline.reproduce import reproduce_command
 from convert.pipeline.validate import validate, validate_and_publish
 from convert.registry import REGISTRY
 from convert.reports import model as rm
-from convert.sensitivity import RankSensitivity
 from convert.worker import Optimize
 
 
@@ -80,11 +80,7 @@ def optimize(ctx: RunContext, name: str, candidate: bool) -> None:
             validate(ctx, name, artifact, record)
         ctx.candidates[name] = artifact
     else:
-        validate_and_publish(ctx, name, artifact, record, validated)
-        control = record.detail(rm.AccuracyControl)
-        searched = control is not None and control.status in ("met", "not-met")
-        if not record.passed and not searched:  # accuracy control has already ranked the nodes
-            sensitivity(ctx, name, job, record)
+        validate_and_publish(ctx, name, artifact, record, validated, made_by=job)
     if ctx.calibration and entry.calibrated:
         ctx.report.calibration = getattr(ctx.calibration, "origin", "")
 
@@ -133,7 +129,7 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
     which nodes and why). Gives the artifact, and whether it has been validated already (the plain one kept)."""
     import glob
 
-    from convert.pipeline.localize import diagnosis
+    from convert.checks.base import diagnosis
 
     task = job.task
     validate(ctx, name, artifact, record)
@@ -174,29 +170,3 @@ def _excluded_until_the_task_holds(ctx: RunContext, name: str, entry, job, artif
         f"most sensitive first: {', '.join(f'{n} ({layer})' if layer else n for n, layer in zip(found.keep, found.keep_layers))}"
     )
     return rebuilt, False
-
-
-def sensitivity(ctx: RunContext, name: str, job, record: rm.ArtifactRecord) -> None:
-    """For a reduced-precision artifact that failed its budget: its most sensitive nodes, and which to keep in FP32."""
-    from convert.pipeline.localize import diagnosis, failing_case
-    from convert.sensitivity import PASSES
-
-    failing = failing_case(ctx, record)
-    if failing is None or REGISTRY.get("optimizer", name).load().precision == "fp32":  # a pass that reduces no precision
-        return
-    if name not in PASSES:
-        record.add(
-            rm.Sensitivity(
-                status="skipped", optimization=name, reason=f"sensitivity is measured for ONNX Runtime's passes ({', '.join(PASSES)})"
-            )
-        )
-        return
-    case = failing[1]
-    cases = [case, *(c for c in ctx.cases if c is not case and c.generation is None)]  # the failing case ranks them
-    found = diagnosis(
-        ctx,
-        ("sensitivity", name),
-        lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=f"sensitivity failed: {why}"),
-        RankSensitivity(name, job, [pair for c in cases for pair in zip(c.feeds, c.references)], ctx.policy),
-    )
-    record.add(found)

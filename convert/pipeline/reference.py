@@ -8,9 +8,10 @@ import functools
 import numpy as np
 
 from convert.cache import Lookup
+from convert.checks.base import crashed
 from convert.errors import ConvertError
 from convert.memory import GIB, check_fits, feed_bytes
-from convert.pipeline.context import RunContext, crashed
+from convert.pipeline.context import RunContext
 from convert.reports import model as rm
 from convert.validation import ValidationCase
 from convert.validators import ShapeCase, generate_feed, plan_shape_cases

@@ -1,7 +1,8 @@
 """The details a pass or a format adds to an artifact's record (``ArtifactRecord.details``), one class per kind.
 
 A kind is its fields, its ``kind`` tag (the discriminator of ``Detail``) and its render hooks, which every rendering
-calls in one loop over ``record.details``; a new kind is one class here, added to ``Detail``, and nothing else:
+calls in one loop over ``record.details``; a new kind is one class here, added to ``BuiltInDetail``, and nothing else
+(or, for a check registered outside the package, one class named by its ``CheckSpec.detail``):
 
 - ``title``: how a rendering heads it ("where it diverged").
 - ``describe()``: one sentence (the console, Markdown, JUnit, the HTML section's first line).
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, SerializeAsAny, TypeAdapter
 
 import convert.reports.html_kit as kit
 from convert.validators.compare import OutputMetrics
@@ -432,23 +433,42 @@ class ChainLinks(ArtifactDetail):
         return next((c for c in checks if c.status == "failed"), None)
 
 
-Detail = Annotated[
+BuiltInDetail = Annotated[
     AccuracyControl | ChainLinks | Delegation | Divergence | PrecisionAttestation | Sensitivity | WeightCompression,
     Field(discriminator="kind"),
 ]
-_DETAIL: TypeAdapter[ArtifactDetail] = TypeAdapter(Detail)
-KINDS: tuple[str, ...] = tuple(kind.model_fields["kind"].default for kind in get_args(get_args(Detail)[0]))
+_BUILT_IN: TypeAdapter[ArtifactDetail] = TypeAdapter(BuiltInDetail)
+KINDS: tuple[str, ...] = tuple(kind.model_fields["kind"].default for kind in get_args(get_args(BuiltInDetail)[0]))
+
+
+def registered() -> dict[str, type[ArtifactDetail]]:
+    """The kinds the registered checks record beyond the built-in ones (a plugin's check names its detail class in its
+    spec, convert/registry.py CheckSpec), by their ``kind``."""
+    from convert.registry import REGISTRY, load_target
+
+    found = (load_target(spec.detail) for spec in REGISTRY.entries("check") if spec.detail)
+    return {kind.model_fields["kind"].default: kind for kind in found if kind.model_fields["kind"].default not in KINDS}
 
 
 def known(details: list) -> list:
-    """The JSON of a record's details less those of a kind a newer minor version of the report added, which this one
-    does not know (a minor version only adds what an older reader may leave out)."""
-    return [d for d in details if not (isinstance(d, dict) and isinstance(d.get("kind"), str) and d["kind"] not in KINDS)]
+    """The JSON of a record's details less those of a kind a newer minor version of the report added, or a check this
+    process has not registered, which this one does not know (a minor version only adds what an older reader may leave
+    out)."""
+    kinds = (*KINDS, *registered())
+    return [d for d in details if not (isinstance(d, dict) and isinstance(d.get("kind"), str) and d["kind"] not in kinds)]
 
 
-def parse_detail(data: dict) -> ArtifactDetail:
-    """A detail from its JSON, of the kind its ``kind`` names (a pass's or an exporter's record in the worker)."""
-    return _DETAIL.validate_python(data)
+def parse_detail(data: object) -> ArtifactDetail:
+    """A detail from its JSON, of the kind its ``kind`` names: a built-in kind, or one a registered check records."""
+    if isinstance(data, ArtifactDetail):
+        return data
+    kind = registered().get(data.get("kind")) if isinstance(data, dict) else None
+    return kind.model_validate(data) if kind is not None else _BUILT_IN.validate_python(data)
+
+
+# A record's details: read by their kind (the registered checks' kinds too), written as their own class, and described
+# in the report's JSON schema by the built-in kinds (a check registered elsewhere adds its kind to the reports it writes)
+Detail = Annotated[SerializeAsAny[ArtifactDetail], PlainValidator(parse_detail, json_schema_input_type=BuiltInDetail)]
 
 
 def _divergence_svg(found: Divergence) -> str:

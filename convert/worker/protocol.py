@@ -55,7 +55,7 @@ class WorkerState:
     traced: dict[tuple, Any] = field(default_factory=dict)
     # the programs exporters captured while they exported (they share the source's weights), by the same key
     captured: dict[tuple, Any] = field(default_factory=dict)
-    # an artifact's outputs on the chain's sample, by its digest and that sample's shapes (convert/chain.py keep_outputs)
+    # an artifact's outputs on the chain's sample, by its digest and that sample's shapes (convert/checks/chain.py keep_outputs)
     chain_outputs: dict[tuple, dict] = field(default_factory=dict)
 
     def traced_program(self, exporter: str, strategy: str, job) -> Any:

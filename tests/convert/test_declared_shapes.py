@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 from onnx import TensorProto, helper
 
 from convert.artifacts import Artifact
+from convert.checks.repair import declared_repairs
 from convert.specs import parse_input_specs
 from convert.validation import (
     ValidationCase,
     checks_on,
-    declared_repairs,
     name_onnx_output_dims,
 )
+from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 
 SPECS = parse_input_specs(["x:float32[B,S]"])
 

@@ -242,16 +242,9 @@ NAMES = {module_name(path) for path in MODULES}
 # Imports that close a circle between packages or top-level modules today, each with why; the graph without them has
 # none, and an entry whose import is gone fails until it is removed from here.
 KNOWN_CIRCLES = {
-    ("convert.backends", "convert.precision"): "the ONNX and ExecuTorch backends' precision readers build convert.precision's records",
-    ("convert.reports", "convert.precision"): "the precision detail's sentences use convert.precision's number formats",
     ("convert.reports", "convert.policy"): "reports/schemas.py writes the policy's JSON schema beside the report's",
     ("convert.reports", "convert.batch"): "reports/schemas.py writes the batch manifest's JSON schema beside the report's",
     ("convert.compat", "convert.doctor"): "the tested ranges read installed versions with doctor's package_version",
-    ("convert.optimizers", "convert.validation"): "an optimizer's pass judges its own candidates with validation's comparison",
-    ("convert.validation", "convert.chain"): "validation runs the chain of a chained export's links",
-    ("convert.validation", "convert.worker"): "the analyses run their jobs in the worker, which runs the analyses' code",
-    ("convert.chain", "convert.worker"): "the analyses run their jobs in the worker, which runs the analyses' code",
-    ("convert.precision", "convert.worker"): "the analyses run their jobs in the worker, which runs the analyses' code",
 }
 
 

@@ -13,7 +13,7 @@ import pytest
 from onnx import numpy_helper
 
 import convert
-from convert import localize
+from convert.checks import localize
 from convert.reports import model as rm
 from convert.reports.html import render_html
 from convert.reports.junit import render_junit

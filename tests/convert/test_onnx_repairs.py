@@ -10,12 +10,13 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 from onnx import TensorProto, helper
 
 from convert.artifacts import Artifact
+from convert.checks.repair import declared_repairs, repairs_not_held
 from convert.specs import parse_input_specs
-from convert.validation import ValidationCase, checks_on, declared_repairs, name_onnx_output_dims, repairs_not_held
+from convert.validation import ValidationCase, checks_on, name_onnx_output_dims
+from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 from tests.conftest import load_report, run_cli
 
 RNN_MODULE = """

@@ -152,7 +152,7 @@ def _sentences(report: rm.Report, every: bool = False) -> list[str]:
 def test_the_report_holds_one_detail_of_each_kind_and_reads_them_back_by_kind():
     report = _report()
     kinds = {detail.kind for record in report.artifacts for detail in record.details}
-    assert kinds == set(details.KINDS) == {cls.model_fields["kind"].default for cls in get_args(get_args(rm.Detail)[0])}
+    assert kinds == set(details.KINDS) == {cls.model_fields["kind"].default for cls in get_args(get_args(details.BuiltInDetail)[0])}
     again = rm.Report.from_json(report.to_json())
     assert again == report
     failing, passing = again.artifacts

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from convert.artifacts import Artifact
-from convert.pipeline.validate import judged_again, reusable
+from convert.checks.comparison import judged_again, reusable
 from convert.specs import parse_input_spec
 from convert.validation import ValidationCase, checks_on
 from convert.validators import TolerancePolicy

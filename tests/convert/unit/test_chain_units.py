@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from convert.validators import TolerancePolicy
 
-from convert.chain import link
+from convert.checks.chain import link
 from convert.reports import model as rm
+from convert.validators import TolerancePolicy
 
 FEED = {"x": np.zeros((2, 3), np.float32)}
 

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from convert.checks.base import crashed
 from convert.errors import ConvertError, MissingDependency
 from convert.pipeline import ConvertRequest, Progress, run
 from convert.pipeline.benchmark import _now_at
-from convert.pipeline.context import Stages, crashed, finish, report_stop
+from convert.pipeline.context import Stages, finish, report_stop
 from convert.pipeline.plan import check_optimizations, check_targets, exporter_for, stem
 from convert.pipeline.validate import artifact_passed
 from convert.registry import REGISTRY

@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from convert.backends.onnx import compute_precision
 from convert.backends.tensorrt import engine_products
-from convert.precision import MatrixProduct, attested_share, judged, shares, unsized_for
+from convert.checks.attestation import attested_share, judged, unsized_for
+from convert.precision import MatrixProduct, shares
 
 pytestmark = pytest.mark.fast
 

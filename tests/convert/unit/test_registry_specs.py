@@ -10,7 +10,18 @@ import pytest
 from convert.artifacts import given_format
 from convert.errors import ConvertError
 from convert.formats import RUN_ONLY_FACTS
-from convert.registry import REGISTRY, SPEC_TYPES, ExporterSpec, FormatSpec, FromSpec, OptimizerSpec, Registry, RuntimeSpec
+from convert.registry import (
+    ANY_FORMAT,
+    REGISTRY,
+    SPEC_TYPES,
+    CheckSpec,
+    ExporterSpec,
+    FormatSpec,
+    FromSpec,
+    OptimizerSpec,
+    Registry,
+    RuntimeSpec,
+)
 
 FORMAT_FACTS = dict(title="a test model", suffix=".t", given_suffixes=(".t",), **RUN_ONLY_FACTS)
 
@@ -65,6 +76,21 @@ def test_a_spec_is_checked_when_registered():
         registry.add(RuntimeSpec(name="r2", target="m:R", formats=("t",), packages=(), extra="e"))
     with pytest.raises(TypeError, match="register a spec"):
         registry.add({"kind": "runtime", "name": "dict"})
+
+
+def test_a_check_names_its_detail_and_the_formats_it_applies_to():
+    facts = dict(target="m:check", phase="validate", packages=(), extra="e")
+    with pytest.raises(ValueError, match="only a detail is kept in the cache"):
+        CheckSpec(name="c", formats=(ANY_FORMAT,), detail=None, cacheable=True, **facts)
+    with pytest.raises(ValueError, match="detail must be 'package.module:attribute'"):
+        CheckSpec(name="c", formats=(ANY_FORMAT,), detail="NoModule", cacheable=False, **facts)
+    registry = _loaded_registry(FormatSpec(name="t", **FORMAT_FACTS))
+    with pytest.raises(ValueError, match="names the format 'nope', which is not registered"):
+        registry.add(CheckSpec(name="c", formats=("nope",), detail="m:D", cacheable=True, **facts))
+    only = CheckSpec(name="c", formats=("t",), detail="m:D", cacheable=True, **facts)
+    registry.add(only)
+    assert only.applies_to("t") and not only.applies_to("onnx")
+    assert [s.name for s in REGISTRY.entries("check", phase="validate")] == ["comparison", "repair", "attestation", "chain"]
 
 
 def test_a_format_some_stage_makes_must_have_a_runtime(monkeypatch):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from convert.artifacts import Artifact
+from convert.checks.base import Run, Subject, export_job, measured
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.validation import ValidationCase, case_comparison, named_as_the_source, token_outputs
@@ -21,6 +22,43 @@ from convert.validators import TolerancePolicy
 from convert.validators.compare import compare_outputs
 from convert.validators.inputs import ShapeCase
 from convert.worker.protocol import WorkerState, traced_key, worker_job
+
+
+def chain(run: Run, subject: Subject) -> None:
+    """Record the error each link of the artifact's chain adds, on the first sample of its first shape check that ran:
+    an optimized artifact's base's links, then its pass's. A given artifact has no chain."""
+    import time
+
+    record = subject.record
+    cases = {c.shape.describe(): c for c in run.cases if c.feeds and c.padding is None}
+    ran = next((c for c in record.checks if c.kind == "shape" and c.status in ("passed", "failed") and c.shape in cases), None)
+    if record.exporter == "given" or ran is None:
+        return
+    case = cases[ran.shape]
+    by_path = {r.path: r for r in run.report.artifacts if r.path}
+    base_record = by_path.get(record.derived_from) if record.derived_from else None
+    base = next((a for a in run.artifacts.values() if str(a.path) == record.derived_from), None) if base_record else None
+    started = time.perf_counter()
+    job = MeasureChain(
+        subject.artifact,
+        record.exporter,
+        record.optimization or record.strategy,
+        export_job(run),
+        case.feeds[0],
+        case.references[0],
+        run.policy,
+        base,
+    )
+    found = measured(lambda: run.worker.call(job), lambda why: rm.ChainLinks(links=[_chain_failed(record, why)]))
+    before = base_record.detail(rm.ChainLinks) if base_record is not None else None
+    found.links = [*(before.links if before is not None else []), *found.links]
+    found.shape, found.runtime, found.seconds = ran.shape, ran.runtime, round(time.perf_counter() - started, 3)
+    record.add(found)
+
+
+def _chain_failed(record: rm.ArtifactRecord, reason: str) -> rm.ChainLink:
+    kind = "optimization" if record.derived_from else "capture"
+    return rm.ChainLink(link=kind, step=record.optimization or record.strategy, compares="", status="skipped", reason=reason)
 
 
 def measure(artifact: Artifact, step: str, feed: dict, reference: dict, policy: TolerancePolicy, base, traced, kept: dict):

@@ -24,6 +24,7 @@ import numpy as np
 
 from convert.artifacts import Artifact
 from convert.backends.onnx import module_path
+from convert.checks.base import Run, Subject, diagnosis, export_job, exported, failing_case
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.text import first_line
@@ -33,6 +34,47 @@ from convert.worker.protocol import WorkerState, worker_job
 
 CHUNK_BYTES = 256 * 2**20
 REPRODUCER_SCRIPT = "reproduce.py"
+REPRODUCER_SUFFIX = ".divergence"
+
+
+def localize(run: Run, subject: Subject) -> None:
+    """Trace a failing artifact's first failing check's first sample through its graph; the result goes on the record
+    (the report, the renderings and the gate's reasons show it)."""
+    artifact, record = subject.artifact, subject.record
+    failing = failing_case(run, record)
+    if failing is None:
+        return
+    check, case = failing
+    if not REGISTRY.format(artifact.format).localizable:
+        record.add(
+            rm.Divergence(
+                status="skipped",
+                reason="localisation reads ONNX graphs, OpenVINO IRs converted from one, torch.export programs and TorchScript "
+                f"archives, not {artifact.format} artifacts (their intermediate values are not compared with the source's)",
+            )
+        )
+        return
+    graph = Path(record.derived_from) if artifact.format == "openvino" and record.derived_from else None
+    output = next((o.name for o in check.outputs if o.status == "failed"), "")
+    source_export = exported(run.report, record)
+    divergence = diagnosis(
+        run,
+        ("localize", subject.key),
+        lambda why: rm.Divergence(status="skipped", reason=f"localisation failed: {why}"),
+        Localize(
+            artifact,
+            source_export.exporter,
+            source_export.strategy,
+            export_job(run),
+            case.feeds[0],
+            case.references[0],
+            run.policy.for_output(output, artifact.precision),
+            artifact.path.with_name(f"{artifact.path.name}{REPRODUCER_SUFFIX}"),
+            graph,
+        ),
+    )
+    divergence.runtime, divergence.device, divergence.shape = check.runtime, check.device, check.shape
+    record.add(divergence)
 
 
 @dataclass

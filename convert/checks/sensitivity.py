@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from convert.backends.onnx import module_path
+from convert.checks.base import Run, Subject, diagnosis, failing_case
 from convert.reports import model as rm
 from convert.validators.compare import compare_outputs, merge_results
 from convert.validators.tolerances import TolerancePolicy
@@ -25,6 +26,36 @@ REDUCED_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 MAX_CANDIDATES = 48
 MAX_KEPT = 8
 PASSES = ("int8", "int8-dynamic", "fp16")  # ONNX Runtime's passes, which take --keep-fp32 by node name
+
+
+def sensitivity(run: Run, subject: Subject) -> None:
+    """For a reduced-precision artifact a pass made that failed its budget: its most sensitive nodes, and which to keep
+    in FP32. Not where accuracy control has already ranked them."""
+    from convert.registry import REGISTRY
+
+    record, name = subject.record, subject.record.optimization
+    control = record.detail(rm.AccuracyControl)
+    if subject.made_by is None or not name or (control is not None and control.status in ("met", "not-met")):
+        return
+    failing = failing_case(run, record)
+    if failing is None or REGISTRY.get("optimizer", name).load().precision == "fp32":  # a pass that reduces no precision
+        return
+    if name not in PASSES:
+        record.add(
+            rm.Sensitivity(
+                status="skipped", optimization=name, reason=f"sensitivity is measured for ONNX Runtime's passes ({', '.join(PASSES)})"
+            )
+        )
+        return
+    case = failing[1]
+    cases = [case, *(c for c in run.cases if c is not case and c.generation is None)]  # the failing case ranks them
+    found = diagnosis(
+        run,
+        ("sensitivity", name),
+        lambda why: rm.Sensitivity(status="skipped", optimization=name, reason=f"sensitivity failed: {why}"),
+        RankSensitivity(name, subject.made_by, [pair for c in cases for pair in zip(c.feeds, c.references)], run.policy),
+    )
+    record.add(found)
 
 
 def rank(optimizer, job, samples: list[tuple[dict, dict]], policy: TolerancePolicy) -> rm.Sensitivity:
