@@ -33,6 +33,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, Field
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from convert import __version__
 from convert.errors import ConvertError
@@ -337,3 +340,34 @@ def run_batch(
     if interrupted:
         raise KeyboardInterrupt
     return summary, path
+
+
+def print_batch_progress(outcome: ModelOutcome, console: Console) -> None:
+    """One line as each model of a batch finishes (the CLI prints them on stderr)."""
+    mark = "[green]✓[/]" if outcome.passed else "[red]✗[/]"
+    reason = f" [dim]{escape(outcome.reasons[0])}[/]" if outcome.reasons else ""
+    console.print(f"{mark} {escape(outcome.name)} {outcome.status} ({outcome.seconds:.1f} s){reason}", soft_wrap=True)
+
+
+def print_batch(summary: BatchSummary, console: Console, summary_path: str, table: bool = True) -> None:
+    """A batch's table, one row per model (left out with ``table=False``), then its verdict line."""
+    if table:
+        rows = Table(title=f"Batch: {len(summary.models)} models on {summary.engine}")
+        for column in ("model", "status", "seconds", "reused", "reason", "report"):
+            rows.add_column(column, overflow="fold")
+        for outcome in summary.models:
+            color = "green" if outcome.passed else "red"
+            rows.add_row(
+                escape(outcome.name),
+                f"[{color}]{outcome.status}[/]",
+                f"{outcome.seconds:.1f}",
+                str(outcome.reused),
+                escape(outcome.reasons[0] if outcome.reasons else ""),
+                escape(outcome.report or outcome.log),
+            )
+        console.print(rows)
+    promoted = sum(o.passed for o in summary.models)
+    console.print(
+        f"{'PASSED' if summary.passed else 'FAILED'}: {promoted} of {len(summary.models)} models promoted "
+        f"(exit code {summary.exit_code}); summary: {escape(summary_path)}"
+    )

@@ -103,7 +103,7 @@ def _plain_name(name: Any) -> bool:
 def environment(packages: tuple[str, ...]) -> dict[str, str]:
     """The versions a stage's entry is made with: convert (its version and a digest of its code), Python and the
     stage's libraries."""
-    from convert.doctor import package_version
+    from convert.compat import package_version
 
     return {
         "convert": f"{__version__}+{_code_digest()}",

@@ -339,8 +339,8 @@ def batch_command(manifest, workers, engine, address, out, force, cache_dir, no_
     Exit codes: 0 every model promoted; 1 a model was rejected, failed or crashed (the summary says which and why);
     2 bad manifest or options (nothing ran); 3 internal error; 130 interrupted.
     """
-    from convert.batch import run_batch
-    from convert.reports.console import print_batch, print_batch_progress, stdout_console
+    from convert.batch import print_batch, print_batch_progress, run_batch
+    from convert.reports.console import stdout_console
 
     stdout = stdout_console()
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from dataclasses import dataclass
-from importlib import metadata
 
+from convert.compat import package_version
 from convert.devices import ALL_DEVICES, cuda_gpus
 from convert.errors import ConvertError
 from convert.hardware import cpu_info
@@ -76,31 +74,3 @@ def device_rows() -> list[Row]:
     gpus = cuda_gpus()
     rows.append(Row("cuda", "-", "present" if gpus else "absent", "; ".join(gpus) or "nvidia-smi lists no GPU"))
     return rows
-
-
-@functools.cache
-def _distributions() -> dict[str, list[str]]:
-    return metadata.packages_distributions()
-
-
-@functools.cache
-def package_version(package: str) -> str:
-    """The installed version of an import package, whichever distribution provides it (tensorflow-cpu
-    provides tensorflow), or "-". Read once per process: a package already imported keeps its version."""
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        pass
-    if importlib.util.find_spec(package) is None:
-        return "-"
-    # the distributions that declare their packages first: inferring every distribution's packages from its file
-    # list (packages_distributions) reads them all, 0.2 to 0.8 s with the frameworks installed
-    for distribution in metadata.distributions():
-        if package in (distribution.read_text("top_level.txt") or "").split():
-            return distribution.version
-    for name in _distributions().get(package, []):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "-"

@@ -78,6 +78,28 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=lambda item: rank.get(_in_repo(item.path), len(rank)))  # a stable sort: the others keep their order
 
 
+# A test's setup or call may take this long; past it the test fails, unless it is marked
+# @pytest.mark.slow(reason="why it needs longer"). Every such test is listed by `pytest -m slow --collect-only`.
+TEST_TIME_LIMIT_S = 120
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when not in ("setup", "call") or not report.passed or report.duration <= TEST_TIME_LIMIT_S:
+        return
+    marker = item.get_closest_marker("slow")
+    if marker is not None and marker.kwargs.get("reason"):
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"{item.nodeid}: its {report.when} took {report.duration:.0f} s, past the {TEST_TIME_LIMIT_S} s a test may take "
+        "(tests/conftest.py): share its conversions, make its model smaller, or mark it "
+        '@pytest.mark.slow(reason="...") saying why it needs longer.'
+    )
+
+
 @dataclass
 class CliRun:
     returncode: int

@@ -30,7 +30,7 @@ TABLE_MARK = "<!-- tested-versions -->"  # the table in docs/known-issues.md lie
 
 def installed_versions() -> dict[str, dict[str, str]]:
     """Import name → {distribution, version} of every registered package installed in this Python."""
-    from convert.doctor import package_version
+    from convert.compat import package_version
     from convert.registry import REGISTRY
 
     providers = metadata.packages_distributions()

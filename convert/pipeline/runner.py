@@ -219,8 +219,7 @@ def _replace_earlier_report(ctx: RunContext, exc: Exception, earlier: tuple[int,
 
 
 def environment() -> rm.Environment:
-    from convert.compat import outside_tested
-    from convert.doctor import package_version
+    from convert.compat import outside_tested, package_version
 
     names = (*REGISTRY.packages(), *REGISTRY.loading_packages())
     packages = {name: version for name in names if (version := package_version(name)) != "-"}

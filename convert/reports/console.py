@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from itertools import groupby
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -30,9 +29,6 @@ from convert.reports.model import (
     decode_figure,
 )
 from convert.text import first_line
-
-if TYPE_CHECKING:  # the batch's types, for annotations only
-    from convert.batch import BatchSummary, ModelOutcome
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
 BENCHMARK_TITLE = "Benchmark (after warm-up; same inputs and threads for every runtime)"
@@ -745,35 +741,4 @@ def _generated_inputs_advice(source: SourceRecord | None) -> str:
         f"These inputs were generated, not real ({drawn or 'each from its spec'}), and a model can be right on its inputs and "
         f"not on others. Check it on real samples with --data, or give each input the range of real inputs with --input"
         f"{example}; only if the difference is still expected, {TOLERANCE_ADVICE}; otherwise the conversion is wrong."
-    )
-
-
-def print_batch_progress(outcome: ModelOutcome, console: Console) -> None:
-    """One line as each model of a batch finishes (the CLI prints them on stderr)."""
-    mark = "[green]✓[/]" if outcome.passed else "[red]✗[/]"
-    reason = f" [dim]{escape(outcome.reasons[0])}[/]" if outcome.reasons else ""
-    console.print(f"{mark} {escape(outcome.name)} {outcome.status} ({outcome.seconds:.1f} s){reason}", soft_wrap=True)
-
-
-def print_batch(summary: BatchSummary, console: Console, summary_path: str, table: bool = True) -> None:
-    """A batch's table, one row per model (left out with ``table=False``), then its verdict line."""
-    if table:
-        rows = Table(title=f"Batch: {len(summary.models)} models on {summary.engine}")
-        for column in ("model", "status", "seconds", "reused", "reason", "report"):
-            rows.add_column(column, overflow="fold")
-        for outcome in summary.models:
-            color = "green" if outcome.passed else "red"
-            rows.add_row(
-                escape(outcome.name),
-                f"[{color}]{outcome.status}[/]",
-                f"{outcome.seconds:.1f}",
-                str(outcome.reused),
-                escape(outcome.reasons[0] if outcome.reasons else ""),
-                escape(outcome.report or outcome.log),
-            )
-        console.print(rows)
-    promoted = sum(o.passed for o in summary.models)
-    console.print(
-        f"{'PASSED' if summary.passed else 'FAILED'}: {promoted} of {len(summary.models)} models promoted "
-        f"(exit code {summary.exit_code}); summary: {escape(summary_path)}"
     )

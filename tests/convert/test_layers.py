@@ -54,9 +54,10 @@ FORBIDDEN = {
         "convert.packagers",
         *ENTRY_POINTS,
     ),
-    # the report's schema and its renderings read a report, never the run that makes one (schemas.py also writes the
-    # JSON schema of the batch manifest beside the report's)
+    # the report's schema and its renderings read a report, never the run that makes one, nor the policy that judges it
     "reports": (
+        "convert.policy",
+        "convert.batch",
         "convert.pipeline",
         "convert.worker",
         "convert.checks",
@@ -239,13 +240,6 @@ def test_a_backend_imports_its_framework_inside_functions(path):
 
 PACKAGES = sorted(path.parent.name for path in CONVERT.glob("*/__init__.py"))
 NAMES = {module_name(path) for path in MODULES}
-# Imports that close a circle between packages or top-level modules today, each with why; the graph without them has
-# none, and an entry whose import is gone fails until it is removed from here.
-KNOWN_CIRCLES = {
-    ("convert.reports", "convert.policy"): "reports/schemas.py writes the policy's JSON schema beside the report's",
-    ("convert.reports", "convert.batch"): "reports/schemas.py writes the batch manifest's JSON schema beside the report's",
-    ("convert.compat", "convert.doctor"): "the tested ranges read installed versions with doctor's package_version",
-}
 
 
 def unit(name: str) -> str | None:
@@ -316,17 +310,12 @@ def test_every_package_declares_its_layer():
 
 def test_no_circle_between_packages_and_top_level_modules():
     edges = unit_imports()
-    found = circles(set(edges) - set(KNOWN_CIRCLES))
+    found = circles(set(edges))
     described = [
         " → ".join(component) + ":\n" + "\n".join(f"  {s} → {t} ({edges[(s, t)][0]})" for s, t in edges if {s, t} <= set(component))
         for component in found
     ]
     assert not found, "import circles (a deferred import counts):\n" + "\n".join(described)
-
-
-def test_every_known_circle_is_still_there():
-    gone = [edge for edge in KNOWN_CIRCLES if edge not in unit_imports()]
-    assert not gone, f"{gone}: no longer imported, remove from KNOWN_CIRCLES"
 
 
 def test_no_circle_among_the_imports_that_run_on_import():

@@ -8,7 +8,7 @@ from importlib import metadata
 
 import pytest
 
-from convert import doctor
+from convert import compat, doctor
 from convert.pipeline.runner import environment
 from convert.registry import CORE_PACKAGES, KINDS, REGISTRY, ExporterSpec
 
@@ -62,7 +62,7 @@ def test_a_package_is_versioned_by_the_distribution_that_provides_it_whatever_it
         (info / listing).write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
     # each read once per process: fresh ones, that see this test's distributions
-    monkeypatch.setattr(doctor, "_distributions", functools.cache(metadata.packages_distributions))
-    monkeypatch.setattr(doctor, "package_version", functools.cache(doctor.package_version.__wrapped__))
-    assert doctor.package_version("declared_package") == doctor.package_version("listed_package") == "1.2.3"
-    assert doctor.package_version("no_such_package_here") == "-"
+    monkeypatch.setattr(compat, "_distributions", functools.cache(metadata.packages_distributions))
+    monkeypatch.setattr(compat, "package_version", functools.cache(compat.package_version.__wrapped__))
+    assert compat.package_version("declared_package") == compat.package_version("listed_package") == "1.2.3"
+    assert compat.package_version("no_such_package_here") == "-"

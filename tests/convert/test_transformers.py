@@ -251,10 +251,10 @@ def test_a_gate_policy_names_a_folder_and_its_task_and_the_cache_keys_the_folder
     assert again.passed and {"export:onnx", "validate:onnx onnxruntime cpu"} <= set(again.report.cache.reused)
     # a library that changes what from_pretrained loads (PEFT loads a folder's adapter) is part of every stage's key,
     # installed or not: another version of it rebuilds the stages made before
-    from convert import doctor
+    from convert import compat
 
-    installed = doctor.package_version("peft")
-    monkeypatch.setattr(doctor, "package_version", lambda name, real=doctor.package_version: "0.17.1" if name == "peft" else real(name))
+    installed = compat.package_version("peft")
+    monkeypatch.setattr(compat, "package_version", lambda name, real=compat.package_version: "0.17.1" if name == "peft" else real(name))
     upgraded = convert.convert(
         tmp_path / "vit", task="image-classification", to=["onnx"], out=tmp_path / "upgraded", cache_dir=tmp_path / "cache"
     )

@@ -1,6 +1,6 @@
 """The JSON Schemas of the report and of the promotion policy, as committed under schemas/.
 
-    python -m convert.reports.schemas schemas/
+    python -m convert.schemas schemas/
 
 Editors validate a policy against schemas/policy.schema.json (e.g. a ``# yaml-language-server: $schema=`` line);
 other tools read reports against schemas/report.schema.json. A test keeps the committed files in step with the code.

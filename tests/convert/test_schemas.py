@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from convert.reports.schemas import schemas
+from convert.schemas import schemas
 from tests.conftest import REPO
 
 
 def test_the_committed_json_schemas_match_the_code():
     for name, text in schemas().items():
-        assert (REPO / "schemas" / name).read_text() == text, f"schemas/{name} is stale: run python -m convert.reports.schemas schemas"
+        assert (REPO / "schemas" / name).read_text() == text, f"schemas/{name} is stale: run python -m convert.schemas schemas"
 
 
 def test_the_example_policy_names_the_policy_schema_and_its_keys_are_in_it():
