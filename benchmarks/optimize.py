@@ -36,6 +36,7 @@ from pathlib import Path
 import convert
 from convert import timing
 from convert.reports import model as rm
+from convert.reports import ratios
 
 THREADS = 2
 BATCH = 8
@@ -175,7 +176,7 @@ def tied_ranks(figures: list[rm.Benchmark]) -> list[str]:
     both were timed in one session, else from their two intervals) reaches within 5% of 1 (SAME_SPEED)."""
     ranks: list[int] = []
     for index, figure in enumerate(figures):
-        if index and same_speed(timing.paired_ratio(figures[index - 1], figure)):
+        if index and same_speed(ratios.paired_ratio(figures[index - 1], figure)):
             ranks.append(ranks[-1])
         else:
             ranks.append(index + 1)
@@ -247,8 +248,8 @@ def int8_target(rows: list[dict], batch: int, cpu: rm.CpuInfo | None) -> str:
     head = f"batch {batch}: best INT8 ≥ {INT8_TARGET:g}x faster than the best FP32:"
     best32, best8 = _best(rows, batch, "fp32"), _best(rows, batch, "int8")
     # the best FP32's p50 over the best INT8's: how many times faster the INT8 one is
-    ratio = timing.paired_ratio(best8["figure"][batch], best32["figure"][batch]) if best32 and best8 else None
-    speedup = f"{_name(best8)} is {timing.describe_ratio(ratio)} as fast as {_name(best32)}" if ratio else ""
+    ratio = ratios.paired_ratio(best8["figure"][batch], best32["figure"][batch]) if best32 and best8 else None
+    speedup = f"{_name(best8)} is {ratios.describe_ratio(ratio)} as fast as {_name(best32)}" if ratio else ""
     if cpu is not None and cpu.known and not cpu.int8_compute:
         return f"{head} **{NO_INT8_COMPUTE}**" + (f"; for the record, {speedup}" if speedup else "")
     if best8 is None:
@@ -395,7 +396,7 @@ def _render_model(title: str, rows: list[dict], auto: dict, peak: Peak, cpu: rm.
     shared = f"{min(c.rank or 1 for c in tied)}=" if len(tied) > 1 else None
     ranks = {c.name: shared if shared and c in tied else str(c.rank) for c in timed}
     for c in candidates:
-        vs_chosen = timing.describe_ratio(c.vs_chosen) if c.vs_chosen else ("-" if c.status != "chosen" else "")
+        vs_chosen = ratios.describe_ratio(c.vs_chosen) if c.vs_chosen else ("-" if c.status != "chosen" else "")
         speed = f"{c.speedup_vs_source:.2f}x" if c.speedup_vs_source else "-"
         reason = c.reason.replace("|", "/")[:400]
         lines.append(
@@ -436,7 +437,7 @@ def _speed(figure: rm.Benchmark | None, reference: rm.Benchmark | None) -> str:
         return "-"
     if figure is reference:
         return "1.00"
-    ratio = timing.paired_ratio(figure, reference)
+    ratio = ratios.paired_ratio(figure, reference)
     return "-" if ratio is None else f"{ratio.ratio:.2f} ({ratio.interval[0]:.2f}–{ratio.interval[1]:.2f})"
 
 

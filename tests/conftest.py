@@ -146,11 +146,14 @@ def _run_in_this_process(args: tuple[str, ...], cwd: Path, env: dict[str, str]) 
         os.chdir(before[0])
         os.environ.clear()
         os.environ.update(before[1])
-        sys.argv[:], sys.path[:] = before[2], before[3]
+        sys.argv[:] = before[2]
+        # a user's folder and model modules go (the next run's file of that name is another); what a library put on
+        # the path or imported for itself stays (onnxruntime's quantizer imports its fusion_utils from its own folder)
+        sys.path[:] = [entry for entry in sys.path if entry in before[3] or entry.startswith(sys.prefix)]
         for name in set(sys.modules) - before[4]:
             path = getattr(sys.modules[name], "__file__", None) or ""
             if path and not path.startswith((sys.prefix, str(REPO))):
-                del sys.modules[name]  # a user's model module: the next run's file of that name is another
+                del sys.modules[name]
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback

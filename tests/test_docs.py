@@ -128,7 +128,6 @@ def test_no_two_lines_of_a_page_write_the_same_output_folder():
         assert not repeated, f"{page}: more than one line writes {repeated}"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("page", RUN_HERE)
 def test_the_commands_of_a_page_run_as_shown(page, tmp_path):
     """In order, in one scratch repository root per page: a page's first lines build what its later lines use."""
@@ -139,7 +138,6 @@ def test_the_commands_of_a_page_run_as_shown(page, tmp_path):
         assert "Traceback" not in done.stderr, f"{page}: {line}\n{done.stderr[-3000:]}"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("number", range(len(blocks("how-to/python-api.md", "python"))))
 def test_the_python_api_snippets_run_as_shown(number, tmp_path):
     code = blocks("how-to/python-api.md", "python")[number] + "\nassert result.passed\n"

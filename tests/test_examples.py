@@ -44,7 +44,6 @@ def _bash(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPr
     return subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.slow
 def test_the_github_actions_workflow_commands_gate_then_compare_with_the_promoted_baseline(tmp_path):
     job = WORKFLOW["jobs"]["gate"]
     steps = [s for s in job["steps"] if "run" in s]
@@ -74,7 +73,7 @@ def test_the_github_actions_workflow_commands_gate_then_compare_with_the_promote
     assert summary.read_text().count("✅ PROMOTE") == 2  # each run appended its summary
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="the gate guide end to end through the console script: a promotion, a rejection and a baseline")
 def test_the_docs_gate_commands_and_python_snippet_run_as_shown(tmp_path):
     """Through the installed model-convert, from examples/gate/ of a scratch repository root, no PYTHONPATH."""
     folder = repository_root(tmp_path) / "examples" / "gate"
@@ -100,7 +99,7 @@ def test_the_gate_guide_shows_both_ci_files_as_they_are():
         assert (REPO / "examples" / "gate" / name).read_text().rstrip() in GATE_SECTION, name
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="the GitLab job's script as CI runs it: a gate, then a second gate against the promoted baseline")
 def test_the_gitlab_job_gates_then_compares_with_the_promoted_baseline(tmp_path):
     """The job's script after its install line, as GitLab runs it (one shell, from the repository root), on the default
     branch twice: a first promotion, then a gate against the run the first one kept."""

@@ -32,7 +32,7 @@ def test_the_readme_is_short_and_shows_a_line_for_each_kind_of_model():
     assert newcomer.install_lines() and all(line.startswith('pip install -c requirements.lock ".[') for line in newcomer.install_lines())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(reason="installs every extra the README names into a fresh environment, then runs each of its 11 lines")
 def test_a_newcomer_installs_from_the_readme_and_converts_each_kind_of_model(tmp_path, capsys):
     code = newcomer.main(["--venv", str(tmp_path / "venv"), "--folder", str(tmp_path / "my-project")])
     printed = capsys.readouterr().out

@@ -7,6 +7,7 @@ import pytest
 
 from benchmarks.zoo import Cell, classify, render, run_conversion
 from fixtures.zoo import ENTRIES
+from tests.conftest import LazyRuns
 
 # (entry, form, target): transformers models exported with keyword inputs (BERT scripted from its program's graph, T5's
 # encoder through torch's default decompositions), transformers ResNet (its guard bounds H and W below), a plain torch
@@ -24,18 +25,19 @@ SLICE = (
 
 
 @pytest.fixture(scope="module")
-def slice_cells(tmp_path_factory) -> dict[str, Cell]:
-    """Every conversion of the slice, one at a time (the other xdist worker has the other core)."""
+def slice_cells(tmp_path_factory) -> LazyRuns:
+    """Each conversion of the slice when its test first asks for it, one at a time (the other xdist worker has the
+    other core)."""
     folder = tmp_path_factory.mktemp("zoo")
+    cases = {case[0]: case for case in SLICE}
 
-    def one(case: tuple[str, str, str]) -> Cell:
-        name, form, target = case
+    def one(name: str) -> Cell:
+        _, form, target = cases[name]
         return run_conversion(ENTRIES[name], form, folder / f"{name}-{form}", timeout=600, targets=(target,))[0]
 
-    return {case[0]: one(case) for case in SLICE}
+    return LazyRuns(cases, one)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", [case[0] for case in SLICE])
 def test_zoo_slice_passes_with_every_dim_dynamic(slice_cells, name):
     cell = slice_cells[name]

@@ -105,7 +105,6 @@ def test_the_summary_is_refused_again_without_force(local_batch):
     assert again.returncode == 2 and "already exists" in again.stderr and "--force" in again.stderr
 
 
-@pytest.mark.slow
 def test_the_same_batch_on_a_local_ray_instance(tmp_path, torch_files):
     pytest.importorskip("ray")
     ray = str(Path(sys.executable).parent / "ray")

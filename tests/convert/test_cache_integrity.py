@@ -238,12 +238,16 @@ def _not_a_check(recorded):
 @pytest.mark.parametrize(
     "name, change, says",
     [
-        ("error_123", _set_error(123.0), "recorded passed with max_abs_error 123, beyond atol=0.0001 + rtol=0.001"),
+        ("error_123", _set_error(123.0), "judged passed with max_abs_error 123, beyond atol=0.0001 + rtol=0.001"),
         ("skipped_shape", _skip_a_shape, "recorded skipped, but this run would have run it"),
         ("nan_error", _nan_error, "max_abs_error is missing or not finite"),
         ("no_cosine", _no_cosine, "cosine_similarity is missing or not finite"),
         ("dropped_check", _drop_a_check, "3 shape cases but 2 checks"),
-        ("looser_tolerance", _looser_tolerance, "judged with atol=1000, rtol=0.001 where this run's tolerance is atol=0.0001, rtol=0.001"),
+        (
+            "looser_tolerance",
+            _looser_tolerance,
+            "counted its mismatches at atol=1000, rtol=0.001 where this run's tolerance is atol=0.0001, rtol=0.001",
+        ),
         ("not_a_check", _not_a_check, "cannot be read"),
     ],
 )

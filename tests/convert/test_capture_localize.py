@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import load_report, run_cli
 
 STACK = """
@@ -196,7 +194,6 @@ def test_the_module_that_differs_only_while_exported_is_named_with_the_capture_l
     _assert_the_capture_link_made_it(tmp_path / "out", run.stdout)
 
 
-@pytest.mark.slow
 def test_a_transformers_layer_that_differs_only_while_exported_is_named(tmp_path):
     (tmp_path / "bert.py").write_text(BERT)
     args = ("--input", "input_ids:int64[B,S]", "--input", "attention_mask:int64[B,S]", "--to", "onnx", "--out", str(tmp_path / "out"))

@@ -105,7 +105,8 @@ def test_the_cli_takes_verbose(tmp_path):
 def test_what_a_library_warns_logs_and_writes_during_a_stage_goes_to_the_run_log(tmp_path):
     (tmp_path / "chatty.py").write_text(textwrap.dedent(CHATTY))
     out = tmp_path / "out"
-    run = run_cli(f"{tmp_path / 'chatty.py'}:build", "--input", "x:float32[B,4]", "--to", "onnx", "--out", str(out))
+    # the worker process's own capture of what the libraries print (its file descriptors included)
+    run = run_cli(f"{tmp_path / 'chatty.py'}:build", "--input", "x:float32[B,4]", "--to", "onnx", "--out", str(out), process=True)
     assert run.returncode == 0, run.output
     log = (out / "report.log").read_text()
     for said in ("chatty-python-warning", "chatty-log-record", "chatty-native-stderr"):

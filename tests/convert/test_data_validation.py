@@ -19,7 +19,6 @@ from fixtures.data_models import (
 )
 from tests.conftest import detail, load_report, run_cli
 
-pytestmark = pytest.mark.slow
 PREPROCESS = f"mean={','.join(map(str, IMAGE_MEAN))};std={','.join(map(str, IMAGE_STD))}"
 
 

@@ -17,7 +17,6 @@ from tests.conftest import load_report, run_cli
 WIDTH, LAYERS = 8192, 8  # with the 64-wide ends: 537,919,488 fp32 parameters, 2.15 GB, just past 2**31 bytes
 
 
-@pytest.mark.slow
 def test_a_model_past_2_gb_is_exported_with_external_data_and_validated(tmp_path, monkeypatch):
     from fixtures.large_torch import write_mlp
 

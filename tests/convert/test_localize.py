@@ -18,8 +18,6 @@ from convert.reports import model as rm
 from convert.reports.html import render_html
 from convert.reports.junit import render_junit
 
-pytestmark = pytest.mark.slow
-
 
 def _inject(monkeypatch, exporter_class, method: str, fault) -> dict:
     """Wrap one export strategy so that its ONNX file gets ``fault(model) -> injected node name`` before validation."""

@@ -193,7 +193,8 @@ def test_auto_publishes_the_fastest_candidate_within_budget_and_ranks_the_rest(c
         assert candidates[name]["status"] == "skipped" and "TensorRT" in candidates[name]["reason"]
     published = {a["optimization"]: a["path"] for a in report["artifacts"] if a["candidate"]}
     assert [name for name, path in published.items() if path] == ([auto["chosen"]] if auto["chosen"] != "none" else [])
-    assert sorted(p.name for p in out.iterdir()) == sorted(
+    # the run's log (what the libraries said, when they said anything) may stand beside the report
+    assert sorted(p.name for p in out.iterdir() if p.name != "report.log") == sorted(
         ["cnn.onnx", "report.json", *(Path(path).name for path in published.values() if path)]
     )
     assert ("auto: kept the plain ONNX model" if auto["chosen"] == "none" else f"auto: chose {auto['chosen']}") in run.stdout

@@ -17,8 +17,6 @@ from convert.reports.model import Report
 from fixtures.transformers_folders import write_folder
 from tests.conftest import detail, load_report, run_cli
 
-pytestmark = pytest.mark.slow
-
 
 def _config_macs(config: dict, batch: int, length: int) -> dict[str, int]:
     """A BertForMaskedLM's multiply-accumulates by kind, from its config: the projections and feed-forward of each layer

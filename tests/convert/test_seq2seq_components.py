@@ -24,8 +24,6 @@ from convert.sources.request import SourceRequest
 from convert.sources.resolve import resolve_source
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
-
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 ort = pytest.importorskip("onnxruntime")

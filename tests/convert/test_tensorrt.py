@@ -353,7 +353,6 @@ def test_an_engine_pass_runs_after_the_pass_whose_onnx_it_builds_from():
     assert check_optimizations(["trt:int8", "fp16", "int8"], ["onnx"]) == (["int8", "trt:int8", "fp16"], False)
 
 
-@pytest.mark.slow
 def test_an_engine_is_not_built_from_an_fp16_graph_that_failed_validation(tmp_path, monkeypatch):
     """trt:fp16 starts from the validated fp16 artifact: where that fails its budget, the engine pass is skipped with
     why (never built from a graph known to be wrong). TensorRT is not here, so its absence is faked away (the pass's

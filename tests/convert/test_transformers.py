@@ -18,7 +18,7 @@ import yaml
 import convert
 from convert import compat
 from convert.errors import ConvertError
-from tests.conftest import CliRun, load_report, run_cli
+from tests.conftest import CliRun, LazyRuns, load_report, run_cli
 from tests.test_docs import user_environment
 
 
@@ -42,21 +42,22 @@ RUNS = {
 
 
 @pytest.fixture(scope="module")
-def runs(folders, tmp_path_factory) -> dict[str, tuple]:
-    """Every command line run once, one at a time (the other xdist worker has the other core), as the guide shows it:
-    through the installed model-convert, from the root the folders were written under, with no PYTHONPATH: (the run,
-    its report or None)."""
+def runs(folders, tmp_path_factory) -> LazyRuns:
+    """Every command line run once, when a test first asks for it, as the guide shows it: through the installed
+    model-convert, from the root the folders were written under, with no PYTHONPATH (tests/test_docs.py leaves the
+    guide's page to these runs): (the run, its report or None)."""
     out = tmp_path_factory.mktemp("hf_runs")
     root = next(iter(folders.values())).parents[2]
 
-    def attempt(item):
-        name, (model, *args) = item
+    def attempt(name: str) -> tuple:
+        model, *args = RUNS[name]
         argv = ["model-convert", f"out/hf/{model}", *args, "--out", str(out / name.replace(" ", "_"))]
         done = subprocess.run(argv, cwd=root, env=user_environment(), capture_output=True, text=True, timeout=900)
+        run = CliRun(done.returncode, done.stdout, done.stderr)
         report = out / name.replace(" ", "_") / "report.json"
-        return name, (CliRun(done.returncode, done.stdout, done.stderr), load_report(report) if report.exists() else None)
+        return run, load_report(report) if report.exists() else None
 
-    return dict(map(attempt, RUNS.items()))
+    return LazyRuns(RUNS, attempt)
 
 
 HF_PAGE = "how-to/hugging-face.md"

@@ -19,8 +19,6 @@ from convert.packagers.triton import CONFIG, TritonRepository
 from convert.reports import model as rm
 from tests.conftest import load_report, run_cli
 
-pytestmark = pytest.mark.slow
-
 UNVALIDATED_BATCH = 3  # validation moves B through 2, 1 and 5
 NUMPY_TYPES = {"TYPE_FP32": "float32", "TYPE_FP16": "float16", "TYPE_INT64": "int64", "TYPE_INT32": "int32", "TYPE_BOOL": "bool"}
 ORT_TYPES = {

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.transformers_folders import write_folder
-from tests.conftest import REPO, detail, load_report, run_cli
+from tests.conftest import REPO, LazyRuns, detail, load_report, run_cli
 
 TARGETS = ("executorch",)
 BERT_SPECS = ("--input", "input_ids:int64[B,S]{0..99}", "--input", "attention_mask:int64[B,S]{0..1}")
@@ -65,8 +65,8 @@ def _keyword_bert(path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(torch_files, tmp_path_factory) -> dict[str, tuple]:
-    """One CLI run per model, one at a time (the other xdist worker has the other core): (the run, its output folder,
+def runs(torch_files, tmp_path_factory) -> LazyRuns:
+    """One CLI run per model when a test first asks for it, one at a time (the other xdist worker has the other core): (the run, its output folder,
     its report)."""
     folder = tmp_path_factory.mktemp("executorch")
     commands = {
@@ -94,13 +94,12 @@ def runs(torch_files, tmp_path_factory) -> dict[str, tuple]:
     (hidden / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
     environments = {"not_installed": {"PYTHONPATH": os.pathsep.join([str(hidden.parent), str(REPO)])}}
 
-    def attempt(item):
-        name, command = item
+    def attempt(name: str) -> tuple:
         out = folder / f"out_{name}"
-        run = run_cli(*command(), "--out", str(out), env=environments.get(name))
-        return name, (run, out, load_report(out / "report.json") if (out / "report.json").exists() else None)
+        run = run_cli(*commands[name](), "--out", str(out), env=environments.get(name))
+        return run, out, load_report(out / "report.json") if (out / "report.json").exists() else None
 
-    return dict(map(attempt, commands.items()))
+    return LazyRuns(commands, attempt)
 
 
 def _cpu_sizes(record: dict, symbol: str) -> set[int]:
