@@ -282,12 +282,7 @@ def judge_output(output: rm.OutputMetrics, case: ValidationCase, tolerance, comp
     result = OutputResult(
         **output.model_dump(exclude={"status", "reason", "atol", "rtol", "budget", "budget_source"}),
         status="passed",
-        atol=tolerance.atol,
-        rtol=tolerance.rtol,
-        bounds=tolerance.budget,
-        budget=tolerance.describe_budget(),
-        budget_source=tolerance.budget_source,
-        elementwise=tolerance.elementwise,
+        **tolerance.recorded(),
         exact=exact and not problems,
         by_deviation=not exact and compared.low_spread(output.name, tolerance),
         reasons=problems,

@@ -174,14 +174,9 @@ def compare_output(
         expected_dtype=str(expected.dtype),
         dtype=str(actual.dtype),
         elements=int(expected.size),
-        atol=tolerance.atol,
-        rtol=tolerance.rtol,
         atol_scale=tolerance.scale,
         tolerance_source=tolerance.source,
-        bounds=tolerance.budget,
-        budget=tolerance.describe_budget(),
-        budget_source=tolerance.budget_source,
-        elementwise=tolerance.elementwise,
+        **tolerance.recorded(),
     )
     if shown is not None:
         expected, actual = shown_values(expected, shown), shown_values(actual, shown)

@@ -78,6 +78,17 @@ class Tolerance:
     def describe_budget(self) -> str:
         return ",".join(f"{metric}{op}{bound:.10g}" for metric, op, bound in self.budget)
 
+    def recorded(self) -> dict:
+        """What an output's result records of the tolerance it was judged by."""
+        return {
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "bounds": self.budget,
+            "budget": self.describe_budget(),
+            "budget_source": self.budget_source,
+            "elementwise": self.elementwise,
+        }
+
 
 def default_tolerance(precision: str) -> Tolerance:
     atol, rtol = PRECISION_DEFAULTS.get(precision, PRECISION_DEFAULTS["fp32"])
