@@ -136,9 +136,8 @@ def _in_optimum(python: Path | None, folder: Path, path: str | None, work: Path)
 
 def _same_inputs(task: str, folder: Path, paths: dict[str, str | None]) -> dict[str, str]:
     """Each file's largest error against this environment's transformers model at the same inputs."""
-    from convert.validators.generation import CacheLayout, decode
-
     import convert
+    from convert.validators.generation import CacheLayout, decode
 
     source = convert.load(folder, task=task)
     figures: dict[str, str] = {}

@@ -299,12 +299,12 @@ def test_functional_model_with_a_dict_of_inputs_keyed_unlike_its_input_names(tmp
 def test_keras_onnx_fallback_keeps_the_source_names(keras_files, tmp_path):
     """Keras's own ONNX export names its output after a graph tensor (Identity:0); the fallback renames it."""
     import numpy as np
-    from convert.validators import generate_feed
 
     import convert
     from convert.exporters.base import ExportJob
     from convert.exporters.keras_onnx import KerasToOnnx
     from convert.runtimes.onnxruntime import OnnxRuntimeRunner
+    from convert.validators import generate_feed
 
     source = convert.load(str(keras_files / "bn_dropout.keras"))
     feed = generate_feed(source.signature.inputs, {"B": 3}, 0, 0)

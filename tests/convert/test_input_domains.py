@@ -9,10 +9,10 @@ import json
 
 import numpy as np
 import pytest
-from convert.validators.compare import OutputMetrics
 
 from convert.reports.console import failed_validation
 from convert.reports.model import ArtifactRecord, Check, InputDomain, SourceRecord
+from convert.validators.compare import OutputMetrics
 from tests.conftest import load_report, run_cli
 
 IMAGE = 64  # the Keras model's image size

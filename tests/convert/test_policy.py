@@ -7,13 +7,13 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from convert.validators.tolerances import TolerancePolicy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from convert.errors import ConvertError
 from convert.policy import Policy, load_policy
 from convert.specs import parse_dim_sizes, parse_shape_ranges
+from convert.validators.tolerances import TolerancePolicy
 from tests.conftest import REPO
 
 EXAMPLE = (REPO / "examples" / "gate" / "promotion.yaml").read_text()

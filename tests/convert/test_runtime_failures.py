@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 from onnx import TensorProto, helper
 
 from convert.artifacts import Artifact
 from convert.runtimes.base import RUNTIME_FAILURE_CHARS, runtime_failure
 from convert.specs import parse_input_specs
 from convert.validation import ValidationCase, checks_on
+from convert.validators import TolerancePolicy, generate_feed, plan_shape_cases
 
 SPECS = parse_input_specs(["x:float32[B,S]"])
 

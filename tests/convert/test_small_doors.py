@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from convert.validators import generate_feed
 
 import convert
 from convert.pipeline.plan import stem
 from convert.specs import parse_input_specs
+from convert.validators import generate_feed
 from tests.conftest import load_report, run_cli
 
 BLOCK = """

@@ -3,11 +3,10 @@ decoder's mask) is Dim.DYNAMIC, which has no name, and torch's suggested fixes a
 
 from __future__ import annotations
 
-from convert.validators import generate_feed
-
 import convert
 from convert.exporters.base import ExportJob
 from convert.exporters.torch_common import export_program
+from convert.validators import generate_feed
 
 
 def _windowed():

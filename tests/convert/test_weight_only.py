@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from convert.validators.generation import GENERATION_AGREEMENT
 
+from convert.validators.generation import GENERATION_AGREEMENT
 from tests.conftest import load_report, run_cli
 
 WEIGHT_ONLY = ("int4", "int8-weights", "openvino:int4", "openvino:int8-weights")

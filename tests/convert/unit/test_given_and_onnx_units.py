@@ -72,11 +72,10 @@ def test_an_onnx_input_of_unknown_rank_asks_for_its_spec(tmp_path):
 
 
 def test_outputs_are_matched_in_order_only_when_no_name_is_shared(tmp_path):
-    from convert.validators import ShapeCase
-
     from convert.pipeline.validate import _by_the_artifacts_output_names
     from convert.registry import REGISTRY
     from convert.validation import ValidationCase
+    from convert.validators import ShapeCase
 
     case = ValidationCase(ShapeCase("export", {"B": 2}), references=[{"a": np.zeros(1), "b": np.ones(1)}])
     disjoint = _onnx(tmp_path / "disjoint.onnx", ("p", "q"))

@@ -12,7 +12,6 @@ import zipfile
 
 import numpy as np
 import pytest
-from convert.validators.compare import OutputMetrics
 
 from convert.backends.torch import SCRIPT_OUTPUT_NAMES
 from convert.packagers.base import PackageJob, PackedArtifact
@@ -20,6 +19,7 @@ from convert.packagers.triton import CONFIG, TENSORFLOW_DEPRECATION, TritonRepos
 from convert.registry import REGISTRY
 from convert.reports import model as rm
 from convert.safety import sha256_files
+from convert.validators.compare import OutputMetrics
 
 BATCHES = (2, 1, 5)  # as validation moves B: the export size first
 # torch.jit.save's data.pkl as pickletools reads it: PROTO 2, GLOBAL '__torch__.tiny Net', EMPTY_TUPLE, NEWOBJ,
