@@ -6,7 +6,9 @@ shapes."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,21 @@ class TracedJaxpr:
         import jax
 
         return jax.make_jaxpr(self.source.bound())(*self.source.symbolic_specs())
+
+
+@contextlib.contextmanager
+def x64_mode_within() -> Iterator[None]:
+    """JAX's 64-bit mode on inside, and afterwards the mode the process had. litert-torch's JAX bridge needs it and
+    turns it on for the whole process when it is imported: a JAX model converted later in the same process (the Python
+    API, --no-isolation) would compute in float64 where its source computes in float32."""
+    import jax
+
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
 
 
 def named_outputs(outputs: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from convert.artifacts import Artifact
+from convert.backends.jax import x64_mode_within
 from convert.backends.tf import (
     declare_dynamic_outputs,
     invoke_tflite,
@@ -81,13 +82,14 @@ class TorchToLiteRt(Exporter):
 def _write(job: ExportJob, path: Path, shapes: dict[str, dict] | None) -> None:
     """Convert the source, called with the specs' names as keywords, to a .tflite file at ``path``. 64-bit inputs and
     outputs stay 64-bit (litert-torch narrows them by default): the artifact takes what the source takes."""
-    with native_stderr_silenced():  # litert-torch imports TensorFlow and JAX, whose C++ side writes to file descriptor 2
-        litert_torch = require("litert_torch", "Converting a PyTorch model to TFLite (LiteRT)")
-    specs = job.source.signature.inputs
-    module = _named_module(exportable_module(job), job.source.convention, specs)
-    sample = {spec.name: value for spec, value in zip(specs, to_tensors(specs, job.feed))}
-    with native_stderr_silenced():  # the converter writes its progress and errors there too; the exception keeps them
-        litert_torch.convert(module, (), sample, dynamic_shapes=shapes, enable_x64=True).export(str(path))
+    with x64_mode_within():
+        with native_stderr_silenced():  # litert-torch imports TensorFlow and JAX, whose C++ side writes to descriptor 2
+            litert_torch = require("litert_torch", "Converting a PyTorch model to TFLite (LiteRT)")
+        specs = job.source.signature.inputs
+        module = _named_module(exportable_module(job), job.source.convention, specs)
+        sample = {spec.name: value for spec, value in zip(specs, to_tensors(specs, job.feed))}
+        with native_stderr_silenced():  # the converter writes its progress and errors there too; the exception keeps them
+            litert_torch.convert(module, (), sample, dynamic_shapes=shapes, enable_x64=True).export(str(path))
 
 
 def _named_module(module, convention, specs: tuple[InputSpec, ...]):

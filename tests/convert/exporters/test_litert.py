@@ -203,3 +203,18 @@ def test_neither_interpreter_installed_is_a_skip_with_the_reason(monkeypatch):
     assert TfliteRunner.unavailable_reason("cpu") == (
         "neither the LiteRT interpreter (ai-edge-litert) nor TensorFlow is installed: pip install 'model-convert[litert]'"
     )
+
+
+def test_a_litert_export_leaves_jax_in_the_mode_the_process_had():
+    """litert-torch's JAX bridge turns JAX's 64-bit mode on for the whole process when imported: a JAX model converted
+    later in the same process (the Python API, --no-isolation) would compute in float64 where its source does not."""
+    import jax
+
+    from convert.backends.jax import x64_mode_within
+
+    before = jax.config.jax_enable_x64
+    with x64_mode_within():
+        import litert_torch  # noqa: F401
+
+        assert jax.config.jax_enable_x64
+    assert jax.config.jax_enable_x64 == before
