@@ -128,7 +128,17 @@ def test_no_two_lines_of_a_page_write_the_same_output_folder():
         assert not repeated, f"{page}: more than one line writes {repeated}"
 
 
-@pytest.mark.parametrize("page", RUN_HERE)
+# pages whose commands take near or past the time one test may take (tests/conftest.py), and why
+LONG_PAGES = {
+    "getting-started.md": "the tour converts a model of each kind through the console script",
+    "how-to/composites.md": "an encoder-decoder, a dual encoder and a diffusion pipeline, each converted as its components",
+    "how-to/optimize.md": "every optimization pass on one model, then --optimize auto measuring each candidate",
+}
+
+
+@pytest.mark.parametrize(
+    "page", [pytest.param(page, marks=pytest.mark.slow(reason=LONG_PAGES[page])) if page in LONG_PAGES else page for page in RUN_HERE]
+)
 def test_the_commands_of_a_page_run_as_shown(page, tmp_path):
     """In order, in one scratch repository root per page: a page's first lines build what its later lines use."""
     folder = repository_root(tmp_path) / FOLDERS.get(page, ".")

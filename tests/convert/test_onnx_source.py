@@ -53,6 +53,7 @@ def auto_runs(onnx_files, tmp_path_factory):
     return runs, before
 
 
+@pytest.mark.slow(reason="--optimize auto on a third-party ONNX file: every pass built, validated and timed")
 @pytest.mark.parametrize("name", THIRD_PARTY)
 def test_a_third_party_onnx_file_goes_through_optimize_auto(auto_runs, onnx_files, name):
     runs, before = auto_runs

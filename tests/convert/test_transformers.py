@@ -161,6 +161,7 @@ def test_an_encoder_decoders_features_are_its_encoders(runs, folders):
     assert [str(s) for s in audio.signature.inputs] == ["input_features:float32[B,16,64]"]
 
 
+@pytest.mark.slow(reason="T5 converted as its encoder, decoder and decoder with its cache through the console script, then generated")
 def test_an_encoder_decoder_converts_as_its_encoder_and_decoders_under_optimums_names_and_generates_as_transformers(runs):
     t5_run, t5 = runs["t5 components"]
     assert t5_run.returncode == 0, t5_run.output

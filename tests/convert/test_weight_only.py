@@ -151,6 +151,7 @@ def test_per_channel_int4_on_a_model_with_outlier_channels_fails_the_generation_
     assert not (out / "llama_outliers.int4.onnx").exists() and "the int4 artifact failed validation" in run.stderr
 
 
+@pytest.mark.slow(reason="--optimize auto builds, validates over generation and times every weight-only candidate of a decoder")
 def test_auto_ranks_the_weight_only_candidates_of_a_decoder(llama_folder, tmp_path):
     out = tmp_path / "auto"
     args = ("--task", "text-generation-with-past", "--to", "onnx", "--optimize", "auto", "--benchmark-seconds", "0.2")
