@@ -246,6 +246,37 @@ def converted(tmp_path_factory) -> Callable[..., tuple[CliRun, Path]]:
     return convert_once
 
 
+@dataclass
+class PageRun:
+    root: Path  # the scratch repository root the page ran in
+    lines: list  # tests.pages.LineRun, one a line run, in order
+
+    def folder(self, page: str) -> Path:
+        """The folder the page's commands ran from."""
+        from tests.pages import FOLDERS
+
+        return self.root / FOLDERS.get(page, ".")
+
+
+@pytest.fixture(scope="session")
+def page_run(tmp_path_factory) -> Callable[[str], PageRun]:
+    """``page_run(PAGE)``: a documentation page's commands run in order in a scratch repository root (tests/pages.py),
+    once per test session, whichever module or xdist worker asks first: the docs test checks each line's exit code, and
+    the guide's own module checks what its lines made. The outputs are read-only to the tests: copy them to change them."""
+    from tests.pages import LineRun, repository_root, run_page
+
+    def run(page: str) -> PageRun:
+        def build(folder: Path) -> None:
+            (folder / "root").mkdir()
+            ran = run_page(page, repository_root(folder / "root"))
+            (folder / "lines.json").write_text(json.dumps([asdict(line) for line in ran]))
+
+        folder = shared_folder(tmp_path_factory, "page-" + page.replace("/", "-").removesuffix(".md"), build)
+        return PageRun(folder / "root", [LineRun(**line) for line in json.loads((folder / "lines.json").read_text())])
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def torch_files(tmp_path_factory) -> Path:
     """Every PyTorch fixture written in every form (see fixtures/build_torch.py), once per session for every worker."""

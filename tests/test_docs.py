@@ -1,72 +1,29 @@
-"""The documentation site tells the truth: it builds strictly, and every command a page shows runs as shown, through
-the installed ``model-convert``, from the folder the page names, with no extra environment (the environment's bin folder
-first on PATH, as activating it does, and no PYTHONPATH).
-
-A page's ``bash`` blocks are commands to run; ``console`` blocks are set-up lines (``pip install``, ``make``) that the
-newcomer replay (tests/test_readme.py) and CI run; ``python`` blocks of the Python API guide run as scripts.
-"""
+"""The documentation site tells the truth: it builds strictly, and every command a page shows runs as shown, from the
+folder the page names, with no extra environment (the environment's bin folder first on PATH, as activating it does, and
+no PYTHONPATH): a page's first ``model-convert`` line and its other commands through the installed console script, its
+later ``model-convert`` lines in process (tests/pages.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
-from tools.newcomer import activated_environment
+from tests.pages import FOLDERS, PAGES, blocks, command_lines, expected_exit_code, page_text, repository_root, user_environment
 
-DOCS = REPO / "docs"
-PAGES = sorted(path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md"))
 # pages whose commands a test of its own runs with closer checks of what they make, through the console script too
 DEDICATED = {
     "how-to/hugging-face.md": "tests/convert/test_transformers.py",
     "how-to/gate.md": "tests/test_examples.py",
     "how-to/batch.md": "tests/convert/test_batch.py",
 }
-# the folder a page's commands run from, relative to the repository root, and the words by which the page says so
-FOLDERS = {"how-to/gate.md": "examples/gate"}
-SAYS = {".": "from the repository root", "examples/gate": "from `examples/gate/`"}  # in lower case
+# the words by which a page says which folder its commands run from (in lower case)
+SAYS = {".": "from the repository root", "examples/gate": "from `examples/gate/`"}
 FENCES = ("bash", "console", "python", "yaml", "text", "")
-
-
-def page_text(page: str) -> str:
-    return (DOCS / page).read_text()
-
-
-def blocks(page: str, language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", page_text(page), re.S)
-
-
-def command_lines(page: str) -> list[str]:
-    return [line for block in blocks(page, "bash") for line in block.splitlines() if line.strip()]
-
-
-def expected_exit_code(line: str) -> int:
-    """0, or what the line's own comment says it exits with on this machine (``# exit code 1 without TensorRT``)."""
-    said = re.search(r"# exit code (\d+) without (\w+)", line)
-    if said is None:
-        return 0
-    assert said[2] == "TensorRT" and importlib.util.find_spec("tensorrt") is None, f"{line}: this machine has {said[2]}"
-    return int(said[1])
-
-
-def user_environment() -> dict[str, str]:
-    """A shell with the project's environment activated: its bin folder first on PATH, nothing on PYTHONPATH."""
-    return activated_environment(Path(sys.executable))
-
-
-def repository_root(tmp_path: Path) -> Path:
-    """A scratch copy of what the commands read at the repository root: fixtures/ and examples/ (nothing is written
-    into the repository itself)."""
-    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
-    shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("out", "models", "reports", "promoted"))
-    return tmp_path
 
 
 RUN_HERE = [page for page in PAGES if command_lines(page) and page not in DEDICATED]
@@ -139,13 +96,18 @@ LONG_PAGES = {
 @pytest.mark.parametrize(
     "page", [pytest.param(page, marks=pytest.mark.slow(reason=LONG_PAGES[page])) if page in LONG_PAGES else page for page in RUN_HERE]
 )
-def test_the_commands_of_a_page_run_as_shown(page, tmp_path):
+def test_the_commands_of_a_page_run_as_shown(page, page_run):
     """In order, in one scratch repository root per page: a page's first lines build what its later lines use."""
-    folder = repository_root(tmp_path) / FOLDERS.get(page, ".")
-    for line in command_lines(page):
-        done = subprocess.run(["bash", "-e", "-c", line], cwd=folder, env=user_environment(), capture_output=True, text=True, timeout=900)
-        assert done.returncode == expected_exit_code(line), f"{page}: {line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        assert "Traceback" not in done.stderr, f"{page}: {line}\n{done.stderr[-3000:]}"
+    ran = page_run(page).lines
+    assert [run.line for run in ran] == command_lines(page), (
+        f"{page}: stopped at {ran[-1].line}\n{ran[-1].stdout[-3000:]}\n{ran[-1].stderr[-3000:]}"
+    )
+    for run in ran:
+        assert run.returncode == expected_exit_code(run.line), f"{page}: {run.line}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+        assert "Traceback" not in run.stderr, f"{page}: {run.line}\n{run.stderr[-3000:]}"
+    assert any(run.console_script and run.line.startswith("model-convert ") for run in ran), (
+        f"{page}: no line ran through the console script"
+    )
 
 
 @pytest.mark.parametrize("number", range(len(blocks("how-to/python-api.md", "python"))))

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.test_docs import repository_root, user_environment
+from tests.pages import repository_root, user_environment
 
 WORKFLOW = yaml.safe_load((REPO / "examples" / "gate" / "model-gate.yml").read_text())
 GATE_PAGE = "how-to/gate.md"

@@ -17,7 +17,7 @@ import yaml
 from convert.batch import BatchSummary, load_manifest
 from convert.errors import ConvertError
 from tests.conftest import REPO, CliRun, run_cli
-from tests.test_docs import repository_root, user_environment
+from tests.pages import repository_root, user_environment
 
 X8 = ["x:float32[B,8]"]
 

@@ -13,40 +13,32 @@ import pytest
 
 import convert
 from convert.errors import ConvertError
-from tests.conftest import load_report, run_cli, sizes_checked
+from tests.conftest import run_cli, sizes_checked
 
 diffusers = pytest.importorskip("diffusers")
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
-RUNS = {
-    "unet": ("--to", "onnx,torch_export,torchscript"),
-    "vae": ("--to", "onnx,torchscript"),
-    "unet2d": ("--to", "torch_export"),
-}
 TRUTH_TOLERANCE = 1e-4  # max abs error of the ONNX artifact against diffusers' eager model, fp32
+PAGE = "how-to/diffusers.md"  # its lines convert each folder: the unet, vae and unet2d below
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    from fixtures.diffusers_folders import FOLDERS, write_folder
+def folders(page_run) -> dict[str, Path]:
+    """The folders the guide's first line writes (fixtures/diffusers_folders.py), in its run's folder: read-only."""
+    from fixtures.diffusers_folders import FOLDERS
 
-    root = tmp_path_factory.mktemp("diffusers_folders")
-    return {name: write_folder(name, root / name) for name in FOLDERS}
+    return {name: page_run(PAGE).folder(PAGE) / "out" / "diffusers" / name for name in FOLDERS}
 
 
 @pytest.fixture(scope="module")
-def converted(folders, tmp_path_factory):
-    """Each folder's command line, run once (one at a time) when a test first asks for it: (the run, its report)."""
-    out = tmp_path_factory.mktemp("diffusers_runs")
-    done: dict[str, tuple] = {}
+def converted(page_run):
+    """The guide's line that converts a folder, as run by tests/test_docs.py (once a session): (the run, its report)."""
 
     def run(name: str):
-        if name not in done:
-            result = run_cli(str(folders[name]), *RUNS[name], "--out", str(out / name))
-            report = out / name / "report.json"
-            done[name] = (result, load_report(report) if report.exists() else None)
-        return done[name]
+        ran = page_run(PAGE)
+        (line,) = [line for line in ran.lines if line.line.startswith(f"model-convert out/diffusers/{name} ")]
+        return line, line.report(ran.folder(PAGE))
 
     return run
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import convert
 from convert.assembled.diffusion import BUDGETS, check_pipeline
 from convert.errors import ConvertError
+from convert.reports.model import Report
 from convert.sources.request import SourceRequest
 from convert.sources.resolve import resolve_source
 
@@ -28,23 +28,26 @@ COMPONENTS = ("text_encoder", "unet", "vae_decoder")
 TRUTH_TOLERANCE = 1e-5  # max abs error of an fp32 ONNX artifact against the library's eager network
 
 
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory) -> Path:
-    from fixtures.diffusers_folders import write_folder
-
-    return write_folder("pipeline", tmp_path_factory.mktemp("pipeline") / "sd")
+PAGE = "how-to/composites.md"  # its lines write the pipeline folder (fixtures/diffusers_folders.py) and convert it
 
 
 @pytest.fixture(scope="module")
-def converted(folder, tmp_path_factory):
-    """The folder converted to ONNX once, when a test first asks for it: its ConversionResult and out folder."""
-    out = tmp_path_factory.mktemp("pipeline_run") / "out"
-    done = []
+def folder(page_run) -> Path:
+    """The pipeline folder the guide's line writes, in its run's folder: read-only."""
+    return page_run(PAGE).folder(PAGE) / "out" / "diffusers" / "pipeline"
+
+
+@pytest.fixture(scope="module")
+def converted(page_run):
+    """The guide's line that converts the folder to ONNX, as run by tests/test_docs.py (once a session): its report
+    and out folder."""
 
     def run():
-        if not done:
-            done.append((convert.convert(str(folder), to=["onnx"], out=str(out)), out))
-        return done[0]
+        ran = page_run(PAGE)
+        (line,) = [line for line in ran.lines if line.line.startswith("model-convert out/diffusers/pipeline ")]
+        out = ran.folder(PAGE) / "out" / "pipeline"
+        assert line.returncode == 0, line.output
+        return Report.from_json((out / "report.json").read_text()), out
 
     return run
 
@@ -102,8 +105,7 @@ def test_each_component_is_the_library_s_own_network(folder, library):
 
 
 def test_the_pipeline_converts_and_its_artifacts_make_diffusers_image(converted):
-    result, out = converted()
-    report = result.report
+    report, out = converted()
     assert report.composite == "diffusion-pipeline"
     assert [c.name for c in report.components] == list(COMPONENTS)
     assert all(c.passed for c in report.components), [c.error for c in report.components]

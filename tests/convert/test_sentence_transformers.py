@@ -15,7 +15,7 @@ import pytest
 
 import convert
 from convert.errors import ConvertError
-from tests.conftest import load_report, run_cli
+from tests.conftest import run_cli
 
 pytest.importorskip("sentence_transformers")
 
@@ -23,34 +23,28 @@ UNSEEN = {"B": 3, "S": 11}  # a batch and length the validation does not draw (a
 TOLERANCE = 1e-4
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory) -> dict[str, Path]:
-    from fixtures.sentence_transformers_folders import FOLDERS, write_folder
-
-    root = tmp_path_factory.mktemp("st_folders")
-    return {name: write_folder(name, root / name) for name in FOLDERS}
-
-
-RUNS = {
-    "mean": ("mean", "--to", "onnx"),
-    "cls-dense": ("cls-dense", "--to", "onnx"),
-    "features": ("mean", "--task", "feature-extraction", "--to", "onnx"),
-}
+PAGE = "how-to/sentence-transformers.md"
+# the guide's line that makes each run, by its --out
+RUNS = {"mean": "out/st-mean", "cls-dense": "out/st-cls-dense", "features": "out/st-mean-tokens"}
 
 
 @pytest.fixture(scope="module")
-def runs(folders, tmp_path_factory):
-    """Each command line run once, when a test first asks for it, one at a time: (the run, its report or None)."""
-    out = tmp_path_factory.mktemp("st_runs")
-    done: dict[str, tuple] = {}
+def folders(page_run) -> dict[str, Path]:
+    """The folders the guide's first line writes (fixtures/sentence_transformers_folders.py), in its run's folder:
+    read-only."""
+    from fixtures.sentence_transformers_folders import FOLDERS
+
+    return {name: page_run(PAGE).folder(PAGE) / "out" / "st" / name for name in FOLDERS}
+
+
+@pytest.fixture(scope="module")
+def runs(page_run):
+    """The guide's lines, as run by tests/test_docs.py (once a session): (the run, its report or None)."""
 
     def get(name: str) -> tuple:
-        if name not in done:
-            model, *args = RUNS[name]
-            run = run_cli(str(folders[model]), *args, "--out", str(out / name))
-            report = out / name / "report.json"
-            done[name] = run, load_report(report) if report.exists() else None
-        return done[name]
+        ran = page_run(PAGE)
+        (line,) = [line for line in ran.lines if line.line.endswith(f" --out {RUNS[name]}")]
+        return line, line.report(ran.folder(PAGE))
 
     return get
 

@@ -19,7 +19,7 @@ import convert
 from convert import compat
 from convert.errors import ConvertError
 from tests.conftest import CliRun, LazyRuns, load_report, run_cli
-from tests.test_docs import user_environment
+from tests.pages import user_environment
 
 
 @pytest.fixture(scope="module")
