@@ -178,6 +178,22 @@ def run_line(line: str, folder: Path, python: Path, out: Path) -> subprocess.Com
     )
 
 
+def install(venv: Path) -> Path:
+    """A fresh virtual environment at ``venv`` with the README's install lines run in it, as shown, from a clone's
+    root, with its own pip; gives its Python."""
+    python = venv / "bin" / "python"
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    clone = clone_of_repository(Path(tempfile.mkdtemp(prefix="model-convert-clone-")))
+    for line in install_lines():
+        print(f"$ {line}", flush=True)
+        done = subprocess.run(["bash", "-c", line], cwd=clone, env=activated_environment(python), capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"the README's install line failed: {line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    shutil.rmtree(clone)
+    return python
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--venv", type=Path, default=Path(tempfile.gettempdir()) / "model-convert-newcomer" / "venv")
@@ -186,15 +202,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     python = args.venv / "bin" / "python"
     if not (args.reuse_venv and python.exists()):
-        shutil.rmtree(args.venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(args.venv)], check=True)
-        clone = clone_of_repository(Path(tempfile.mkdtemp(prefix="model-convert-clone-")))
-        for line in install_lines():  # as shown, from the clone's root, with the fresh environment's pip
-            print(f"$ {line}", flush=True)
-            done = subprocess.run(["bash", "-c", line], cwd=clone, env=activated_environment(python), capture_output=True, text=True)
-            if done.returncode:
-                raise SystemExit(f"the README's install line failed: {line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-        shutil.rmtree(clone)
+        install(args.venv)
     shutil.rmtree(args.folder, ignore_errors=True)
     build_user_folder(args.folder, python)
     failed = []
