@@ -44,6 +44,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     return {name: write_folder(name, root / name) for name in FAMILIES}
 
 
+# Whisper's task given, as its users give it; Marian's inferred from its config
+TASKS = {"whisper": {"task": "automatic-speech-recognition-with-past"}}
+
+
 @pytest.fixture(scope="module")
 def converted(folders, tmp_path_factory):
     """A folder converted to ONNX once (one at a time) when a test first asks for it: its ConversionResult."""
@@ -52,7 +56,7 @@ def converted(folders, tmp_path_factory):
 
     def run(name: str) -> convert.ConversionResult:
         if name not in done:
-            done[name] = convert.convert(str(folders[name]), to=["onnx"], out=str(out / name))
+            done[name] = convert.convert(str(folders[name]), to=["onnx"], out=str(out / name), **TASKS.get(name, {}))
         return done[name]
 
     return run
@@ -160,6 +164,9 @@ def test_the_components_convert_in_one_run_and_generate_as_transformers(converte
     assert check.status == "passed" and check.name == "generation", check.reason
     assert check.metrics["token_match"] == 1.0 and check.metrics["max_abs_logit_error"] <= 1e-4
     assert check.budget.startswith("greedy tokens equal to transformers' generate")
+    assert sorted(check.artifacts.values()) == ["decoder_model.onnx", "decoder_with_past_model.onnx", "encoder_model.onnx"]
+    if name == "whisper":  # the encoder's states at its fixed frame count, and no attention mask
+        assert report.components[1].inputs == ["input_ids:int64[B,S]{0..999}", "encoder_hidden_states:float32[B,32,32]"]
     out = result.report_path.parent
     assert (out / "config.json").is_file() and (out / "generation_config.json").is_file()
     # the ONNX files keep the sources' order, which Optimum's ORTDecoderForSeq2Seq zips the flattened cache with
