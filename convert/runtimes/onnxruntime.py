@@ -46,6 +46,10 @@ class OnnxRuntimeRunner(Runner):
         options.log_severity_level = 3
         if self.threads:
             options.intra_op_num_threads, options.inter_op_num_threads = self.threads, 1
+        else:
+            # a session that is not timed does not spin its idle threads: they would take the cores the source model's
+            # framework and anything else on the machine compute on between its runs
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if self.weights_exceed_memory():
             # ONNX Runtime maps page-aligned external data from its file, and pre-packing copies every matrix product's
             # weight into memory of its own: without it the weights are read from the file as they are used
