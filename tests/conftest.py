@@ -62,8 +62,9 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
 # end while the other has finished. Every other module keeps its place, after these.
 LONGEST_FIRST = (
     "tests/test_readme.py",
-    "tests/convert/test_memory_limit.py",
     "tests/test_docs.py",  # before the guides' modules that read its page runs (tests/pages.py)
+    # not beside the newcomer's installs at the start: each waits on the disk (weights paged in past the memory limit)
+    "tests/convert/test_memory_limit.py",
     "tests/test_examples.py",
     "tests/convert/test_weight_only.py",
     "tests/convert/test_transformers.py",
