@@ -22,7 +22,7 @@ from tools.newcomer import activated_environment
 
 DOCS = REPO / "docs"
 PAGES = sorted(path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md"))
-# the folder a page's commands run from, relative to the repository root, and the words by which the page says so
+# the folder a page's commands run from, relative to the repository root (the repository root itself when not named)
 FOLDERS = {"how-to/gate.md": "examples/gate"}
 
 
